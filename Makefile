@@ -1,0 +1,35 @@
+# Every target creates or reuses the project's own venv; a fresh machine needs only python3 and gcc.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test lint demo bench e2e-real clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check cudafix tests
+	$(BIN)/ruff format --check cudafix tests
+	$(BIN)/mypy
+
+demo: $(STAMP)
+	$(BIN)/python -m cudafix.demo
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run
+
+e2e-real: $(STAMP)
+	$(BIN)/python -m benchmarks.e2e_real
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,99 @@
+"""One error root for everything cudafix reports to a user.
+
+Each error carries a short reference, the message, optional context lines and a hint
+with the next command, in the manner of pip's ``DiagnosticPipError``. The CLI renders
+them as one clear line (plus context) and exits with the error's code; nothing below
+the CLI prints or exits.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+
+class ExitCode(enum.IntEnum):
+    """Documented process exit codes (README, ``--help``)."""
+
+    OK = 0
+    FAILURE = 1
+    """``doctor`` found problems, or an operation failed (and was rolled back)."""
+    USAGE = 2
+    """Bad command line or unusable input (no such venv, unreadable RECORD, bad plan file)."""
+    REFUSED = 3
+    """The plan would break the environment, or its preconditions no longer hold."""
+    LOCKED = 4
+    """Another cudafix run holds the lock, or an unfinished transaction needs ``cudafix recover``."""
+
+
+class CudafixError(Exception):
+    """Root of every error cudafix shows to a user."""
+
+    reference = "cudafix-error"
+    exit_code = ExitCode.FAILURE
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        context: Sequence[str] = (),
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = tuple(context)
+        self.hint = hint
+
+
+class UsageError(CudafixError):
+    """The command line asks for something that cannot be done as asked."""
+
+    reference = "usage"
+    exit_code = ExitCode.USAGE
+
+
+class TargetError(CudafixError):
+    """The target environment cannot be found or read."""
+
+    reference = "bad-target"
+    exit_code = ExitCode.USAGE
+
+
+class InputError(CudafixError):
+    """A file cudafix was given or must read (RECORD, plan, script) is malformed."""
+
+    reference = "bad-input"
+    exit_code = ExitCode.USAGE
+
+
+class PlanRefused(CudafixError):
+    """A plan was simulated and would break the environment."""
+
+    reference = "plan-refused"
+    exit_code = ExitCode.REFUSED
+
+
+class StalePlan(CudafixError):
+    """A saved plan's preconditions do not match the environment any more."""
+
+    reference = "stale-plan"
+    exit_code = ExitCode.REFUSED
+
+
+class LockedError(CudafixError):
+    """Another run holds the environment, or a transaction is unfinished."""
+
+    reference = "locked"
+    exit_code = ExitCode.LOCKED
+
+
+class BackendError(CudafixError):
+    """uv or pip failed."""
+
+    reference = "backend-failed"
+
+
+class TransactionFailed(CudafixError):
+    """A transaction failed and was rolled back (or could not be)."""
+
+    reference = "transaction-failed"

@@ -1,0 +1,23 @@
+"""Names as types, so a soname is never passed where a distribution name is expected."""
+
+from __future__ import annotations
+
+import re
+from typing import NewType
+
+DistName = NewType("DistName", str)
+"""A PEP 503 normalised distribution name (``nvidia-cudnn-cu12``)."""
+
+Soname = NewType("Soname", str)
+"""A shared-object name as it appears in DT_SONAME or DT_NEEDED (``libcudnn.so.9``)."""
+
+EnvPath = NewType("EnvPath", str)
+"""A POSIX path relative to the environment prefix, lexically normalised, never escaping it
+(``lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9``)."""
+
+_NORMALIZE = re.compile(r"[-_.]+")
+
+
+def normalize_name(name: str) -> DistName:
+    """PEP 503 normalisation: selectors and RECORD owners compare on this form."""
+    return DistName(_NORMALIZE.sub("-", name).lower())

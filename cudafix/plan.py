@@ -1,0 +1,155 @@
+"""The plan: a documented, versioned value.
+
+The planner produces it, ``--dry-run`` renders it, ``--json`` emits it, and the transaction
+layer consumes it unchanged (uv's ``Plan``, auditwheel's queued updates). Paths are
+:data:`~cudafix.names.EnvPath` strings, relative to the environment prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLAN_SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Target(_Frozen):
+    """Which environment the plan was made for."""
+
+    prefix: str
+    """Absolute path of the environment (``sys.prefix`` of the target)."""
+    python: str | None
+    """The target interpreter, when it exists."""
+    site_packages: list[str]
+    """EnvPaths of the site-packages directories RECORD paths are relative to."""
+
+
+class RemovedDistribution(_Frozen):
+    """A distribution the backend will uninstall."""
+
+    name: str
+    version: str
+    dist_info: str
+    files: int
+    """RECORD entries that exist on disk and will be deleted."""
+    bytes: int
+
+
+class SharedPath(_Frozen):
+    """A path claimed by a removed distribution and by at least one that remains."""
+
+    path: str
+    owners: list[str]
+    holder: str | None
+    """Whose RECORD hash the bytes on disk match; None when nobody's (foreign bytes)."""
+    remaining_owners: list[str]
+    fate: Literal["deleted", "kept", "restored-by-reinstall"]
+
+
+class LostNeed(_Frozen):
+    """A need of a remaining object that resolves today and would not after the plan."""
+
+    consumer: str
+    consumer_distribution: str | None
+    need: str
+    resolved_before: str
+    lost_file_owners: list[str]
+    """Every distribution whose RECORD claims the file that goes."""
+    searched: list[str]
+    """The directories the loader would search after the plan, in order."""
+
+
+class ProviderSwitch(_Frozen):
+    """A need that keeps resolving, but to another file."""
+
+    consumer: str
+    consumer_distribution: str | None
+    need: str
+    before: str
+    after: str
+    before_owners: list[str]
+    after_owners: list[str]
+
+
+class RequirementBreak(_Frozen):
+    """A Requires-Dist of a remaining distribution that the plan leaves unsatisfied."""
+
+    distribution: str
+    requirement: str
+    reason: str
+
+
+class Reinstall(_Frozen):
+    """A distribution reinstalled at its recorded version so its own files come back."""
+
+    name: str
+    version: str
+    reason: str
+
+
+class RefusedPath(_Frozen):
+    """A RECORD entry cudafix will not act on, because it leaves the environment."""
+
+    distribution: str
+    entry: str
+    reason: str
+
+
+class Alternative(_Frozen):
+    """A safer plan that the planner re-simulated and that passes."""
+
+    command: str
+    summary: str
+
+
+class Precondition(_Frozen):
+    """What the plan assumes of the environment; checked again before it is applied."""
+
+    distributions: dict[str, str]
+    """Every installed distribution and its version."""
+    path_hashes: dict[str, str | None]
+    """sha256 (RECORD encoding) of each path the plan deletes, keeps or restores; None if missing."""
+
+
+class Options(_Frozen):
+    """How the plan was asked for."""
+
+    repair: bool = False
+    keep_shared: bool = False
+    allow_broken_requirements: bool = False
+    offline: bool = False
+    find_links: list[str] = Field(default_factory=list)
+    backend: Literal["uv", "pip"] = "uv"
+
+
+class Plan(_Frozen):
+    """Everything a removal will do, and whether cudafix allows it."""
+
+    schema_version: int = PLAN_SCHEMA_VERSION
+    target: Target
+    selectors: list[str]
+    options: Options
+    remove: list[RemovedDistribution]
+    """Distributions the backend uninstalls, in order."""
+    reinstall: list[Reinstall]
+    """Distributions reinstalled (``--reinstall --no-deps``, same version) after the removal."""
+    deleted_paths: list[str]
+    """Every path the backend is predicted to delete (RECORD paths, dist-info, scripts)."""
+    kept_paths: list[str]
+    """Shared paths the transaction puts back after the backend deleted them (``--keep-shared``)."""
+    shared_paths: list[SharedPath]
+    lost: list[LostNeed]
+    switches: list[ProviderSwitch]
+    requirement_breaks: list[RequirementBreak]
+    refused_paths: list[RefusedPath]
+    self_dependencies: list[str]
+    """Distributions cudafix itself needs, when cudafix runs inside the target."""
+    verdict: Literal["pass", "refused"]
+    reasons: list[str]
+    alternatives: list[Alternative]
+    preconditions: Precondition
