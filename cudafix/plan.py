@@ -142,6 +142,8 @@ class Plan(_Frozen):
     """Every path the backend is predicted to delete (RECORD paths, dist-info, scripts)."""
     kept_paths: list[str]
     """Shared paths the transaction puts back after the backend deleted them (``--keep-shared``)."""
+    rewritten_paths: list[str]
+    """RECORD paths of reinstalled distributions: the backend rewrites them, so they are snapshotted."""
     shared_paths: list[SharedPath]
     lost: list[LostNeed]
     switches: list[ProviderSwitch]
@@ -149,6 +151,12 @@ class Plan(_Frozen):
     refused_paths: list[RefusedPath]
     self_dependencies: list[str]
     """Distributions cudafix itself needs, when cudafix runs inside the target."""
+    probe_modules: list[str]
+    """Top-level modules of remaining distributions the plan touches: imported after applying."""
+    probe_libraries: list[str]
+    """Remaining ELF objects whose needs resolve into deleted or rewritten files: dlopened after."""
+    warnings: list[str]
+    """Things worth knowing that do not refuse the plan (provider switches, foreign bytes kept)."""
     verdict: Literal["pass", "refused"]
     reasons: list[str]
     alternatives: list[Alternative]

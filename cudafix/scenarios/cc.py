@@ -51,12 +51,14 @@ def _c_source(obj: SharedObject) -> str:
             f'fprintf(stderr, "%s\\n", dlerror());'
             for name in obj.dlopen
         )
-        lines.append(f"__attribute__((constructor)) static void cudafix_load_parts(void) {{\n{calls}\n}}")
+        lines.append(
+            f"__attribute__((constructor)) static void cudafix_load_parts(void) {{\n{calls}\n}}"
+        )
     if obj.python_module:
         mod = obj.python_module
         lines[0:0] = ["#define PY_SSIZE_T_CLEAN", "#include <Python.h>"]
         lines.append(
-            f"static struct PyModuleDef cudafix_def = {{PyModuleDef_HEAD_INIT, \"{mod}\", NULL, -1, NULL}};\n"
+            f'static struct PyModuleDef cudafix_def = {{PyModuleDef_HEAD_INIT, "{mod}", NULL, -1, NULL}};\n'
             f"PyMODINIT_FUNC PyInit_{mod}(void) {{ return PyModule_Create(&cudafix_def); }}"
         )
     return "\n".join(lines) + "\n"

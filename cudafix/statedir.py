@@ -1,0 +1,95 @@
+"""Layout of ``<prefix>/.cudafix/``: the one place paths under it are named.
+
+::
+
+    .cudafix/lock                          filelock: one mutating run at a time
+    .cudafix/transactions/<id>/journal.jsonl   fsync'd steps, written before each step
+    .cudafix/transactions/<id>/manifest.json   what the snapshot holds, and how to verify it
+    .cudafix/transactions/<id>/snapshot/<EnvPath>  hard links (or copies) of the pre-state
+    .cudafix/transactions/<id>/post.json       post-state of touched paths at commit (for undo)
+    .cudafix/cache/                        caches other layers may keep (ELF index)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_DIR_NAME = ".cudafix"
+
+
+@dataclass(frozen=True)
+class TxDir:
+    """One transaction's directory."""
+
+    root: Path
+
+    @property
+    def txid(self) -> str:
+        return self.root.name
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "journal.jsonl"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.root / "snapshot"
+
+    @property
+    def post(self) -> Path:
+        return self.root / "post.json"
+
+
+@dataclass(frozen=True)
+class StateDir:
+    """The state directory of one environment."""
+
+    prefix: Path
+
+    @property
+    def root(self) -> Path:
+        return self.prefix / STATE_DIR_NAME
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def transactions(self) -> Path:
+        return self.root / "transactions"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    def tx(self, txid: str) -> TxDir:
+        return TxDir(self.transactions / txid)
+
+    def transaction_ids(self) -> list[str]:
+        """Every transaction id, oldest first (ids sort by creation time)."""
+        if not self.transactions.is_dir():
+            return []
+        return sorted(p.name for p in self.transactions.iterdir() if p.is_dir())
+
+
+def new_txid() -> str:
+    """A sortable, unique transaction id: UTC time plus randomness."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return f"{stamp}-{time.time_ns() % 10**9:09d}-{secrets.token_hex(3)}"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory entry (create, rename, unlink) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

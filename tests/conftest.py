@@ -1,0 +1,34 @@
+"""Shared fixtures.
+
+``scenario`` builds a real venv from a shipped scenario (``cudafix/scenarios/data``) into
+the test's tmp_path. Wheelhouses are cached by content under ``$CUDAFIX_SCENARIO_CACHE``
+(default ``~/.cache/cudafix/scenarios``), so after the first run a build takes well under
+a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+from cudafix.scenarios import BuiltScenario, build_scenario
+
+ScenarioFactory = Callable[..., BuiltScenario]
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> ScenarioFactory:
+    """Factory: ``scenario(name, stage="ready", params=None) -> BuiltScenario``."""
+    count = 0
+
+    def build(
+        name: str, stage: str = "ready", params: Mapping[str, int] | None = None
+    ) -> BuiltScenario:
+        nonlocal count
+        count += 1
+        dest = tmp_path / f"{name}-{stage}-{count}" / "venv"
+        return build_scenario(name, dest, stage=stage, params=params)
+
+    return build

@@ -1,0 +1,99 @@
+"""snapshot.take / restore on plain trees: links, copies across filesystems, symlinks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cudafix import snapshot
+from cudafix.fingerprint import diff_fingerprints, fingerprint
+from cudafix.statedir import TxDir
+
+
+def tree(root: Path) -> Path:
+    (root / "lib/pkg/sub").mkdir(parents=True)
+    (root / "lib/pkg/a.so").write_bytes(b"A" * 1000)
+    (root / "lib/pkg/sub/b.py").write_text("b = 1\n")
+    (root / "lib/pkg/sub/b.py").chmod(0o640)
+    (root / "lib/pkg/link").symlink_to("/etc")
+    return root
+
+
+def test_hard_link_snapshot_and_restore(tmp_path: Path) -> None:
+    prefix = tree(tmp_path / "env")
+    tx = TxDir(prefix / ".cudafix/transactions/t1")
+    before = fingerprint(prefix)
+    manifest = snapshot.take(prefix, tx, ["lib/pkg"])
+    a = manifest.by_path()["lib/pkg/a.so"]
+    assert (a.kind, a.sha256) == ("file", None)
+    assert os.stat(tx.snapshot / "lib/pkg/a.so").st_ino == os.stat(prefix / "lib/pkg/a.so").st_ino
+    assert manifest.by_path()["lib/pkg/link"].target == "/etc"
+    assert (tx.snapshot / "lib/pkg/link").is_symlink()
+    snapshot.remove_path(prefix / "lib/pkg")
+    (prefix / "lib/new").mkdir()
+    (prefix / "lib/new/x").write_text("created by the transaction")
+    assert snapshot.restore(prefix, tx, manifest) == []
+    assert not diff_fingerprints(before, fingerprint(prefix))
+    assert snapshot.restore(prefix, tx, manifest) == []  # idempotent
+
+
+def test_copy_fallback_across_filesystems(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.fail("this test needs /dev/shm on another filesystem than tmp")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=shm) as other:
+        prefix = tree(Path(other))
+        tx = TxDir(tmp_path / "tx")
+        manifest = snapshot.take(prefix, tx, ["lib/pkg/a.so", "lib/pkg/sub/b.py"])
+        entry = manifest.by_path()["lib/pkg/a.so"]
+        assert entry.sha256 is not None
+        before = fingerprint(prefix)
+        (prefix / "lib/pkg/a.so").write_bytes(b"changed")
+        (prefix / "lib/pkg/sub/b.py").unlink()
+        assert snapshot.verify(prefix, manifest)
+        assert snapshot.restore(prefix, tx, manifest) == []
+        assert not diff_fingerprints(before, fingerprint(prefix))
+
+
+def test_verify_detects_in_place_write(tmp_path: Path) -> None:
+    prefix = tree(tmp_path / "env")
+    tx = TxDir(tmp_path / "tx")
+    manifest = snapshot.take(prefix, tx, ["lib/pkg/sub/b.py"])
+    with (prefix / "lib/pkg/sub/b.py").open("a") as fh:
+        fh.write("# more\n")
+    assert snapshot.verify(prefix, manifest) == [
+        "lib/pkg/sub/b.py: content or mode differs from the snapshot"
+    ]
+
+
+def test_detach_leaves_the_snapshot_unreachable(tmp_path: Path) -> None:
+    prefix = tree(tmp_path / "env")
+    tx = TxDir(tmp_path / "tx")
+    manifest = snapshot.take(prefix, tx, ["lib/pkg/a.so"], detach=["lib/pkg/a.so"])
+    assert snapshot.detach(prefix, manifest) == ["lib/pkg/a.so"]
+    (prefix / "lib/pkg/a.so").write_bytes(b"rewritten by the backend")
+    assert (tx.snapshot / "lib/pkg/a.so").read_bytes() == b"A" * 1000
+    assert snapshot.restore(prefix, tx, manifest) == []
+    assert (prefix / "lib/pkg/a.so").read_bytes() == b"A" * 1000
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("../outside", "not a normalised path"),
+        ("/etc/passwd", "not a relative path"),
+        ("lib/../../x", "not a normalised path"),
+        (".cudafix/lock", "state directory"),
+        ("lib/viasym/file", "goes through the symlink lib/viasym"),
+    ],
+)
+def test_check_path_refuses(tmp_path: Path, path: str, why: str) -> None:
+    prefix = tree(tmp_path / "env")
+    (prefix / "lib/viasym").symlink_to(tmp_path)
+    problem = snapshot.check_path(prefix, path)
+    assert problem is not None and why in problem
+    assert snapshot.check_path(prefix, "lib/pkg/a.so") is None

@@ -1,0 +1,164 @@
+"""Target selection and the interpreter query, against real uv-made venvs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from wheelhelp import make_venv, site_packages
+
+from cudafix.errors import ExitCode, TargetError, UsageError
+from cudafix.target import TargetEnv, locate_target, query_interpreter
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("uvcache")
+
+
+@pytest.fixture
+def venv(tmp_path: Path, cache: Path) -> Path:
+    return make_venv(tmp_path / "env", cache)
+
+
+def _break_python(venv: Path, script: str) -> Path:
+    python = venv / "bin" / "python"
+    python.unlink()
+    python.write_text(f"#!/bin/sh\n{script}\n")
+    python.chmod(0o755)
+    return python
+
+
+# --- locate_target --------------------------------------------------------------------
+
+
+def test_virtual_env_wins_over_dot_venv(venv: Path, tmp_path: Path, cache: Path) -> None:
+    make_venv(tmp_path / ".venv", cache)
+    target = locate_target(None, None, {"VIRTUAL_ENV": str(venv)}, tmp_path)
+    assert target == TargetEnv(venv, venv / "bin" / "python")
+
+
+def test_dot_venv_in_cwd(tmp_path: Path, cache: Path) -> None:
+    dot = make_venv(tmp_path / ".venv", cache)
+    assert locate_target(None, None, {}, tmp_path).prefix == dot
+
+
+def test_relative_venv_is_made_absolute(venv: Path, tmp_path: Path) -> None:
+    target = locate_target(None, "env", {}, tmp_path)
+    assert target.prefix == venv
+    assert target.prefix.is_absolute()
+
+
+def test_python_inside_venv_is_not_resolved_out_of_it(venv: Path, tmp_path: Path) -> None:
+    python = venv / "bin" / "python"
+    assert python.is_symlink()  # uv links to the base interpreter outside the venv
+    assert locate_target(str(python), None, {}, tmp_path) == TargetEnv(venv, python)
+    assert locate_target("env/bin/python", None, {}, tmp_path).prefix == venv
+
+
+def test_python_by_name_on_path(venv: Path, tmp_path: Path) -> None:
+    target = locate_target("python", None, {"PATH": str(venv / "bin")}, tmp_path)
+    assert target.prefix == venv
+
+
+@pytest.mark.parametrize(
+    ("python", "venv_arg", "environ", "needle"),
+    [
+        (None, "nope", {}, "nope: no such directory"),
+        (None, None, {"VIRTUAL_ENV": "gone"}, "gone: no such directory (from VIRTUAL_ENV)"),
+        (None, None, {}, ".venv: no environment"),
+        ("/no/such/python", None, {}, "/no/such/python: no such interpreter"),
+        ("python-nope", None, {"PATH": "/nonexistent"}, "python-nope: no such interpreter"),
+    ],
+)
+def test_no_target_is_one_clear_line(
+    tmp_path: Path,
+    python: str | None,
+    venv_arg: str | None,
+    environ: dict[str, str],
+    needle: str,
+) -> None:
+    with pytest.raises(TargetError) as info:
+        locate_target(python, venv_arg, environ, tmp_path)
+    assert needle in info.value.message
+    assert "\n" not in info.value.message
+    assert info.value.hint is not None and "--venv DIR" in info.value.hint
+    assert info.value.exit_code == ExitCode.USAGE
+
+
+def test_directory_that_is_not_a_venv(tmp_path: Path) -> None:
+    (tmp_path / "plain" / "bin").mkdir(parents=True)
+    (tmp_path / "plain" / "bin" / "python").write_text("")
+    with pytest.raises(TargetError, match="not a Python environment"):
+        locate_target(None, "plain", {}, tmp_path)
+    with pytest.raises(TargetError, match="not inside a Python environment"):
+        locate_target("plain/bin/python", None, {}, tmp_path)
+
+
+def test_python_and_venv_together_is_a_usage_error(venv: Path, tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        locate_target(str(venv / "bin" / "python"), str(venv), {}, tmp_path)
+
+
+def test_layout_without_pyvenv_cfg_is_accepted(venv: Path, tmp_path: Path) -> None:
+    (venv / "pyvenv.cfg").unlink()
+    assert locate_target(None, str(venv), {}, tmp_path).prefix == venv
+
+
+# --- query_interpreter ------------------------------------------------------------------
+
+
+def test_query_reports_layout_and_markers(venv: Path, tmp_path: Path) -> None:
+    info = query_interpreter(locate_target(None, str(venv), {}, tmp_path))
+    assert info.fallback_reason is None
+    assert info.prefix == venv
+    assert info.site_packages == (site_packages(venv).relative_to(venv).as_posix(),)
+    assert info.version_info == tuple(sys.version_info[:3])
+    assert info.marker_env["python_version"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert info.marker_env["sys_platform"] == sys.platform
+    assert info.ext_suffix is not None and info.ext_suffix.endswith(".so")
+    assert str(site_packages(venv)) in info.sys_path
+
+
+def test_query_runs_nothing_from_site_packages(venv: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pth-ran"
+    (site_packages(venv) / "evil.pth").write_text(
+        f"import pathlib; pathlib.Path({str(marker)!r}).touch()\n"
+    )
+    (site_packages(venv) / "sitecustomize.py").write_text("raise SystemExit(9)\n")
+    info = query_interpreter(TargetEnv(venv, venv / "bin" / "python"))
+    assert info.fallback_reason is None
+    assert not marker.exists()
+
+
+def test_crashing_interpreter_falls_back_to_layout(venv: Path, tmp_path: Path) -> None:
+    python = _break_python(venv, "echo 'Fatal Python error: boom' >&2; exit 3")
+    target = locate_target(str(python), None, {}, tmp_path)
+    assert target.prefix == venv
+    info = query_interpreter(target)
+    assert info.fallback_reason is not None
+    assert "exited 3" in info.fallback_reason and "boom" in info.fallback_reason
+    assert info.site_packages == (site_packages(venv).relative_to(venv).as_posix(),)
+    assert info.version_info[:2] == tuple(sys.version_info[:2])  # from pyvenv.cfg
+    assert info.marker_env["python_full_version"] == ".".join(map(str, sys.version_info[:3]))
+
+
+def test_missing_interpreter_falls_back(venv: Path, tmp_path: Path) -> None:
+    python = venv / "bin" / "python"
+    python.unlink()
+    python.symlink_to(tmp_path / "deleted-base-python")
+    info = query_interpreter(locate_target(str(python), None, {}, tmp_path))
+    assert info.fallback_reason is not None and "exited 127" in info.fallback_reason
+
+
+def test_hanging_interpreter_falls_back(venv: Path) -> None:
+    python = _break_python(venv, "exec sleep 30")
+    info = query_interpreter(TargetEnv(venv, python), timeout=0.5)
+    assert info.fallback_reason is not None and "timed out" in info.fallback_reason
+
+
+def test_garbage_answer_falls_back(venv: Path) -> None:
+    python = _break_python(venv, "echo not-json")
+    info = query_interpreter(TargetEnv(venv, python))
+    assert info.fallback_reason is not None and "unreadable answer" in info.fallback_reason
