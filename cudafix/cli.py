@@ -69,39 +69,42 @@ def _warn_pending(target: TargetEnv) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(__version__, prog_name="cudafix")
-@click.option(
-    "--dlopen-table",
-    "dlopen_tables",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Extra TOML table of dlopen-only edges ([dlopen] \"libx.so\" = [\"libpart.so\"]).",
-)
-@click.pass_context
-def cli(ctx: click.Context, dlopen_tables: tuple[Path, ...]) -> None:
+def cli() -> None:
     """Uninstall and repair Python environments that hold CUDA libraries, safely."""
-    ctx.obj = {"dlopen_tables": dlopen_tables}
 
 
-def _facts(ctx: click.Context, target: TargetEnv, sources: Sources = Sources()) -> Facts:  # noqa: B008
-    return gather(target, dlopen_tables=ctx.obj["dlopen_tables"], sources=sources)
+def facts_options(func: F) -> F:
+    """Target options plus what shapes the resolver: extra dlopen-only edges."""
+    func = click.option(
+        "--dlopen-table",
+        "dlopen_tables",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help='Extra TOML table of dlopen-only edges: [dlopen] "libx.so.1" = ["libpart.so.1"].',
+    )(func)
+    return target_options(func)
+
+
+def _facts(kw: dict[str, Any], target: TargetEnv, sources: Sources = Sources()) -> Facts:  # noqa: B008
+    return gather(target, dlopen_tables=kw.get("dlopen_tables", ()), sources=sources)
 
 
 # -- doctor ---------------------------------------------------------------------------------
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
-@target_options
+@facts_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 @click.pass_context
-def doctor(ctx: click.Context, venv: str | None, python: str | None, as_json: bool) -> None:
+def doctor(ctx: click.Context, /, as_json: bool, **kw: Any) -> None:
     """Diagnose missing files, clobbered shared paths, unresolved sonames, mixed CUDA majors."""
-    target = _target(venv, python)
+    target = _target(kw["venv"], kw["python"])
     _warn_pending(target)
-    report = diagnose(_facts(ctx, target))
+    report = diagnose(_facts(kw, target))
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:
-        click.echo(render_report(report, _style(ctx.color if ctx.color is not None else _tty())))
+        click.echo(render_report(report, _style(_tty())))
     ctx.exit(ExitCode.OK if report.healthy else ExitCode.FAILURE)
 
 
@@ -131,7 +134,7 @@ def plan_options(func: F) -> F:
     ]
     for opt in reversed(opts):
         func = opt(func)
-    return target_options(func)
+    return facts_options(func)
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -146,7 +149,7 @@ def remove(ctx: click.Context, /, selectors: tuple[str, ...], exclude: tuple[str
     """Remove distributions (names or globs like 'nvidia-*-cu13') without orphaning a soname."""
     target = _target(kw["venv"], kw["python"])
     options = _options(kw)
-    facts = _facts(ctx, target, Sources(options.offline, tuple(options.find_links)))
+    facts = _facts(kw, target, Sources(options.offline, tuple(options.find_links)))
     names = select(facts.inventory.distributions, selectors, exclude)
     plan = plan_removal(facts, Request(names, tuple(selectors), options))
     _present_and_apply(ctx, target, plan, kw)
@@ -159,7 +162,7 @@ def repair(ctx: click.Context, /, **kw: Any) -> None:
     """Reinstall, at their recorded versions, distributions whose files are missing."""
     target = _target(kw["venv"], kw["python"])
     options = _options(kw)
-    facts = _facts(ctx, target, Sources(options.offline, tuple(options.find_links)))
+    facts = _facts(kw, target, Sources(options.offline, tuple(options.find_links)))
     wanted = repair_candidates(facts.inventory)
     if not wanted:
         click.echo(f"Nothing to repair in {target.prefix}: no distribution has missing files.")
@@ -321,4 +324,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         _echo_err("interrupted")
         sys.exit(130)
+    except Exception as exc:  # a bug: one line by default, the traceback on request
+        if os.environ.get("CUDAFIX_DEBUG"):
+            raise
+        _echo_err(f"error: internal error: {type(exc).__name__}: {exc}")
+        _echo_err("hint: this is a bug in cudafix; rerun with CUDAFIX_DEBUG=1 for the traceback")
+        sys.exit(ExitCode.FAILURE)
     sys.exit(code if isinstance(code, int) else ExitCode.OK)
+
+
+from cudafix.cli_apply import apply as _apply  # noqa: E402 - registers `cudafix apply`
+
+cli.add_command(_apply)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -17,7 +17,7 @@ from cudafix.inventory import Inventory, SharedPath
 from cudafix.linkage import Edge, env_roots, resolve_edges, to_env_path
 from cudafix.elfindex import EnvironmentView
 from cudafix.facts import Facts
-from cudafix.names import DistName, EnvPath
+from cudafix.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.requirements import check_requirements
 
 DOCTOR_SCHEMA_VERSION = 1
@@ -33,7 +33,7 @@ class Finding(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     kind: str
-    """``missing-files``, ``clobbered``, ``unresolved``, ``mixed-cuda``, ``shadowed``,
+    """``missing-files``, ``clobbered``, ``shared``, ``unresolved``, ``mixed-cuda``, ``shadowed``,
     ``requirement``, ``unsafe-record``, ``unmanaged``, ``bad-elf``."""
     severity: Severity
     message: str
@@ -114,21 +114,27 @@ def _missing(inv: Inventory) -> Iterable[Finding]:
             severity="error",
             distribution=name,
             message=f"{name} {dist.version} is installed but {len(paths)} of its files are missing",
-            details=[_show(inv, p) for p in paths[:10]] + _more(paths, 10),
+            details=[_show(inv, p) for p in paths],
             hint=f"cudafix repair  (reinstalls {name}=={dist.version})",
         )
 
 
 def _clobbered(inv: Inventory) -> Iterable[Finding]:
+    """Shared paths, grouped by owners; a warning where the owners' bytes differ.
+
+    Paths whose bytes every owner's RECORD matches (the empty ``nvidia/__init__.py`` of
+    every nvidia wheel) are reported as info: uninstalling one owner still deletes them.
+    """
     groups: dict[tuple[DistName, ...], list[SharedPath]] = defaultdict(list)
     for s in inv.shared:
         groups[s.owners].append(s)
     for owners, paths in sorted(groups.items()):
+        differ = any(not s.missing and len(s.matching) < len(owners) for s in paths)
         yield Finding(
-            kind="clobbered",
-            severity="warning",
+            kind="clobbered" if differ else "shared",
+            severity="warning" if differ else "info",
             message=f"{len(paths)} path(s) are claimed by {' and '.join(owners)}",
-            details=[f"{_show(inv, s.path)}: {_holds(s)}" for s in paths[:6]] + _more(paths, 6),
+            details=[f"{_show(inv, s.path)}: {_holds(s)}" for s in paths],
             hint=(
                 "uninstalling any one of them with pip or uv deletes these files for all; "
                 f"remove one with `cudafix remove {owners[-1]} --repair --dry-run`"
@@ -160,7 +166,7 @@ def _unresolved(inv: Inventory, edges: Iterable[Edge]) -> Iterable[Finding]:
                 f"{rel or e.requester} ({', '.join(owner) or 'no distribution'}) needs {e.need}, "
                 "which is not found"
             ),
-            details=[f"searched {d}" for d in dict.fromkeys(e.searched)][:8]
+            details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)][:8]
             + [f"{e.need} is in the RECORD of {c}, but missing on disk" for c in claimants],
             hint="cudafix repair"
             if claimants
@@ -273,6 +279,15 @@ def _bad_elf(facts: Facts) -> Iterable[Finding]:
             severity="info",
             message=f"{_show(facts.inventory, path)}: {problem.reason} ({problem.detail})",
         )
+    elf_class, machine = facts.elf.expected
+    for path in sorted(facts.elf.foreign):
+        info = facts.elf.objects[path]
+        yield Finding(
+            kind="bad-elf",
+            severity="info",
+            message=f"{_show(facts.inventory, path)}: built for {info.machine} "
+            f"(ELF{info.elf_class}), this interpreter loads {machine} (ELF{elf_class})",
+        )
 
 
 def _unmanaged(inv: Inventory) -> Iterable[Finding]:
@@ -280,22 +295,14 @@ def _unmanaged(inv: Inventory) -> Iterable[Finding]:
         yield Finding(
             kind="unmanaged",
             severity="info",
-            message=f"{u.name} at {u.path} is a {u.kind} install; cudafix does not plan for it",
+            message=f"{normalize_name(u.name)} at {u.path} is a {u.kind} install;"
+            " cudafix does not plan for it",
         )
 
 
 def _show(inv: Inventory, path: str) -> str:
-    """A path for people: relative to its site-packages when inside one."""
-    for site in inv.site_packages:
-        if path.startswith(site + "/"):
-            return path[len(site) + 1 :]
-    return path
+    return site_relative(path, inv.site_packages)
 
 
 def _show_abs(inv: Inventory, path: str) -> str:
-    rel = to_env_path(str(inv.prefix), path)
-    return _show(inv, rel) if rel else path
-
-
-def _more(items: Mapping[object, object] | list[str] | tuple[object, ...], shown: int) -> list[str]:
-    return [f"... and {len(items) - shown} more"] if len(items) > shown else []
+    return site_relative(path, inv.site_packages, str(inv.prefix))

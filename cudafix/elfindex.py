@@ -17,7 +17,7 @@ import posixpath
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,29 @@ def index_environment(
         parsed += 1
     if cache_path is not None and (parsed or fresh.keys() != cached.keys()):
         _save_cache(cache_path, fresh)
-    return _build(fresh, expected or host_arch(), parsed)
+    index = _build(fresh, expected or host_arch(), parsed)
+    odd = _odd_libraries(files)
+    return replace(index, problems={**index.problems, **odd}) if odd else index
+
+
+def _odd_libraries(files: Mapping[EnvPath, FileStat]) -> dict[EnvPath, ElfProblem]:
+    """Library-named entries that are not regular files: never opened, only reported.
+
+    A FIFO would block ``open()``; a dangling or escaping symlink loads nothing.
+    """
+    odd: dict[EnvPath, ElfProblem] = {}
+    for rel, stat in files.items():
+        if not is_so_name(rel) or stat.kind == "file":
+            continue
+        if stat.kind != "symlink":
+            odd[rel] = ElfProblem("unreadable", "not a regular file (FIFO, socket or device)")
+            continue
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(rel), stat.link_target or ""))
+        if (stat.link_target or "").startswith("/") or target.startswith("../"):
+            odd[rel] = ElfProblem("unreadable", f"symlink to {stat.link_target}, outside the environment")
+        elif EnvPath(target) not in files:
+            odd[rel] = ElfProblem("unreadable", f"dangling symlink to {stat.link_target}")
+    return odd
 
 
 def _build(

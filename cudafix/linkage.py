@@ -55,8 +55,12 @@ def _edge(step: Step) -> Edge:
 
 
 def env_roots(prefix: str, index: ElfIndex, gone: frozenset[EnvPath] = frozenset()) -> list[str]:
-    """Absolute paths of the environment's ELF objects that exist in a state, sorted."""
-    return sorted(os.path.join(prefix, p) for p in index.objects if p not in gone)
+    """Absolute paths of the environment's loadable ELF objects in a state, sorted.
+
+    Objects built for another architecture are never roots: this loader cannot load them.
+    """
+    skip = gone | index.foreign
+    return sorted(os.path.join(prefix, p) for p in index.objects if p not in skip)
 
 
 def to_env_path(prefix: str, path: str) -> EnvPath | None:

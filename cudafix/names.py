@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import NewType
 
 DistName = NewType("DistName", str)
@@ -21,3 +22,16 @@ _NORMALIZE = re.compile(r"[-_.]+")
 def normalize_name(name: str) -> DistName:
     """PEP 503 normalisation: selectors and RECORD owners compare on this form."""
     return DistName(_NORMALIZE.sub("-", name).lower())
+
+
+def site_relative(path: str, site_packages: Sequence[str], prefix: str = "") -> str:
+    """A path for people: relative to its site-packages dir (``nvidia/cudnn/lib/...``).
+
+    ``path`` may be an EnvPath or, with ``prefix``, an absolute path inside the prefix.
+    """
+    if prefix and path.startswith(prefix.rstrip("/") + "/"):
+        path = path[len(prefix.rstrip("/")) + 1 :]
+    for site in site_packages:
+        if path.startswith(site + "/"):
+            return path[len(site) + 1 :]
+    return path

@@ -114,6 +114,46 @@ class Precondition(_Frozen):
     """Every installed distribution and its version."""
     path_hashes: dict[str, str | None]
     """sha256 (RECORD encoding) of each path the plan deletes, keeps or restores; None if missing."""
+    records: dict[str, str] = Field(default_factory=dict)
+    """Digest of each affected distribution's RECORD rows (installer-written files left out,
+    so the same wheel installed on two machines digests the same)."""
+
+
+class Install(_Frozen):
+    """A distribution installed at an exact version (``--no-deps``) after removals and reinstalls.
+
+    ``paths`` are the EnvPaths a staging install of the same wheel wrote: the transaction
+    snapshots them (most are absent), so a rollback deletes what the install added and puts
+    back anything it overwrote.
+    """
+
+    name: str
+    version: str
+    paths: list[str] = Field(default_factory=list)
+    requires: list[str] = Field(default_factory=list)
+    """Its Requires-Dist, verbatim (checked against the after-state when planned)."""
+
+
+class ExpectProbe(_Frozen):
+    """Python code or a shell command whose output must contain ``output``."""
+
+    python: str | None = None
+    command: str | None = None
+    output: str
+
+
+class Probes(_Frozen):
+    """Probes the plan carries (from a cleanup script), run after applying, before commit."""
+
+    imports: list[str] = Field(default_factory=list)
+    python: list[str] = Field(default_factory=list)
+    """Python snippets run by the target interpreter; each must exit 0."""
+    commands: list[str] = Field(default_factory=list)
+    """Shell commands run with the environment's bin/ first on PATH; each must exit 0."""
+    expect: list[ExpectProbe] = Field(default_factory=list)
+    auto: bool = True
+    """Also run the import/dlopen probes the planner chose (probe_modules, probe_libraries)."""
+    timeout: float | None = None
 
 
 class Options(_Frozen):
@@ -161,3 +201,9 @@ class Plan(_Frozen):
     reasons: list[str]
     alternatives: list[Alternative]
     preconditions: Precondition
+    install: list[Install] = Field(default_factory=list)
+    """Exact pins installed (``--no-deps``) after the reinstalls, in order (``cudafix apply``)."""
+    probes: Probes = Field(default_factory=Probes)
+    """Probes saved with the plan, so a plan file applied elsewhere is checked the same way."""
+    source: str | None = None
+    """The cleanup script the plan was compiled from, if any."""

@@ -16,7 +16,7 @@ from cudafix.inventory import Distribution, Inventory
 from cudafix.linkage import diff_edges, env_roots, resolve_edges, to_env_path
 from cudafix.elfindex import EnvironmentView
 from cudafix.facts import Facts
-from cudafix.names import DistName, EnvPath
+from cudafix.names import DistName, EnvPath, site_relative
 from cudafix.requirements import check_requirements
 
 
@@ -79,6 +79,11 @@ def _simulate(facts: Facts, request: Request) -> P.Plan:
     changed = frozenset(deleted) | {EnvPath(p) for p in rewritten}
     lost, switches, touched = _linkage(facts, gone, changed)
     breaks = _requirement_breaks(facts, remaining)
+    refused = [
+        P.RefusedPath(distribution=u.distribution, entry=u.raw, reason=u.reason)
+        for u in inv.unsafe
+        if u.distribution in removed
+    ]
     fate: Fate = "kept" if request.options.keep_shared else "deleted"
     restored = set(rewritten)
     shared_out = [
@@ -108,15 +113,11 @@ def _simulate(facts: Facts, request: Request) -> P.Plan:
         lost=lost,
         switches=switches,
         requirement_breaks=breaks,
-        refused_paths=[
-            P.RefusedPath(distribution=u.distribution, entry=u.raw, reason=u.reason)
-            for u in inv.unsafe
-            if u.distribution in removed
-        ],
+        refused_paths=refused,
         self_dependencies=sorted(removed & facts.self_dependencies),
         probe_modules=_probe_modules(inv, remaining, touched, {r.name for r in reinstall}),
         probe_libraries=sorted(touched),
-        warnings=_warnings(facts, shared, request.options, switches),
+        warnings=_warnings(shared, request.options, switches, refused),
         verdict="pass",
         reasons=[],
         alternatives=[],
@@ -155,16 +156,26 @@ def _reinstalls(
     inv: Inventory, shared: Sequence[_Shared], remaining: Mapping[DistName, Distribution]
 ) -> dict[DistName, str]:
     """Remaining co-owners of deleted paths, and remaining owners holding foreign bytes."""
-    why: dict[DistName, str] = {}
+    deleted: dict[DistName, list[str]] = {}
     for s in shared:
         for owner in s.remaining_owners:
-            why.setdefault(DistName(owner), f"co-owns {s.path}, which the removal deletes")
+            deleted.setdefault(DistName(owner), []).append(s.path)
+    why = {name: _co_owner_reason(inv, paths) for name, paths in deleted.items()}
     for claimed in inv.shared:
         for owner in claimed.owners:
-            foreign = claimed.holder not in (owner, None) and not claimed.missing
+            foreign = claimed.holder is not None and owner not in claimed.matching
             if owner in remaining and foreign:
-                why.setdefault(owner, f"{claimed.path} holds {claimed.holder}'s bytes, not its own")
+                shown = site_relative(claimed.path, inv.site_packages)
+                why.setdefault(owner, f"{shown} holds {claimed.holder}'s bytes, not its own")
     return why
+
+
+def _co_owner_reason(inv: Inventory, paths: Sequence[str]) -> str:
+    """Name the most telling path: a shared library beats an ``__init__.py``."""
+    example = sorted(paths, key=lambda p: (".so" not in p, p))[0]
+    shown = site_relative(example, inv.site_packages)
+    more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
+    return f"co-owns {shown}{more}, which the removal deletes"
 
 
 def _linkage(
@@ -248,16 +259,21 @@ def _requirement_breaks(
 
 
 def _warnings(
-    facts: Facts,
     shared: Sequence[_Shared],
     options: P.Options,
     switches: Sequence[P.ProviderSwitch],
+    refused: Sequence[P.RefusedPath],
 ) -> list[str]:
     out = [
         f"{s.consumer} ({s.consumer_distribution or 'unowned'}) will load {s.need} from "
         f"{s.after} instead of {s.before}"
         for s in switches
     ]
+    if refused:
+        out.append(
+            f"{len(refused)} RECORD entr{'y' if len(refused) == 1 else 'ies'} point outside the "
+            "environment; cudafix strips them from RECORD first, so the backend leaves them alone"
+        )
     if options.keep_shared:
         for s in shared:
             if s.holder is not None and s.holder not in s.remaining_owners:
@@ -269,8 +285,11 @@ def _warnings(
 
 
 def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
+    sites = plan.target.site_packages
     reasons = [
-        f"{lost.consumer} needs {lost.need}, which would no longer be found" for lost in plan.lost
+        f"{site_relative(lost.consumer, sites)} ({lost.consumer_distribution or 'no distribution'})"
+        f" needs {lost.need}, which would no longer be found"
+        for lost in plan.lost
     ]
     if plan.requirement_breaks and not options.allow_broken_requirements:
         reasons += [
@@ -279,10 +298,6 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
         ]
     reasons += [
         f"cudafix runs inside the target and needs {name}" for name in plan.self_dependencies
-    ]
-    reasons += [
-        f"{r.distribution}'s RECORD lists {r.entry!r} ({r.reason}); cudafix will not hand it to a backend"
-        for r in plan.refused_paths
     ]
     reasons += [
         f"no wheel for {r.name}=={r.version} is available" + (" offline" if options.offline else "")

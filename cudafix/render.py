@@ -6,10 +6,12 @@ Rendering only formats values; it decides nothing. Colour is applied by the call
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 
 from cudafix.doctor import DoctorReport, Finding
 from cudafix.errors import CudafixError
+from cudafix.names import site_relative
 from cudafix.plan import Plan
 
 Style = Callable[..., str]
@@ -28,10 +30,7 @@ def _size(n: int) -> str:
 
 
 def _site(plan: Plan, path: str) -> str:
-    for site in plan.target.site_packages:
-        if path.startswith(site + "/"):
-            return path[len(site) + 1 :]
-    return path
+    return site_relative(path, plan.target.site_packages, plan.target.prefix)
 
 
 def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> str:
@@ -104,9 +103,15 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
         out += [f"  - {r}" for r in plan.reasons]
         if plan.alternatives:
             out.append("Safe alternatives (re-simulated, they pass):")
-            base = "cudafix remove " + " ".join(_quote(s) for s in plan.selectors)
-            out += [f"  {base} {a.command} --dry-run   # {a.summary}" for a in plan.alternatives]
+            out += [f"  {_command(plan, a.command)}\n      # {a.summary}" for a in plan.alternatives]
     return "\n".join(out)
+
+
+def _searched(plan: Plan, dirs: Sequence[str]) -> str:
+    unique = list(dict.fromkeys(_site(plan, d) for d in dirs))
+    if not unique:
+        return ""
+    return f"\n    (searched {', '.join(unique[:5])}{', ...' if len(unique) > 5 else ''})"
 
 
 def _counts(plan: Plan) -> str:
@@ -116,8 +121,16 @@ def _counts(plan: Plan) -> str:
     )
 
 
-def _quote(selector: str) -> str:
-    return f"'{selector}'" if any(c in selector for c in "*?[") else selector
+def _command(plan: Plan, flag: str) -> str:
+    """The full command line of an alternative, with the options the plan was made with."""
+    words = ["cudafix", "remove", *(shlex.quote(s) for s in plan.selectors)]
+    words += ["--venv", shlex.quote(plan.target.prefix), flag]
+    opts = plan.options
+    words += ["--offline"] if opts.offline else []
+    words += [w for link in opts.find_links for w in ("--find-links", shlex.quote(link))]
+    words += ["--backend", opts.backend] if opts.backend != "uv" else []
+    words += ["--allow-broken-requirements"] if opts.allow_broken_requirements else []
+    return " ".join([*words, "--dry-run"])
 
 
 def _section(title: str, lines: Sequence[str]) -> list[str]:
@@ -125,9 +138,10 @@ def _section(title: str, lines: Sequence[str]) -> list[str]:
 
 
 def _more(total: int, shown: int, what: str) -> list[str]:
-    return [f"... and {total - shown} more {what}"] if total > shown else []
+    return [f"    ... and {total - shown} more {what}".rstrip()] if total > shown else []
 
 
+_DETAILS = 8
 _MARK = {"error": ("x", "red"), "warning": ("!", "yellow"), "info": ("i", "blue")}
 
 
@@ -154,7 +168,8 @@ def _finding(f: Finding, style: Style) -> Iterable[str]:
     mark, colour = _MARK[f.severity]
     yield ""
     yield style(f"{mark} [{f.kind}] ", fg=colour, bold=True) + f.message
-    yield from (f"    {d}" for d in f.details)
+    yield from (f"    {d}" for d in f.details[:_DETAILS])
+    yield from _more(len(f.details), _DETAILS, "")
     if f.hint:
         yield f"    -> {f.hint}"
 

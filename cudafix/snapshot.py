@@ -343,3 +343,10 @@ def lstat_state(prefix: Path, paths: Iterable[str]) -> dict[str, list[Any]]:
         else:
             out[path] = [kind, st.st_size, st.st_mode, st.st_ino, st.st_mtime_ns, target]
     return out
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Replace a file's content by writing a sibling and renaming it over (new inode)."""
+    tmp = path.with_name(f".{path.name}.cudafix-tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -21,7 +21,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from cudafix import journal, snapshot
-from cudafix.backend import Completed, make_backend
+from cudafix.backend import Backend, Completed, make_backend
 from cudafix.errors import (
     LockedError,
     PlanRefused,
@@ -57,6 +57,8 @@ class TransactionResult:
     probes: tuple[str, ...]
     """Labels of the probes that passed."""
     snapshot_entries: int
+    installed: tuple[str, ...] = ()
+    """``name==version`` pins the plan's install step put in."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,7 @@ def _check_plan(plan: Plan, force: bool) -> Path:
         )
     named = [*plan.deleted_paths, *plan.kept_paths, *plan.rewritten_paths]
     named += [r.dist_info for r in plan.remove]
+    named += [p for i in plan.install for p in i.paths]
     problems = [p for path in named if (p := snapshot.check_path(prefix, path)) is not None]
     problems += [
         f"{k!r}: kept but not deleted" for k in plan.kept_paths if k not in plan.deleted_paths
@@ -201,6 +204,9 @@ def _touched(prefix: Path, plan: Plan) -> tuple[list[str], list[str]]:
     """
     paths = {*plan.deleted_paths, *plan.kept_paths, *(r.dist_info for r in plan.remove)}
     rewritten = set(plan.rewritten_paths)
+    installed = {p for i in plan.install for p in i.paths if snapshot.check_path(prefix, p) is None}
+    paths |= installed
+    rewritten |= {p for p in installed if (prefix / p).is_file() and not (prefix / p).is_symlink()}
     for r in plan.reinstall:
         info = _dist_info(prefix, plan, r.name, r.version)
         if info is not None:
@@ -240,6 +246,7 @@ def run_transaction(
         tuple(plan.kept_paths),
         passed,
         len(manifest.entries),
+        tuple(f"{i.name}=={i.version}" for i in plan.install),
     )
 
 
@@ -303,6 +310,7 @@ def _apply_plan(
     python = Path(plan.target.python or prefix / "bin" / "python")
     opts = plan.options
     backend = make_backend(opts.backend, python, offline=opts.offline, find_links=opts.find_links)
+    _strip_refused(prefix, tx, plan)
     if plan.remove:
         names = [r.name for r in plan.remove]
         journal.append(tx.journal, "uninstall-begin", {"names": names})
@@ -320,7 +328,44 @@ def _apply_plan(
     problems = _builtin_verify(prefix, plan, manifest) + (verify() if verify else [])
     if problems:
         raise _StepFailed("the result differs from the plan: " + "; ".join(problems))
+    if plan.install:
+        _install(prefix, tx, plan, backend, on_event)
     return _probe(prefix, tx, python, probes, on_event)
+
+
+def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: OnEvent) -> None:
+    """Install the exact pins (after verify: they may re-create paths the removal deleted)."""
+    pins = [f"{i.name}=={i.version}" for i in plan.install]
+    journal.append(tx.journal, "install-begin", {"pins": pins})
+    on_event(f"installing {', '.join(pins)}")
+    _backend_step(tx, f"{plan.options.backend} install", backend.reinstall(pins))
+    absent = [
+        f"{i.name}=={i.version}"
+        for i in plan.install
+        if _dist_info(prefix, plan, i.name, i.version) is None
+    ]
+    if absent:
+        raise _StepFailed("not installed after the install step: " + ", ".join(absent))
+
+
+def _strip_refused(prefix: Path, tx: TxDir, plan: Plan) -> None:
+    """Drop RECORD lines that leave the environment, so the backend never acts on them.
+
+    The RECORD is in the snapshot (its dist-info is), and it is replaced by rename, so the
+    hard-linked snapshot keeps the original bytes for a rollback.
+    """
+    refused: dict[str, set[str]] = {}
+    for r in plan.refused_paths:
+        refused.setdefault(normalize_name(r.distribution), set()).add(r.entry)
+    for dist in plan.remove:
+        entries = refused.get(normalize_name(dist.name))
+        if not entries:
+            continue
+        journal.append(tx.journal, "sanitize-record", {"dist": dist.name, "entries": sorted(entries)})
+        record = prefix / dist.dist_info / "RECORD"
+        rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
+        kept = [row for row in rows if row and row[0] not in entries]
+        snapshot.replace_text(record, "".join(",".join(row) + "\n" for row in kept))
 
 
 def _builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[str]:

@@ -55,6 +55,14 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def _existing_ancestor(path: Path) -> Path:
+    """The nearest parent that exists (or is a link): checked before any mkdir below it."""
+    parent = path.parent
+    while not parent.exists() and not parent.is_symlink():
+        parent = parent.parent
+    return parent
+
+
 def confined(venv: Venv, template: str) -> Path:
     """The absolute path a step names; refuse one that leaves the venv (or ``{outside}``)."""
     root, rel = venv.root, template.replace(SITE, venv.site.relative_to(venv.root).as_posix())
@@ -65,9 +73,9 @@ def confined(venv: Venv, template: str) -> Path:
     if rel.startswith("/") or norm == ".." or norm.startswith("../"):
         raise InputError(f"step path leaves its tree: {template!r}")
     path = root / norm
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not _inside(path.parent.resolve(), root.resolve()):
+    if not _inside(_existing_ancestor(path).resolve(), root.resolve()):
         raise InputError(f"step path goes through a symlink out of its tree: {template!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -124,6 +132,8 @@ def _uninstall(venv: Venv, step: Step) -> None:
 
 def _write(venv: Venv, step: Step) -> None:
     path = confined(venv, step.path or "")
+    if path.is_symlink():
+        raise InputError(f"write would follow a symlink: {step.path!r}")
     data = step.text.encode()
     path.write_bytes(data)
     if step.dist:

@@ -1,0 +1,99 @@
+"""Worker: time one operation inside a fresh interpreter, imports excluded.
+
+``python -m benchmarks.inproc OP VENV [SELECTOR]`` prints one JSON object. Each measurement
+runs in its own process so module-level memos (ld.so.cache, system libraries) start cold,
+exactly as in the CLI; only interpreter start-up and imports are left out.
+
+OP is ``walk`` (the baseline: ``os.walk`` plus a 4-byte ELF-magic sniff of every file),
+``doctor`` (gather + diagnose) or ``plan`` (gather + select + plan_removal, as
+``cudafix remove SELECTOR --dry-run`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ELF_MAGIC = b"\x7fELF"
+
+
+def walk_and_sniff(prefix: Path) -> dict[str, Any]:
+    """The cheapest possible look at the tree: list it and read 4 bytes of every file."""
+    files = elves = 0
+    for root, _dirs, names in os.walk(prefix):
+        for name in names:
+            path = os.path.join(root, name)  # noqa: PTH118 - the baseline is plain os calls
+            if os.path.islink(path):  # noqa: PTH114
+                continue
+            files += 1
+            with open(path, "rb") as fh:
+                if fh.read(4) == ELF_MAGIC:
+                    elves += 1
+    return {"files": files, "elf_objects": elves}
+
+
+def _gather(venv: Path) -> Any:
+    from cudafix.facts import gather
+    from cudafix.target import locate_target
+
+    return gather(locate_target(None, str(venv), os.environ, Path.cwd()))
+
+
+def _doctor(venv: Path) -> dict[str, Any]:
+    from cudafix.doctor import diagnose
+
+    facts = _gather(venv)
+    report = diagnose(facts)
+    return _facts_summary(facts) | {"healthy": report.healthy}
+
+
+def _plan(venv: Path, selector: str) -> dict[str, Any]:
+    from cudafix.plan import Options
+    from cudafix.planner import Request, plan_removal
+    from cudafix.select import select
+
+    facts = _gather(venv)
+    names = select(facts.inventory.distributions, [selector])
+    plan = plan_removal(facts, Request(names, (selector,), Options()))
+    return _facts_summary(facts) | {"verdict": plan.verdict}
+
+
+def _facts_summary(facts: Any) -> dict[str, Any]:
+    return {
+        "files": len(facts.inventory.files),
+        "elf_objects": len(facts.elf.objects),
+        "elf_parsed": facts.elf.parsed,
+    }
+
+
+def _import_cudafix() -> None:
+    import cudafix.doctor
+    import cudafix.facts
+    import cudafix.planner
+    import cudafix.select  # noqa: F401
+
+
+def main(argv: list[str]) -> None:
+    op, venv = argv[0], Path(argv[1])
+    t0 = time.perf_counter()
+    if op != "walk":
+        _import_cudafix()
+    t1 = time.perf_counter()
+    if op == "walk":
+        result = walk_and_sniff(venv)
+    elif op == "doctor":
+        result = _doctor(venv)
+    elif op == "plan":
+        result = _plan(venv, argv[2])
+    else:
+        raise SystemExit(f"unknown op {op!r}")
+    t2 = time.perf_counter()
+    print(json.dumps({"op": op, "import_seconds": t1 - t0, "seconds": t2 - t1, **result}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,50 @@
+"""Run the cudafix CLI as a user would: a separate process, no terminal on stdin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cudafix.scenarios import BuiltScenario
+
+
+def cudafix(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "cudafix", *map(str, args)]
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def dlopen_table(built: BuiltScenario, where: Path) -> list[str]:
+    """``--dlopen-table FILE`` for the scenario's own dlopen edges (empty when it has none)."""
+    if not built.spec.dlopen:
+        return []
+    lines = ["[dlopen]"] + [
+        f'"{k}" = [{", ".join(json.dumps(v) for v in vals)}]' for k, vals in built.spec.dlopen.items()
+    ]
+    where.write_text("\n".join(lines) + "\n")
+    return ["--dlopen-table", str(where)]
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    """Bad input: the documented exit code, an ``error:`` line naming the problem, no traceback."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    first = proc.stderr.strip().splitlines()[0]
+    assert first.startswith("error: "), proc.stderr
+    for word in words:
+        assert word in proc.stderr, (word, proc.stderr)
