@@ -52,8 +52,14 @@ class Run:
         done = timed(argv, **kw)
         tail = (done.stdout + done.stderr).strip().splitlines()[-12:]
         self.steps.append(
-            {"step": label, "argv": list(done.argv), "seconds": round(done.seconds, 2),
-             "exit": done.returncode, "rss_mib": round(done.max_rss_mib), "tail": tail}
+            {
+                "step": label,
+                "argv": list(done.argv),
+                "seconds": round(done.seconds, 2),
+                "exit": done.returncode,
+                "rss_mib": round(done.max_rss_mib),
+                "tail": tail,
+            }
         )
         return done
 
@@ -98,11 +104,10 @@ def cudnn_code(version: str) -> int:
     return major * 10000 + minor * 100 + patch
 
 
-def find_wheel_dir(name: str) -> Path | None:
+def find_wheel_dir(python: Path, name: str) -> Path | None:
     """The directory pip's configured find-links/indexes keep ``name``'s wheel in."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
-    )
+    argv = [str(python), "-m", "pip", "config", "list"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     roots: list[Path] = []
     for line in done.stdout.splitlines():
         _key, _, value = line.partition("=")
@@ -127,7 +132,10 @@ def plain_uninstall(run: Run, base: Path, work: Path) -> None:
     venv = work / "plain-uv"
     copy(base, venv)
     py = venv / "bin" / "python"
-    run.step(f"uv pip uninstall {CU12} (plain)", [uv.find_uv_bin(), "pip", "uninstall", "--python", py, CU12])
+    run.step(
+        f"uv pip uninstall {CU12} (plain)",
+        [uv.find_uv_bin(), "pip", "uninstall", "--python", py, CU12],
+    )
     done = run.step("import torch after plain uv", [py, "-c", VERSION_CODE])
     said = (done.stdout + done.stderr).strip().splitlines()
     run.check(
@@ -143,28 +151,62 @@ def cudafix_repair(run: Run, base: Path, work: Path, wheel_dir: Path | None) -> 
     copy(base, venv)
     py = venv / "bin" / "python"
     cu13 = dist_version(venv, CU13) or "?"
-    done = run.step(f"cudafix remove {CU12} --dry-run", [*cudafix_argv(), "remove", CU12, "--venv", venv, "--dry-run"])
-    run.check("cudafix refuses the plain removal (exit 3)", done.returncode == 3, f"exit {done.returncode}")
+    done = run.step(
+        f"cudafix remove {CU12} --dry-run",
+        [*cudafix_argv(), "remove", CU12, "--venv", venv, "--dry-run"],
+    )
+    run.check(
+        "cudafix refuses the plain removal (exit 3)",
+        done.returncode == 3,
+        f"exit {done.returncode}",
+    )
     links = ["--find-links", str(wheel_dir)] if wheel_dir else []
-    argv = [*cudafix_argv(), "remove", CU12, "--venv", venv, "--repair", "--yes", *links]
+    argv: list[str | Path] = [
+        *cudafix_argv(),
+        "remove",
+        CU12,
+        "--venv",
+        venv,
+        "--repair",
+        "--yes",
+        *links,
+    ]
     done = run.step(f"cudafix remove {CU12} --repair --yes {' '.join(links)}", argv)
     run.check("cudafix --repair commits (exit 0)", done.returncode == 0, f"exit {done.returncode}")
     done = run.step("import torch after cudafix", [py, "-c", VERSION_CODE])
-    got = done.stdout.strip().split()[-1] if done.returncode == 0 and done.stdout.strip() else "error"
+    got = (
+        done.stdout.strip().split()[-1] if done.returncode == 0 and done.stdout.strip() else "error"
+    )
     want = str(cudnn_code(cu13)) if cu13 != "?" else "?"
     run.check(
         f"import torch works; cudnn.version() == {want} ({CU13} {cu13})",
         done.returncode == 0 and got == want,
         f"got {got}",
     )
-    done = run.step("cudafix doctor after", [*cudafix_argv(), "doctor", "--venv", venv])
-    run.check("cudafix doctor after the repair", done.returncode == 0, f"exit {done.returncode}")
+    after = run.step("cudafix doctor after", [*cudafix_argv(), "doctor", "--venv", venv])
+    before = run.step(
+        "cudafix doctor on the built venv", [*cudafix_argv(), "doctor", "--venv", base]
+    )
+    run.check(
+        "doctor finds no more problems after the repair than on the built venv",
+        problems(after) <= problems(before),
+        f"after: {problems(after)} (exit {after.returncode}); before: {problems(before)}",
+    )
     shutil.rmtree(venv, ignore_errors=True)
 
 
+def problems(done: Timed) -> int:
+    """N from doctor's last line ``N problem(s) found.`` (0 when healthy)."""
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    word = last.split(" ", 1)[0]
+    return int(word) if "problem" in last and word.isdigit() else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.e2e_real", description=__doc__.split("\n")[0])
-    parser.add_argument("--python3", default=shutil.which("python3", path="/usr/local/bin:/usr/bin:" + os.environ.get("PATH", "")) or "python3")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.e2e_real", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--python3", default="python3", help="the machine's interpreter")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--skip-ldd", action="store_true")
     args = parser.parse_args(argv)
@@ -174,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     run = Run()
     build_base(run, base, args.python3)
     versions = {n: dist_version(base, n) for n in ("torch", CU12, CU13)}
-    done = run.step("import torch in the built venv (cu12 cuDNN over cu13)", [base / "bin" / "python", "-c", VERSION_CODE])
-    wheel_dir = find_wheel_dir(CU13)
+    run.step(
+        "import torch in the built venv (cu12 cuDNN over cu13)",
+        [base / "bin" / "python", "-c", VERSION_CODE],
+    )
+    wheel_dir = find_wheel_dir(base / "bin" / "python", CU13)
     run.check(f"{CU13} wheel found in pip's local index", wheel_dir is not None, str(wheel_dir))
     plain_uninstall(run, base, work)
     cudafix_repair(run, base, work, wheel_dir)
@@ -184,5 +229,50 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         ldd = compare(base)
         ldd_seconds = time.perf_counter() - start
-        run.check("resolver agrees with ldd on every object", not ldd.disagreements, f"{ldd.agree}/{ldd.objects} objects")
+        run.check(
+            "resolver agrees with ldd on every object",
+            not ldd.disagreements,
+            f"{ldd.agree}/{ldd.objects} objects",
+        )
     return report(args.out, run, versions, ldd, ldd_seconds if ldd else 0.0)
+
+
+def report(
+    out: Path, run: Run, versions: dict[str, str | None], ldd: Any, ldd_seconds: float
+) -> int:
+    facts = machine.describe()
+    print(f"# cudafix e2e-real ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+    print(machine.as_markdown(facts) + "\n")
+    print("Installed: " + ", ".join(f"{k}=={v}" for k, v in versions.items()) + "\n")
+    rows = [
+        [s["step"], f"{s['seconds']:.2f}", s["exit"], s["rss_mib"], (s["tail"] or [""])[-1][:120]]
+        for s in run.steps
+    ]
+    print(table(["step", "wall s", "exit", "peak RSS MiB", "last line of output"], rows) + "\n")
+    print(
+        table(["check", "ok", "detail"], [[w, "yes" if ok else "NO", d] for w, ok, d in run.checks])
+    )
+    data: dict[str, Any] = {
+        "machine": facts,
+        "versions": versions,
+        "steps": run.steps,
+        "checks": run.checks,
+    }
+    if ldd is not None:
+        print(f"\n## Resolver vs ldd ({ldd_seconds:.1f} s)\n")
+        print(f"- objects compared: {ldd.objects}; agree on every need: {ldd.agree}")
+        print(f"- needs compared: {ldd.needs}; agree: {ldd.needs_agree}")
+        print(f"- not found by both: {ldd.both_not_found}")
+        print(f"- skipped: {len(ldd.skipped)} " + "; ".join(ldd.skipped[:5]))
+        for line in ldd.disagreements[:40]:
+            print(f"- DISAGREE {line}")
+        data["ldd"] = ldd.__dict__ | {"seconds": ldd_seconds}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"e2e-real-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(f"\nJSON: {path}")
+    return 0 if all(ok for _w, ok, _d in run.checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

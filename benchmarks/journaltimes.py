@@ -25,7 +25,7 @@ def latest_spans(venv: Path) -> dict[str, float]:
     if not ids:
         return {}
     records = journal.read(state.tx(ids[-1]).journal)
-    times = {}
+    times: dict[str, float] = {}
     for r in records:
         times.setdefault(str(r.get("event")), float(r["time"]))
     last = float(records[-1]["time"])

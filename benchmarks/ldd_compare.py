@@ -14,6 +14,8 @@ from cudafix.loader import DlopenTable, LoadTree, resolve
 from cudafix.target import locate_target
 
 _LINE = re.compile(r"^\s*(\S+)\s+=>\s+(not found|\S+)")
+_INTERP = re.compile(r"^\s*(/\S+)\s+\(0x[0-9a-f]+\)$")
+"""ld.so itself: ldd prints its path without ``=>``; cudafix reports it as already loaded."""
 NOT_FOUND = "not found"
 
 
@@ -37,6 +39,11 @@ def ldd_map(path: Path) -> dict[str, str] | None:
         return None
     out: dict[str, str] = {}
     for line in done.stdout.splitlines():
+        interp = _INTERP.match(line)
+        if interp:
+            path = interp.group(1)
+            out.setdefault(Path(path).name, os.path.realpath(path))
+            continue
         m = _LINE.match(line)
         if m:
             name, where = m.groups()
@@ -77,7 +84,6 @@ def compare(venv: Path) -> Comparison:
 
 def _tally(result: Comparison, rel: str, ours: dict[str, str], theirs: dict[str, str]) -> None:
     result.objects += 1
-    # ldd also lists the vDSO and ld.so itself without "=>", which never reach theirs here
     names = set(ours) | set(theirs)
     bad = [n for n in sorted(names) if ours.get(n, "absent") != theirs.get(n, "absent")]
     result.needs += len(names)

@@ -111,7 +111,14 @@ class UvBackend:
         """The reinstall command; ``dry_run`` asks uv only whether the wheels can be had."""
         index = _index_args(self.offline, self.find_links)
         argv = [self._uv(), "pip", "install", "--python", str(self.python)]
-        return [*argv, "--reinstall", "--no-deps", *index, *(["--dry-run"] if dry_run else []), *pins]
+        return [
+            *argv,
+            "--reinstall",
+            "--no-deps",
+            *index,
+            *(["--dry-run"] if dry_run else []),
+            *pins,
+        ]
 
 
 @dataclass(frozen=True)

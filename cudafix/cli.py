@@ -19,7 +19,7 @@ import click
 
 from cudafix import __version__, transaction
 from cudafix.doctor import diagnose, repair_candidates
-from cudafix.errors import CudafixError, ExitCode, UsageError
+from cudafix.errors import CudafixError, ExitCode, LockedError, UsageError
 from cudafix.facts import Facts, Sources, gather
 from cudafix.plan import Options, Plan
 from cudafix.planner import Request, plan_removal
@@ -58,13 +58,18 @@ def _target(venv: str | None, python: str | None) -> TargetEnv:
     return locate_target(python, venv, os.environ, Path.cwd())
 
 
-def _warn_pending(target: TargetEnv) -> None:
+def _warn_pending(target: TargetEnv, *, mutating: bool = False) -> None:
+    """An unfinished transaction blocks changes (before any planning) and taints reads."""
     pending = transaction.pending_transactions(target.prefix)
-    if pending:
-        _echo_err(
-            f"warning: unfinished transaction {pending[0]} in {target.prefix}; "
-            "the environment may be half-changed. Run `cudafix recover`."
+    if not pending:
+        return
+    what = f"unfinished transaction {pending[0]} in {target.prefix}"
+    if mutating:
+        raise LockedError(
+            f"{what}: the environment may be half-changed",
+            hint=f"cudafix recover --venv {target.prefix}  (add --dry-run to look first)",
         )
+    _echo_err(f"warning: {what}; the environment may be half-changed. Run `cudafix recover`.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
@@ -120,17 +125,42 @@ def plan_options(func: F) -> F:
     opts = [
         click.option("--dry-run", is_flag=True, help="Show the plan; change nothing."),
         click.option("--json", "as_json", is_flag=True, help="Emit the plan (or result) as JSON."),
-        click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the plan JSON here."),
-        click.option("--offline", is_flag=True, help="Reinstall only from uv's cache or --find-links."),
-        click.option("--find-links", multiple=True, metavar="DIR", help="Extra wheel source for reinstalls."),
-        click.option("--backend", type=click.Choice(["uv", "pip"]), default="uv", show_default=True),
+        click.option(
+            "--out",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Write the plan JSON here.",
+        ),
+        click.option(
+            "--offline", is_flag=True, help="Reinstall only from uv's cache or --find-links."
+        ),
+        click.option(
+            "--find-links", multiple=True, metavar="DIR", help="Extra wheel source for reinstalls."
+        ),
+        click.option(
+            "--backend", type=click.Choice(["uv", "pip"]), default="uv", show_default=True
+        ),
         click.option("--yes", "-y", is_flag=True, help="Apply without asking."),
-        click.option("--probe", "probe_code", multiple=True, metavar="CODE", help="Python code that must run after."),
-        click.option("--probe-cmd", multiple=True, metavar="CMD", help="Shell command that must succeed after."),
+        click.option(
+            "--probe",
+            "probe_code",
+            multiple=True,
+            metavar="CODE",
+            help="Python code that must run after.",
+        ),
+        click.option(
+            "--probe-cmd",
+            multiple=True,
+            metavar="CMD",
+            help="Shell command that must succeed after.",
+        ),
         click.option("--no-probe", is_flag=True, help="Skip the automatic import/dlopen probes."),
         click.option("--probe-timeout", type=float, default=60.0, show_default=True),
         click.option("--lock-timeout", type=float, default=60.0, show_default=True),
-        click.option("--force", is_flag=True, help="Apply a refused plan anyway; probes still decide commit or rollback."),
+        click.option(
+            "--force",
+            is_flag=True,
+            help="Apply a refused plan anyway; probes still decide commit or rollback.",
+        ),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -140,14 +170,23 @@ def plan_options(func: F) -> F:
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("selectors", nargs=-1)
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Leave these out of the selection.")
-@click.option("--repair", is_flag=True, help="Reinstall remaining co-owners so their own files come back.")
-@click.option("--keep-shared", is_flag=True, help="Keep paths that remaining distributions also claim.")
-@click.option("--allow-broken-requirements", is_flag=True, help="Do not refuse on broken Requires-Dist.")
+@click.option(
+    "--repair", is_flag=True, help="Reinstall remaining co-owners so their own files come back."
+)
+@click.option(
+    "--keep-shared", is_flag=True, help="Keep paths that remaining distributions also claim."
+)
+@click.option(
+    "--allow-broken-requirements", is_flag=True, help="Do not refuse on broken Requires-Dist."
+)
 @plan_options
 @click.pass_context
-def remove(ctx: click.Context, /, selectors: tuple[str, ...], exclude: tuple[str, ...], **kw: Any) -> None:
+def remove(
+    ctx: click.Context, /, selectors: tuple[str, ...], exclude: tuple[str, ...], **kw: Any
+) -> None:
     """Remove distributions (names or globs like 'nvidia-*-cu13') without orphaning a soname."""
     target = _target(kw["venv"], kw["python"])
+    _warn_pending(target, mutating=not kw["dry_run"])
     options = _options(kw)
     facts = _facts(kw, target, Sources(options.offline, tuple(options.find_links)))
     names = select(facts.inventory.distributions, selectors, exclude)
@@ -161,6 +200,7 @@ def remove(ctx: click.Context, /, selectors: tuple[str, ...], exclude: tuple[str
 def repair(ctx: click.Context, /, **kw: Any) -> None:
     """Reinstall, at their recorded versions, distributions whose files are missing."""
     target = _target(kw["venv"], kw["python"])
+    _warn_pending(target, mutating=not kw["dry_run"])
     options = _options(kw)
     facts = _facts(kw, target, Sources(options.offline, tuple(options.find_links)))
     wanted = repair_candidates(facts.inventory)
@@ -182,7 +222,9 @@ def _options(kw: dict[str, Any]) -> Options:
     )
 
 
-def _present_and_apply(ctx: click.Context, target: TargetEnv, plan: Plan, kw: dict[str, Any]) -> None:
+def _present_and_apply(
+    ctx: click.Context, target: TargetEnv, plan: Plan, kw: dict[str, Any]
+) -> None:
     if kw["out"]:
         kw["out"].write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
     if kw["as_json"] and kw["dry_run"]:
@@ -204,7 +246,16 @@ def _present_and_apply(ctx: click.Context, target: TargetEnv, plan: Plan, kw: di
         on_event=_echo_err,
     )
     if kw["as_json"]:
-        click.echo(json.dumps({"transaction": result.txid, "state": "committed", "plan": plan.model_dump(mode="json")}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "transaction": result.txid,
+                    "state": "committed",
+                    "plan": plan.model_dump(mode="json"),
+                },
+                indent=2,
+            )
+        )
     else:
         click.echo(
             f"Committed transaction {result.txid}: removed {len(result.removed)}, "
@@ -217,7 +268,9 @@ def _confirm(yes: bool) -> None:
     if yes:
         return
     if not sys.stdin.isatty():
-        raise UsageError("refusing to apply without confirmation: stdin is not a terminal", hint="pass --yes")
+        raise UsageError(
+            "refusing to apply without confirmation: stdin is not a terminal", hint="pass --yes"
+        )
     if not click.confirm("Apply this plan?", default=False):
         raise UsageError("aborted; nothing was changed")
 
@@ -244,7 +297,9 @@ def _probes(plan: Plan, kw: dict[str, Any]) -> ProbeSpec:
 def recover(venv: str | None, python: str | None, dry_run: bool, lock_timeout: float) -> None:
     """Roll back a transaction that was interrupted (killed, power loss)."""
     target = _target(venv, python)
-    report = transaction.recover(target.prefix, dry_run=dry_run, lock_timeout=lock_timeout, on_event=_echo_err)
+    report = transaction.recover(
+        target.prefix, dry_run=dry_run, lock_timeout=lock_timeout, on_event=_echo_err
+    )
     if not report.transactions:
         click.echo(f"No unfinished transaction in {target.prefix}.")
         return
@@ -278,7 +333,13 @@ def show(txid: str, venv: str | None, python: str | None) -> None:
     """Show one transaction: its journal and the paths it snapshotted."""
     target = _target(venv, python)
     detail = transaction.show(target.prefix, txid)
-    click.echo(json.dumps({"entry": detail.entry.__dict__, "journal": detail.journal, "paths": detail.paths}, indent=2, default=list))
+    click.echo(
+        json.dumps(
+            {"entry": detail.entry.__dict__, "journal": detail.journal, "paths": detail.paths},
+            indent=2,
+            default=list,
+        )
+    )
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -290,7 +351,9 @@ def undo(txid: str, venv: str | None, python: str | None, yes: bool, lock_timeou
     """Restore the state before a committed transaction, as a new transaction."""
     target = _target(venv, python)
     _confirm(yes)
-    result = transaction.undo(target.prefix, txid, lock_timeout=lock_timeout, command=sys.argv, on_event=_echo_err)
+    result = transaction.undo(
+        target.prefix, txid, lock_timeout=lock_timeout, command=sys.argv, on_event=_echo_err
+    )
     click.echo(f"Undid {txid} as transaction {result.txid}.")
 
 
@@ -308,7 +371,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: every CudafixError becomes one clear message and its exit code."""
     try:
         code = cli.main(
-            args=list(argv) if argv is not None else None, prog_name="cudafix", standalone_mode=False
+            args=list(argv) if argv is not None else None,
+            prog_name="cudafix",
+            standalone_mode=False,
         )
     except CudafixError as err:
         _echo_err(render_error(err, _style(sys.stderr.isatty())))

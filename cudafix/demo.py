@@ -48,19 +48,50 @@ def main() -> int:
 
     print("\n================ 1. What plain uv does ================")
     _show("import torch works before", [plain.python, "-c", "import torch; print('torch imports')"])
-    _show("remove the cu13 cudnn with plain uv", [_uv(), "pip", "uninstall", "--python", plain.python, "nvidia-cudnn-cu13"])
+    _show(
+        "remove the cu13 cudnn with plain uv",
+        [_uv(), "pip", "uninstall", "--python", plain.python, "nvidia-cudnn-cu13"],
+    )
     _show("import torch is now broken", [plain.python, "-c", "import torch"])
-    _show("...yet uv pip check sees nothing wrong", [_uv(), "pip", "check", "--python", plain.python])
+    _show(
+        "...yet uv pip check sees nothing wrong", [_uv(), "pip", "check", "--python", plain.python]
+    )
     _show("cudafix doctor explains the damage", _cudafix("doctor", "--python", plain.python))
 
     print("\n================ 2. The same removal with cudafix ================")
     venv = safe.venv
-    _show("dry run: refused, naming the soname and its consumer",
-          _cudafix("remove", "nvidia-*-cu13", "--venv", venv, "--dry-run"))
-    _show("dry run of the safe alternative",
-          _cudafix("remove", "nvidia-*-cu13", "--venv", venv, "--repair", "--offline", "--find-links", links, "--dry-run"))
-    code = _show("apply it as a transaction (snapshot, uv, import probe, commit)",
-                 _cudafix("remove", "nvidia-*-cu13", "--venv", venv, "--repair", "--offline", "--find-links", links, "--yes"))
+    _show(
+        "dry run: refused, naming the soname and its consumer",
+        _cudafix("remove", "nvidia-*-cu13", "--venv", venv, "--dry-run"),
+    )
+    _show(
+        "dry run of the safe alternative",
+        _cudafix(
+            "remove",
+            "nvidia-*-cu13",
+            "--venv",
+            venv,
+            "--repair",
+            "--offline",
+            "--find-links",
+            links,
+            "--dry-run",
+        ),
+    )
+    code = _show(
+        "apply it as a transaction (snapshot, uv, import probe, commit)",
+        _cudafix(
+            "remove",
+            "nvidia-*-cu13",
+            "--venv",
+            venv,
+            "--repair",
+            "--offline",
+            "--find-links",
+            links,
+            "--yes",
+        ),
+    )
     _show("import torch still works", [safe.python, "-c", "import torch; print('torch imports')"])
     _show("doctor after the cleanup", _cudafix("doctor", "--venv", venv))
     _show("history", _cudafix("history", "--venv", venv))

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from cudafix.inventory import Inventory, SharedPath
-from cudafix.linkage import Edge, env_roots, resolve_edges, to_env_path
 from cudafix.elfindex import EnvironmentView
 from cudafix.facts import Facts
+from cudafix.inventory import Inventory, SharedPath
+from cudafix.linkage import Edge, env_roots, resolve_edges, to_env_path
 from cudafix.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.requirements import check_requirements
 
@@ -244,7 +244,8 @@ def _shadowed(inv: Inventory, edges: Iterable[Edge]) -> Iterable[Finding]:
         yield Finding(
             kind="shadowed",
             severity="warning",
-            message=f"{need} is provided at {len(places)} places; consumers get the first on their search path",
+            message=f"{need} is provided at {len(places)} places;"
+            " each consumer gets the first on its search path",
             details=details,
             hint="remove the provider you do not want, e.g. with `cudafix remove NAME --dry-run`",
         )
@@ -267,7 +268,8 @@ def _unsafe(inv: Inventory) -> Iterable[Finding]:
             kind="unsafe-record",
             severity="warning",
             distribution=u.distribution,
-            message=f"{u.distribution}'s RECORD lists {u.raw!r}: {u.reason}; cudafix will not act on it",
+            message=f"{u.distribution}'s RECORD lists {u.raw!r}: {u.reason};"
+            " cudafix will not act on it",
             hint="inspect that RECORD by hand; cudafix refuses to remove this distribution",
         )
 

@@ -109,7 +109,9 @@ def _odd_libraries(files: Mapping[EnvPath, FileStat]) -> dict[EnvPath, ElfProble
             continue
         target = posixpath.normpath(posixpath.join(posixpath.dirname(rel), stat.link_target or ""))
         if (stat.link_target or "").startswith("/") or target.startswith("../"):
-            odd[rel] = ElfProblem("unreadable", f"symlink to {stat.link_target}, outside the environment")
+            odd[rel] = ElfProblem(
+                "unreadable", f"symlink to {stat.link_target}, outside the environment"
+            )
         elif EnvPath(target) not in files:
             odd[rel] = ElfProblem("unreadable", f"dangling symlink to {stat.link_target}")
     return odd

@@ -23,7 +23,7 @@ class ExitCode(enum.IntEnum):
     REFUSED = 3
     """The plan would break the environment, or its preconditions no longer hold."""
     LOCKED = 4
-    """Another cudafix run holds the lock, or an unfinished transaction needs ``cudafix recover``."""
+    """Another run holds the lock, or an unfinished transaction needs ``cudafix recover``."""
 
 
 class CudafixError(Exception):

@@ -56,7 +56,7 @@ def gather(
     *,
     dlopen_tables: Sequence[Path] = (),
     ld_library_path: str | None = None,
-    sources: Sources = Sources(),  # noqa: B008 - frozen value
+    sources: Sources = Sources(),
 ) -> Facts:
     """Read the target; caches are saved only where cudafix may write (``.cudafix/``)."""
     info = query_interpreter(target)

@@ -60,7 +60,7 @@ def env_roots(prefix: str, index: ElfIndex, gone: frozenset[EnvPath] = frozenset
     Objects built for another architecture are never roots: this loader cannot load them.
     """
     skip = gone | index.foreign
-    return sorted(os.path.join(prefix, p) for p in index.objects if p not in skip)
+    return sorted(f"{prefix}/{p}" for p in index.objects if p not in skip)
 
 
 def to_env_path(prefix: str, path: str) -> EnvPath | None:

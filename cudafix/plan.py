@@ -113,7 +113,7 @@ class Precondition(_Frozen):
     distributions: dict[str, str]
     """Every installed distribution and its version."""
     path_hashes: dict[str, str | None]
-    """sha256 (RECORD encoding) of each path the plan deletes, keeps or restores; None if missing."""
+    """sha256 (RECORD encoding) of each shared path the plan touches; None if missing."""
     records: dict[str, str] = Field(default_factory=dict)
     """Digest of each affected distribution's RECORD rows (installer-written files left out,
     so the same wheel installed on two machines digests the same)."""
@@ -183,7 +183,7 @@ class Plan(_Frozen):
     kept_paths: list[str]
     """Shared paths the transaction puts back after the backend deleted them (``--keep-shared``)."""
     rewritten_paths: list[str]
-    """RECORD paths of reinstalled distributions: the backend rewrites them, so they are snapshotted."""
+    """RECORD paths of reinstalled distributions: the backend rewrites them (snapshotted)."""
     shared_paths: list[SharedPath]
     lost: list[LostNeed]
     switches: list[ProviderSwitch]

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from cudafix import plan as P
-from cudafix.inventory import Distribution, Inventory
-from cudafix.linkage import diff_edges, env_roots, resolve_edges, to_env_path
 from cudafix.elfindex import EnvironmentView
 from cudafix.facts import Facts
+from cudafix.inventory import Distribution, Inventory
+from cudafix.linkage import diff_edges, env_roots, resolve_edges, to_env_path
 from cudafix.names import DistName, EnvPath, site_relative
 from cudafix.requirements import check_requirements
 
@@ -215,8 +215,10 @@ def _linkage(
     touched = {
         rel
         for e in before.values()
-        if e.provider and to_env_path(prefix, e.provider) in changed
-        and (rel := to_env_path(prefix, e.requester)) is not None and rel not in gone
+        if e.provider
+        and to_env_path(prefix, e.provider) in changed
+        and (rel := to_env_path(prefix, e.requester)) is not None
+        and rel not in gone
     }
     return lost, switches, touched
 
@@ -278,7 +280,8 @@ def _warnings(
         for s in shared:
             if s.holder is not None and s.holder not in s.remaining_owners:
                 out.append(
-                    f"kept {s.path} holds {s.holder}'s bytes, not {', '.join(s.remaining_owners)}'s;"
+                    f"kept {s.path} holds {s.holder}'s bytes, "
+                    f"not {', '.join(s.remaining_owners)}'s;"
                     " add --repair to reinstall its own"
                 )
     return out

@@ -48,19 +48,14 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
         [style(f"+ {r.name}=={r.version}", fg="green") + f"  ({r.reason})" for r in plan.reinstall],
     )
     out += _section(
-        "Shared paths",
-        [
-            f"{_site(plan, s.path)}: claimed by {' and '.join(s.owners)}, holds "
-            f"{s.holder + chr(39) + 's' if s.holder else 'nobody' + chr(39) + 's'} bytes -> {s.fate}"
-            for s in plan.shared_paths[:8]
-        ]
-        + _more(len(plan.shared_paths), 8, "shared paths"),
+        "Shared paths (claimed by a removed and a remaining distribution)", _shared_groups(plan)
     )
     out += _section(
         "Sonames lost",
         [
             style(f"x {lost.need}", fg="red", bold=True)
-            + f" needed by {_site(plan, lost.consumer)} ({lost.consumer_distribution or 'no distribution'})\n"
+            + f" needed by {_site(plan, lost.consumer)}"
+            + f" ({lost.consumer_distribution or 'no distribution'})\n"
             f"    resolves today to {_site(plan, lost.resolved_before)}\n"
             f"    which goes: claimed by {' and '.join(lost.lost_file_owners) or 'no distribution'}"
             + (" (all removed or deleted with the shared path)" if lost.lost_file_owners else "")
@@ -103,8 +98,23 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
         out += [f"  - {r}" for r in plan.reasons]
         if plan.alternatives:
             out.append("Safe alternatives (re-simulated, they pass):")
-            out += [f"  {_command(plan, a.command)}\n      # {a.summary}" for a in plan.alternatives]
+            out += [
+                f"  {_command(plan, a.command)}\n      # {a.summary}" for a in plan.alternatives
+            ]
     return "\n".join(out)
+
+
+def _shared_groups(plan: Plan) -> list[str]:
+    """One line per (owners, holder, fate): 28 cudnn paths read as one fact, not 28."""
+    groups: dict[tuple[tuple[str, ...], str | None, str], list[str]] = {}
+    for s in plan.shared_paths:
+        groups.setdefault((tuple(s.owners), s.holder, s.fate), []).append(_site(plan, s.path))
+    lines = []
+    for (owners, holder, fate), paths in groups.items():
+        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        held = f"{holder}'s bytes" if holder else "no owner's bytes"
+        lines.append(f"{shown}\n    claimed by {' and '.join(owners)}; holds {held}; {fate}")
+    return lines
 
 
 def _searched(plan: Plan, dirs: Sequence[str]) -> str:

@@ -213,7 +213,9 @@ def parse_script(source: str, path: Path = Path("<script>")) -> Script:
     try:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML: {exc}") from exc
+        at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        where = f"{path}:{at.group(1)}" if at else f"{path}:{len(source.splitlines())}"
+        raise InputError(f"{where}: not valid TOML: {exc}") from exc
     try:
         return Script.model_validate(data)
     except ValidationError as exc:
@@ -312,7 +314,9 @@ def compile_script(loaded: LoadedScript, facts: Facts, options: P.Options) -> P.
     pins = [parse_pin(p) for st in loaded.script.steps for p in st.install or ()]
     staged = stage_installs(plan, pins) if pins else Staged((), ())
     plan = _with_installs(plan, facts, set(names), staged)
-    plan = plan.model_copy(update={"probes": _probes(loaded.script), "source": str(loaded.path.absolute())})
+    plan = plan.model_copy(
+        update={"probes": _probes(loaded.script), "source": str(loaded.path.absolute())}
+    )
     return strengthen(plan, facts)
 
 

@@ -349,4 +349,4 @@ def replace_text(path: Path, text: str) -> None:
     """Replace a file's content by writing a sibling and renaming it over (new inode)."""
     tmp = path.with_name(f".{path.name}.cudafix-tmp")
     tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    tmp.replace(path)

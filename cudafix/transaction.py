@@ -361,7 +361,9 @@ def _strip_refused(prefix: Path, tx: TxDir, plan: Plan) -> None:
         entries = refused.get(normalize_name(dist.name))
         if not entries:
             continue
-        journal.append(tx.journal, "sanitize-record", {"dist": dist.name, "entries": sorted(entries)})
+        journal.append(
+            tx.journal, "sanitize-record", {"dist": dist.name, "entries": sorted(entries)}
+        )
         record = prefix / dist.dist_info / "RECORD"
         rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
         kept = [row for row in rows if row and row[0] not in entries]

@@ -12,7 +12,9 @@ from typing import Any
 from cudafix.scenarios import BuiltScenario
 
 
-def cudafix(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cudafix(
+    *args: str | Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "cudafix", *map(str, args)]
     return subprocess.run(
         argv,
@@ -29,7 +31,8 @@ def dlopen_table(built: BuiltScenario, where: Path) -> list[str]:
     if not built.spec.dlopen:
         return []
     lines = ["[dlopen]"] + [
-        f'"{k}" = [{", ".join(json.dumps(v) for v in vals)}]' for k, vals in built.spec.dlopen.items()
+        f'"{k}" = [{", ".join(json.dumps(v) for v in vals)}]'
+        for k, vals in built.spec.dlopen.items()
     ]
     where.write_text("\n".join(lines) + "\n")
     return ["--dlopen-table", str(where)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -57,7 +58,9 @@ def test_seed_example_commits_and_leaves_a_healthy_env(scenario: ScenarioFactory
     subprocess.run([built.python, "-c", "import torch"], check=True)
 
 
-def test_failing_last_probe_rolls_back_everything(scenario: ScenarioFactory, tmp_path: Path) -> None:
+def test_failing_last_probe_rolls_back_everything(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
     built = scenario("incident")
     script = write(
         tmp_path,
@@ -104,7 +107,10 @@ def test_install_step_runs_after_reinstall(scenario: ScenarioFactory, tmp_path: 
     done = run_script(built, script, "--yes", "--json")
     assert as_json(done)["installed"] == ["nvidia-nvtx-cu13==13.0.39"], done.stderr
     assert {n for n in installed(built) if n.endswith("cu13")} == {"nvidia_nvtx_cu13"}
-    assert cudafix("doctor", "--venv", built.venv).returncode == 0
+    kinds = {
+        f["kind"] for f in as_json(cudafix("doctor", "--venv", built.venv, "--json"))["findings"]
+    }
+    assert kinds <= {"shared", "clobbered", "mixed-cuda"}, kinds
 
 
 def test_missing_install_pin_is_refused_and_forced_run_rolls_back(
@@ -140,14 +146,14 @@ def test_no_terminal_no_yes_refuses_at_once(scenario: ScenarioFactory) -> None:
     before = fingerprint(built.venv)
     done = run_script(built, EXAMPLES / "seed-cleanup.toml")  # stdin is /dev/null
     assert_one_line_error(done, 2, "stdin is not a terminal", "--yes")
+    target = ["--venv", str(built.venv), "--offline", "--find-links", str(built.wheelhouse)]
     closed = subprocess.run(
-        [sys.executable, "-m", "cudafix", "apply", EXAMPLES / "seed-cleanup.toml"]
-        + ["--venv", str(built.venv), "--offline", "--find-links", str(built.wheelhouse)],
+        [sys.executable, "-m", "cudafix", "apply", EXAMPLES / "seed-cleanup.toml", *target],
         capture_output=True,
         text=True,
         stdin=None,
         timeout=120,
-        preexec_fn=lambda: __import__("os").close(0),  # noqa: PLW1509 - stdin closed, not a tty
+        preexec_fn=lambda: os.close(0),  # stdin closed, so sys.stdin is None in the child
     )
     assert_one_line_error(closed, 2, "stdin is not a terminal")
     assert_unchanged(built.venv, before)

@@ -41,13 +41,18 @@ def test_doctor_matches_expectations(
 ) -> None:
     built = scenario(name, stage)
     want = built.spec.expectations(stage).doctor
-    proc = cudafix("doctor", "--json", "--venv", built.venv, *dlopen_table(built, tmp_path / "t.toml"))
+    proc = cudafix(
+        "doctor", "--json", "--venv", built.venv, *dlopen_table(built, tmp_path / "t.toml")
+    )
     report = as_json(proc)
     kinds: dict[str, list[str]] = {}
     for f in report["findings"]:
         kinds.setdefault(f["kind"], []).append(f["message"] + "\n" + "\n".join(f["details"]))
     unresolved = {
-        s for s in {"unresolved"} for text in kinds.get(s, []) for s in [text.split(" needs ")[1].split(",")[0]]
+        s
+        for s in {"unresolved"}
+        for text in kinds.get(s, [])
+        for s in [text.split(" needs ")[1].split(",")[0]]
     }
     assert unresolved == set(want.unresolved), kinds.get("unresolved")
     shared_text = "\n".join(kinds.get("clobbered", []) + kinds.get("shared", []))
@@ -57,7 +62,9 @@ def test_doctor_matches_expectations(
     assert all(s in shadow_text for s in want.shadowed), shadow_text
     assert all(any(u in t for t in kinds.get("unmanaged", [])) for u in want.unmanaged)
     assert all(any(repr(u) in t for t in kinds.get("unsafe-record", [])) for u in want.unsafe)
-    assert all(any(p in t for t in kinds.get("bad-elf", [])) for p in want.problems), kinds.get("bad-elf")
+    assert all(any(p in t for t in kinds.get("bad-elf", [])) for p in want.problems), kinds.get(
+        "bad-elf"
+    )
     if want.ok is not None:
         assert (proc.returncode == 0) is want.ok, report
     assert proc.returncode in (0, 1), proc.stderr
@@ -73,7 +80,13 @@ def test_remove_dry_run_matches_expectations(
     flags += ["--offline", "--find-links", str(built.wheelhouse)] if want.repair else []
     before = fingerprint(built.venv)
     proc = cudafix(
-        "remove", *want.selectors, "--venv", built.venv, "--dry-run", "--json", *flags,
+        "remove",
+        *want.selectors,
+        "--venv",
+        built.venv,
+        "--dry-run",
+        "--json",
+        *flags,
         *dlopen_table(built, tmp_path / "t.toml"),
     )
     plan = as_json(proc)

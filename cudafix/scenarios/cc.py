@@ -58,7 +58,8 @@ def _c_source(obj: SharedObject) -> str:
         mod = obj.python_module
         lines[0:0] = ["#define PY_SSIZE_T_CLEAN", "#include <Python.h>"]
         lines.append(
-            f'static struct PyModuleDef cudafix_def = {{PyModuleDef_HEAD_INIT, "{mod}", NULL, -1, NULL}};\n'
+            "static struct PyModuleDef cudafix_def = "
+            f'{{PyModuleDef_HEAD_INIT, "{mod}", NULL, -1, NULL}};\n'
             f"PyMODINIT_FUNC PyInit_{mod}(void) {{ return PyModule_Create(&cudafix_def); }}"
         )
     return "\n".join(lines) + "\n"

@@ -1,0 +1,31 @@
+"""The benchmark harness runs end to end on a tiny scenario and writes well-formed results.
+
+No timing is asserted: this only proves ``make bench`` works (numbers live in BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--files", "600", "--elves", "30", "--sparse-mib", "8", "--sparse-libs", "3"]
+
+
+def test_bench_harness_runs_end_to_end(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "benchmarks.run", *TINY, "--runs", "1", "--scaling", "600"]
+    argv += ["--no-drop-caches", "--out", str(tmp_path)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for title in ("## 1.", "## 2a.", "## 2b.", "## 3.", "## 4.", "Machine: nproc="):
+        assert title in done.stdout
+    results = json.loads((tmp_path / "latest.json").read_text())
+    sections = {"plan", "transaction", "snapshot", "commit_rollback", "scaling"}
+    assert {"machine", *sections} <= set(results)
+    assert set(results["machine"]) == {"nproc", "cpu", "memory_gib", "python", "uv", "kernel"}
+    assert len(results["transaction"]["cudafix"]) == len(results["transaction"]["uv"]) == 1
+    for case in results["commit_rollback"].values():
+        assert case["identical"] == 1, "a rollback left the tree different"
+    assert results["scaling"]["600"]["files"] > 500

@@ -1,0 +1,168 @@
+"""Transactions through the CLI on the incident scenario: refuse, roll back, repair, recover."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from clihelp import as_json, assert_one_line_error, cudafix
+from conftest import ScenarioFactory
+
+from cudafix.fingerprint import diff_fingerprints, fingerprint
+from cudafix.scenarios import BuiltScenario
+
+SELECT = "nvidia-*-cu13"
+
+
+def _repair_flags(built: BuiltScenario) -> list[str]:
+    return ["--repair", "--offline", "--find-links", str(built.wheelhouse)]
+
+
+def _imports(built: BuiltScenario, module: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(built.python), "-c", f"import {module}"], capture_output=True, text=True
+    )
+
+
+def test_refused_removal_changes_nothing(scenario: ScenarioFactory) -> None:
+    built = scenario("incident")
+    before = fingerprint(built.venv)
+    proc = cudafix("remove", SELECT, "--venv", built.venv, "--yes")
+    assert proc.returncode == 3, proc.stderr
+    assert "Verdict: REFUSED" in proc.stdout and "libcudnn.so.9" in proc.stdout
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+    assert not (built.venv / ".cudafix" / "transactions").exists()
+
+
+def test_forced_plan_rolls_back_on_the_import_probe(scenario: ScenarioFactory) -> None:
+    built = scenario("incident")
+    before = fingerprint(built.venv)
+    proc = cudafix("remove", SELECT, "--venv", built.venv, "--yes", "--force")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "libcudnn.so.9: cannot open shared object file" in proc.stderr
+    assert "rolled back" in proc.stderr
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+    assert _imports(built, "torch").returncode == 0
+    history = cudafix("history", "--venv", built.venv)
+    assert "rolled-back" in history.stdout
+
+
+def test_failing_user_probe_rolls_back_a_passing_plan(scenario: ScenarioFactory) -> None:
+    built = scenario("incident")
+    before = fingerprint(built.venv)
+    proc = cudafix(
+        "remove",
+        SELECT,
+        "--venv",
+        built.venv,
+        *_repair_flags(built),
+        "--yes",
+        "--probe",
+        "import torch; raise SystemExit('probe says no')",
+    )
+    assert proc.returncode == 1
+    assert "probe says no" in proc.stderr
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+
+
+def test_repair_commits_and_doctor_is_clean(scenario: ScenarioFactory) -> None:
+    built = scenario("incident")
+    proc = cudafix("remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Committed transaction" in proc.stdout
+    assert _imports(built, "torch").returncode == 0
+    report = cudafix("doctor", "--venv", built.venv, "--json")
+    assert report.returncode == 0, report.stdout
+    names = {f["kind"] for f in as_json(report)["findings"]}
+    assert not names & {"missing-files", "unresolved", "clobbered", "mixed-cuda"}
+    listed = subprocess.run(
+        [
+            str(built.python),
+            "-c",
+            "import importlib.metadata as m;"
+            " print([d.metadata['Name'] for d in m.distributions()])",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "nvidia-cudnn-cu12" in listed and "nvidia-cudnn-cu13" not in listed
+
+
+def test_undo_restores_the_state_before_a_commit(scenario: ScenarioFactory) -> None:
+    built = scenario("incident")
+    before = fingerprint(built.venv)
+    applied = cudafix("remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--yes")
+    assert applied.returncode == 0, applied.stderr
+    txid = applied.stdout.split("Committed transaction ")[1].split(":")[0]
+    undone = cudafix("undo", txid, "--venv", built.venv, "--yes")
+    assert undone.returncode == 0, undone.stderr
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+    shown = cudafix("show", txid, "--venv", built.venv)
+    assert as_json(shown)["entry"]["state"] == "committed"
+
+
+def test_repair_command_fixes_what_plain_uv_broke(scenario: ScenarioFactory) -> None:
+    built = scenario("incident", "broken")
+    assert "libcudnn.so.9" in _imports(built, "torch").stderr
+    dry = cudafix(
+        "repair", "--venv", built.venv, "--dry-run", "--offline", "--find-links", built.wheelhouse
+    )
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "+ nvidia-cudnn-cu12==" in dry.stdout
+    done = cudafix(
+        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _imports(built, "torch").returncode == 0
+
+
+@pytest.mark.parametrize("step", ["snapshot-done", "uninstall-begin", "backend", "probe-begin"])
+def test_killed_run_is_recovered_through_the_cli(scenario: ScenarioFactory, step: str) -> None:
+    built = scenario("incident")
+    before = fingerprint(built.venv)
+    killed = cudafix(
+        "remove",
+        SELECT,
+        "--venv",
+        built.venv,
+        *_repair_flags(built),
+        "--yes",
+        env={"CUDAFIX_TEST_CRASH_AFTER": step},
+    )
+    assert killed.returncode < 0, killed.stderr  # died by signal
+    blocked = cudafix("remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--yes")
+    assert_one_line_error(blocked, 4, "cudafix recover")
+    warned = cudafix("doctor", "--venv", built.venv)
+    assert "unfinished transaction" in warned.stderr
+    look = cudafix("recover", "--venv", built.venv, "--dry-run")
+    assert look.returncode == 0 and "would:" in look.stdout
+    fixed = cudafix("recover", "--venv", built.venv)
+    assert fixed.returncode == 0, fixed.stderr
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+
+
+def test_no_terminal_and_no_yes_never_waits(scenario: ScenarioFactory) -> None:
+    built = scenario("clean")
+    before = fingerprint(built.venv)
+    proc = cudafix("remove", "nvidia-nvtx-cu12", "--venv", built.venv)
+    assert_one_line_error(proc, 2, "--yes")
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, scenario: ScenarioFactory) -> None:
+    assert_one_line_error(cudafix("doctor", "--venv", tmp_path / "nope"), 2, "nope")
+    (tmp_path / "plain").mkdir()
+    assert_one_line_error(
+        cudafix("doctor", "--venv", tmp_path / "plain"), 2, "not a Python environment"
+    )
+    built = scenario("clean")
+    assert_one_line_error(
+        cudafix("remove", "nvidia-nvtx-cu31", "--venv", built.venv, "--dry-run"),
+        2,
+        "nvidia-nvtx-cu12",
+    )
+    info = next((built.venv / "lib").glob("python3*/site-packages/nvidia_nvtx_cu12-*.dist-info"))
+    (info / "RECORD").unlink()
+    (info / "RECORD").mkdir()
+    assert_one_line_error(cudafix("doctor", "--venv", built.venv), 2, "RECORD")

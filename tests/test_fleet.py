@@ -1,0 +1,96 @@
+"""One plan file, twenty nodes: 20 copies of a scenario venv, applied in parallel processes.
+
+Every copy ends committed and healthy, or, where the node differs from what was planned
+for, untouched (fingerprint equal) with a ``stale`` JSON result and exit 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import uv
+from clihelp import as_json, cudafix
+from conftest import ScenarioFactory
+
+from cudafix.fingerprint import diff_fingerprints, fingerprint
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+NODES = 20
+DIFFERENT = frozenset({0, 7, 13})
+
+
+def make_nodes(venv: Path, root: Path) -> list[Path]:
+    """``cp -a`` copies: bin/python links to the base interpreter by absolute path."""
+    nodes = []
+    for i in range(NODES):
+        node = root / f"node{i:02d}" / "venv"
+        node.parent.mkdir(parents=True)
+        subprocess.run(["cp", "-a", str(venv), str(node)], check=True)
+        nodes.append(node)
+    assert os.readlink(nodes[0] / "bin" / "python") == os.readlink(venv / "bin" / "python")
+    return nodes
+
+
+def drift(node: Path) -> None:
+    """A node someone changed by hand: one distribution fewer than planned for."""
+    argv = [uv.find_uv_bin(), "pip", "uninstall", "--python", str(node / "bin" / "python")]
+    subprocess.run([*argv, "nvidia-nvtx-cu13"], check=True, capture_output=True)
+
+
+def apply_everywhere(plan: Path, nodes: list[Path]) -> list[tuple[int, dict[str, object]]]:
+    """Start all nodes at once (no --yes prompt possible: stdin is /dev/null), then collect."""
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cudafix",
+                "apply",
+                str(plan),
+                "--venv",
+                str(n),
+                "--yes",
+                "--json",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in nodes
+    ]
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=300)
+        assert stdout.strip(), stderr
+        out.append((proc.returncode, json.loads(stdout)))
+    return out
+
+
+def test_one_plan_on_twenty_nodes(scenario: ScenarioFactory, tmp_path: Path) -> None:
+    built = scenario("incident")
+    plan = tmp_path / "plan.json"
+    made = cudafix(
+        "apply", EXAMPLES / "seed-cleanup.toml", "--venv", built.venv, "--dry-run",
+        "--offline", "--find-links", built.wheelhouse, "--out", plan,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    nodes = make_nodes(built.venv, tmp_path / "fleet")
+    for i in DIFFERENT:
+        drift(nodes[i])
+    before = [fingerprint(n) for n in nodes]
+    results = apply_everywhere(plan, nodes)
+    for i, (node, (code, result)) in enumerate(zip(nodes, results, strict=True)):
+        if i in DIFFERENT:
+            assert (code, result["state"]) == (3, "stale"), result
+            assert "nvidia-nvtx-cu13 13.0.39 is not installed" in result["context"]
+            assert not diff_fingerprints(before[i], fingerprint(node))
+        else:
+            assert (code, result["state"], result["target"]) == (0, "committed", str(node))
+            doctor = cudafix("doctor", "--venv", node, "--json")
+            assert doctor.returncode == 0, as_json(doctor)["findings"]
+    assert not list(built.venv.glob(".cudafix/transactions/*")), "planning changed the source"

@@ -1,0 +1,152 @@
+"""Cleanup-script validation (with line numbers) and saved plans: stale ones are refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+import uv
+from clihelp import as_json, assert_one_line_error, cudafix
+from conftest import ScenarioFactory
+
+from cudafix.errors import InputError
+from cudafix.fingerprint import diff_fingerprints, fingerprint
+from cudafix.script import load_script, locate, parse_script
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def uninstall(python: Path, name: str) -> None:
+    """Change the environment behind cudafix's back, as a user with plain uv would."""
+    argv = [uv.find_uv_bin(), "pip", "uninstall", "--python", str(python), name]
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
+def test_every_example_validates(example: Path) -> None:
+    script = load_script(example).script
+    assert script.steps and script.description
+
+
+def test_examples_cover_the_seed_case_and_a_migration() -> None:
+    assert {p.name for p in EXAMPLES.glob("*.toml")} >= {"seed-cleanup.toml", "cu12-to-cu13.toml"}
+
+
+BAD = """\
+[policy]
+repair = true
+
+[[steps]]
+remove = ["nvidia-*-cu13"]
+
+[[steps]]
+install = ["torch>=2"]
+
+[[steps]]
+remove = ["x"]
+reinstal = ["y"]
+
+[[probes.expect]]
+python = "print(1)"
+"""
+
+
+def test_every_problem_is_reported_with_its_line() -> None:
+    with pytest.raises(InputError) as info:
+        parse_script(BAD, Path("bad.toml"))
+    lines = [info.value.message, *info.value.context]
+    assert any(ln.startswith("bad.toml:8: steps[1].install") and "exact pin" in ln for ln in lines)
+    assert any(ln.startswith("bad.toml:12: steps[2].reinstal") for ln in lines), lines
+    assert any(ln.startswith("bad.toml:14: probes.expect[0].output") for ln in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ('[[steps]]\nremove = ["a"]\ninstall = ["b==1"]\n', 1),
+        ("steps = 3\n", 1),
+        ('[policy]\nbackend = "conda"\n[[steps]]\nremove = ["a"]\n', 2),
+        ('[[steps]]\nremove = ["a"]\nrepair = "yes"\n', 3),
+    ],
+)
+def test_line_of_each_kind_of_error(text: str, line: int) -> None:
+    with pytest.raises(InputError) as info:
+        parse_script(text, Path("s.toml"))
+    assert info.value.message.startswith(f"s.toml:{line}:"), info.value.message
+
+
+def test_locate_finds_keys_in_the_nth_array_table() -> None:
+    source = "a = 1\n[[steps]]\nx = 1\n[[steps]]\nx = 2\ny = 3\n[p]\ny = 4\n"
+    assert locate(source, ("a",)) == 1
+    assert locate(source, ("steps", 1, "y")) == 6
+    assert locate(source, ("steps", 0, "y")) == 2
+    assert locate(source, ("p", "y")) == 8
+    assert locate(source, ("nowhere", 3)) is None
+
+
+def test_toml_syntax_error_exits_2_with_line(tmp_path: Path) -> None:
+    script = tmp_path / "broken.toml"
+    script.write_text('[[steps]]\nremove = "a" "b"\n')
+    done = cudafix("apply", script, "--venv", tmp_path, "--dry-run")
+    assert_one_line_error(done, 2, f"{script}:2: not valid TOML")
+    script.write_text('[[steps]]\nremove = ["a"\n')
+    done = cudafix("apply", script, "--venv", tmp_path, "--dry-run")
+    assert_one_line_error(done, 2, f"{script}:2: not valid TOML", "Unclosed array")
+
+
+def test_malformed_plan_file_exits_2(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema_version": 1, "target": {}}))
+    done = cudafix("apply", plan, "--yes")
+    assert_one_line_error(done, 2, "not a cudafix plan")
+
+
+def test_stale_plan_is_refused_with_its_differences(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    built = scenario("incident")
+    plan = tmp_path / "plan.json"
+    made = cudafix(
+        "apply", EXAMPLES / "seed-cleanup.toml", "--venv", built.venv, "--dry-run",
+        "--offline", "--find-links", built.wheelhouse, "--out", plan,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert json.loads(plan.read_text())["preconditions"]["records"]
+    uninstall(built.python, "nvidia-nvtx-cu13")
+    before = fingerprint(built.venv)
+    done = cudafix("apply", plan, "--yes", "--json")
+    result = as_json(done)
+    assert (done.returncode, result["state"]) == (3, "stale"), done.stderr
+    assert "nvidia-nvtx-cu13 13.0.39 is not installed" in result["context"]
+    assert any(c.startswith("lib/python3") and "__init__.py" in c for c in result["context"])
+    assert not diff_fingerprints(before, fingerprint(built.venv))
+
+
+def test_saved_plan_applies_to_a_copy_of_the_env(scenario: ScenarioFactory, tmp_path: Path) -> None:
+    built = scenario("incident")
+    plan = tmp_path / "plan.json"
+    script = tmp_path / "s.toml"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            [[steps]]
+            remove = ["nvidia-nvtx-cu13"]
+            [policy]
+            repair = true
+            """
+        )
+    )
+    made = cudafix("apply", script, "--venv", built.venv, "--dry-run", "--out", plan,
+                   "--offline", "--find-links", built.wheelhouse)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    copy = tmp_path / "node" / "venv"
+    copy.parent.mkdir()
+    subprocess.run(["cp", "-a", built.venv, copy], check=True)
+    done = cudafix("apply", plan, "--venv", copy, "--yes", "--json")
+    result = as_json(done)
+    assert (done.returncode, result["target"]) == (0, str(copy)), done.stderr
+    assert not list(copy.glob("lib/python3*/site-packages/nvidia_nvtx_cu13-*"))
+    assert list(built.venv.glob("lib/python3*/site-packages/nvidia_nvtx_cu13-*"))
