@@ -191,6 +191,7 @@ def remove(
     facts = _facts(kw, target, Sources(options.offline, tuple(options.find_links)))
     names = select(facts.inventory.distributions, selectors, exclude)
     plan = plan_removal(facts, Request(names, tuple(selectors), options))
+    facts.save_caches()
     _present_and_apply(ctx, target, plan, kw)
 
 
@@ -208,6 +209,7 @@ def repair(ctx: click.Context, /, **kw: Any) -> None:
         click.echo(f"Nothing to repair in {target.prefix}: no distribution has missing files.")
         ctx.exit(ExitCode.OK)
     plan = plan_removal(facts, Request((), (), options, reinstall=wanted))
+    facts.save_caches()
     _present_and_apply(ctx, target, plan, kw)
 
 

@@ -8,14 +8,12 @@ the index (optionally with some paths removed) without touching the environment 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
 import os
 import posixpath
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 from cudafix.elf import ElfInfo, ElfProblem, read_elf
 from cudafix.inventory import FileStat
 from cudafix.names import EnvPath, Soname
+from cudafix.statedir import save_cache_file
 
 log = logging.getLogger("cudafix.elfindex")
 
@@ -184,29 +183,11 @@ def _encode(rel: str, key: Key, verdict: Verdict) -> list[Any]:
 
 
 def _save_cache(path: Path, entries: Mapping[str, tuple[Key, Verdict]]) -> None:
-    """Atomic (temp file + ``os.replace``), only inside a real ``.cudafix/`` directory."""
-    parent = path.parent
-    if parent.name != CACHE_DIR:
-        log.debug("not writing ELF cache outside %s/: %s", CACHE_DIR, path)
-        return
+    """Only inside a real ``.cudafix/`` directory (``statedir.save_cache_file``)."""
     rows = {rel: _encode(rel, key, verdict) for rel, (key, verdict) in entries.items()}
     payload = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": rows}
-    tmp: str | None = None
-    try:
-        if parent.is_symlink():
-            return
-        parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".elf-cache.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, separators=(",", ":"))
-        Path(tmp).replace(path)
-        tmp = None
-    except OSError as exc:
-        log.debug("could not write ELF cache %s: %s", path, exc)
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                Path(tmp).unlink()
+    if not save_cache_file(path, json.dumps(payload, separators=(",", ":"))):
+        log.debug("could not write ELF cache %s", path)
 
 
 # --- views -------------------------------------------------------------------------------

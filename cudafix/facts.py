@@ -41,6 +41,8 @@ class Facts:
     wheel_available: Callable[[DistName, str], bool] = lambda _n, _v: True
     """Whether a wheel for a reinstall can be had under the plan's options."""
     interpreter: InterpreterInfo | None = None
+    save_caches: Callable[[], object] = lambda: None
+    """Persist what was hashed while planning (preconditions), for the next run."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ def gather(
     hashes = HashCache.load(target.prefix, state.cache / "hash-cache.json")
     inventory = read_inventory(target.prefix, info.site_packages, target.python, hasher=hashes)
     elf = index_environment(target.prefix, inventory.files, state.cache / "elf-cache.json")
-    hashes.save(state.cache / "hash-cache.json")
+    hash_file = state.cache / "hash-cache.json"
+    hashes.save(hash_file)
     table = DlopenTable.default()
     for extra in dlopen_tables:
         table = table.merged(DlopenTable.load(extra))
@@ -75,14 +78,15 @@ def gather(
         search=SearchConfig.for_host(split_ld_library_path(lib_path)),
         dlopen=table,
         marker_env=dict(info.marker_env),
-        self_dependencies=_self_dependencies(target.prefix),
+        self_dependencies=own_dependencies(target.prefix),
         hash_of=hashes,
         wheel_available=_wheel_probe(target, sources),
         interpreter=info,
+        save_caches=lambda: hashes.save(hash_file),
     )
 
 
-def _self_dependencies(prefix: Path) -> frozenset[DistName]:
+def own_dependencies(prefix: Path) -> frozenset[DistName]:
     """cudafix and everything it imports, when it runs from inside the target."""
     if Path(sys.prefix).resolve() != prefix.resolve():
         return frozenset()

@@ -9,16 +9,15 @@ inside the environment.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 from cudafix.names import EnvPath
 from cudafix.record import is_inside
+from cudafix.statedir import save_cache_file
 
 CHUNK = 1 << 20
 CACHE_VERSION = 1
@@ -110,12 +109,7 @@ class HashCache:
             "version": CACHE_VERSION,
             "entries": {":".join(map(str, k)): v for k, v in self._entries.items()},
         }
-        try:
-            cache_file.parent.mkdir(exist_ok=True)
-            _atomic_write(cache_file, json.dumps(payload, sort_keys=True))
-        except OSError:
-            return False
-        return True
+        return save_cache_file(cache_file, json.dumps(payload, sort_keys=True))
 
 
 def _decode_entries(data: object) -> dict[StatKey, str]:
@@ -127,17 +121,3 @@ def _decode_entries(data: object) -> dict[StatKey, str]:
         if isinstance(v, str):
             out[(dev, ino, size, mtime)] = v
     return out
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise

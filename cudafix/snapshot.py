@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.journal import crash_point, fail_point
-from cudafix.statedir import STATE_DIR_NAME, TxDir, fsync_dir
+from cudafix.statedir import STATE_DIR_NAME, TxDir, write_atomic
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
 
@@ -175,14 +175,8 @@ def take(prefix: Path, tx: TxDir, paths: Iterable[str], detach: Iterable[str] = 
 
 
 def write_json(path: Path, value: Any) -> None:
-    """Write JSON atomically and durably (temp file, fsync, rename, fsync dir)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(value, fh, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
-    fsync_dir(path.parent)
+    """Write JSON atomically and durably."""
+    write_atomic(path, json.dumps(value, sort_keys=True))
 
 
 def load(tx: TxDir) -> Manifest:
@@ -343,10 +337,3 @@ def lstat_state(prefix: Path, paths: Iterable[str]) -> dict[str, list[Any]]:
         else:
             out[path] = [kind, st.st_size, st.st_mode, st.st_ino, st.st_mtime_ns, target]
     return out
-
-
-def replace_text(path: Path, text: str) -> None:
-    """Replace a file's content by writing a sibling and renaming it over (new inode)."""
-    tmp = path.with_name(f".{path.name}.cudafix-tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)

@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,3 +95,45 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` durably: temp file, fsync, rename over (a new inode), fsync the dir.
+
+    A rename never writes through a hard link, so a snapshot sharing the old inode keeps
+    the old bytes.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+    fsync_dir(path.parent)
+
+
+def save_cache_file(path: Path, text: str) -> bool:
+    """Write a cache file under a ``.cudafix/`` directory; False (never raise) when it can't.
+
+    Caches only speed things up, so an unwritable location is not an error; but they are
+    never written outside ``.cudafix/`` or through a symlinked directory.
+    """
+    parts = path.parts
+    if STATE_DIR_NAME not in parts[:-1]:
+        return False
+    directory = Path(*parts[: parts.index(STATE_DIR_NAME) + 1])
+    try:
+        for name in (None, *parts[parts.index(STATE_DIR_NAME) + 1 : -1]):
+            directory = directory / name if name else directory
+            if directory.is_symlink():
+                return False
+            directory.mkdir(exist_ok=True)
+        write_atomic(path, text)
+    except OSError:
+        return False
+    return True

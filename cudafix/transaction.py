@@ -33,7 +33,7 @@ from cudafix.errors import (
 from cudafix.names import normalize_name
 from cudafix.plan import Plan
 from cudafix.probe import ProbeSpec, run_probes
-from cudafix.statedir import StateDir, TxDir, new_txid
+from cudafix.statedir import StateDir, TxDir, new_txid, write_atomic
 
 DEFAULT_LOCK_TIMEOUT = 60.0
 DEFAULT_KEEP = 5
@@ -367,7 +367,7 @@ def _strip_refused(prefix: Path, tx: TxDir, plan: Plan) -> None:
         record = prefix / dist.dist_info / "RECORD"
         rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
         kept = [row for row in rows if row and row[0] not in entries]
-        snapshot.replace_text(record, "".join(",".join(row) + "\n" for row in kept))
+        write_atomic(record, "".join(",".join(row) + "\n" for row in kept))
 
 
 def _builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[str]:

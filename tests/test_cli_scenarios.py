@@ -13,9 +13,11 @@ import pytest
 from clihelp import as_json, cudafix, dlopen_table
 from conftest import ScenarioFactory
 
+from cudafix.facts import gather
 from cudafix.fingerprint import diff_fingerprints, fingerprint
 from cudafix.scenarios import load_scenario
 from cudafix.scenarios.catalog import scenario_names
+from cudafix.target import locate_target
 
 CASES = [
     (name, stage)
@@ -104,3 +106,15 @@ def test_remove_dry_run_matches_expectations(
         assert not path.startswith(("/", "..")), path
         assert (Path(prefix) / path).resolve().is_relative_to(Path(prefix).resolve()), path
     assert diff_fingerprints(before, fingerprint(built.venv)) == []
+
+
+def test_second_scan_parses_nothing_that_did_not_change(scenario: ScenarioFactory) -> None:
+    built = scenario("incident")
+    assert cudafix("doctor", "--venv", built.venv).returncode in (0, 1)
+    cache = built.venv / ".cudafix" / "cache"
+    assert (cache / "elf-cache.json").is_file() and (cache / "hash-cache.json").is_file()
+    target = locate_target(None, str(built.venv), {}, Path.cwd())
+    assert gather(target).elf.parsed == 0
+    lib = next(built.venv.glob("lib/python3*/site-packages/torch/lib/libtorch_cuda.so"))
+    lib.write_bytes(lib.read_bytes())  # same bytes, new mtime: re-parsed, nothing else
+    assert gather(target).elf.parsed == 1

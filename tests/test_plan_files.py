@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -125,22 +124,14 @@ def test_stale_plan_is_refused_with_its_differences(
     assert not diff_fingerprints(before, fingerprint(built.venv))
 
 
-def test_saved_plan_applies_to_a_copy_of_the_env(scenario: ScenarioFactory, tmp_path: Path) -> None:
+def test_remove_plan_file_applies_to_a_copy_of_the_env(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    """A plan written by ``cudafix remove --out`` is re-targeted to another prefix and applied."""
     built = scenario("incident")
     plan = tmp_path / "plan.json"
-    script = tmp_path / "s.toml"
-    script.write_text(
-        textwrap.dedent(
-            """\
-            [[steps]]
-            remove = ["nvidia-nvtx-cu13"]
-            [policy]
-            repair = true
-            """
-        )
-    )
-    made = cudafix("apply", script, "--venv", built.venv, "--dry-run", "--out", plan,
-                   "--offline", "--find-links", built.wheelhouse)  # fmt: skip
+    made = cudafix("remove", "nvidia-nvtx-cu13", "--repair", "--venv", built.venv, "--dry-run",
+                   "--out", plan, "--offline", "--find-links", built.wheelhouse)  # fmt: skip
     assert made.returncode == 0, made.stderr
     copy = tmp_path / "node" / "venv"
     copy.parent.mkdir()
@@ -148,5 +139,6 @@ def test_saved_plan_applies_to_a_copy_of_the_env(scenario: ScenarioFactory, tmp_
     done = cudafix("apply", plan, "--venv", copy, "--yes", "--json")
     result = as_json(done)
     assert (done.returncode, result["target"]) == (0, str(copy)), done.stderr
+    assert result["removed"] == ["nvidia-nvtx-cu13"]
     assert not list(copy.glob("lib/python3*/site-packages/nvidia_nvtx_cu13-*"))
     assert list(built.venv.glob("lib/python3*/site-packages/nvidia_nvtx_cu13-*"))

@@ -1,0 +1,86 @@
+"""The planner and selection as pure functions, over facts read from real scenario venvs."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ScenarioFactory
+
+from cudafix.errors import UsageError
+from cudafix.facts import Facts, own_dependencies, gather
+from cudafix.names import DistName
+from cudafix.plan import Options
+from cudafix.planner import Request, plan_removal
+from cudafix.select import select
+from cudafix.target import locate_target
+
+
+def _facts(built_venv: Path) -> Facts:
+    return gather(locate_target(None, str(built_venv), {}, Path.cwd()))
+
+
+INSTALLED = [
+    DistName(n) for n in ("nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "nvidia-nccl-cu13", "torch")
+]
+
+
+def test_globs_match_normalised_names_and_exclude_subtracts() -> None:
+    assert select(INSTALLED, ["NVIDIA_*_cu13"]) == ("nvidia-cudnn-cu13", "nvidia-nccl-cu13")
+    assert select(INSTALLED, ["nvidia-*-cu13"], ["*nccl*"]) == ("nvidia-cudnn-cu13",)
+
+
+def test_a_selector_matching_nothing_lists_near_misses() -> None:
+    with pytest.raises(UsageError) as err:
+        select(INSTALLED, ["nvidia-cudnn-cu14"])
+    assert "nvidia-cudnn-cu13" in " ".join(err.value.context)
+
+
+def test_removing_cudafix_own_dependencies_from_inside_is_refused(
+    scenario: ScenarioFactory,
+) -> None:
+    facts = _facts(scenario("incident").venv)
+    facts = dataclasses.replace(facts, self_dependencies=frozenset({DistName("nvidia-nvtx-cu13")}))
+    plan = plan_removal(
+        facts, Request((DistName("nvidia-nvtx-cu13"),), ("nvidia-nvtx-cu13",), Options())
+    )
+    assert plan.verdict == "refused"
+    assert plan.self_dependencies == ["nvidia-nvtx-cu13"]
+
+
+def test_self_dependencies_are_known_only_inside_the_target(tmp_path: Path) -> None:
+    inside = own_dependencies(Path(sys.prefix))
+    assert {"cudafix", "click", "pyelftools", "packaging"} <= inside
+    assert own_dependencies(tmp_path) == frozenset()
+
+
+def test_offline_repair_without_a_wheel_is_refused(scenario: ScenarioFactory) -> None:
+    facts = dataclasses.replace(
+        _facts(scenario("incident").venv), wheel_available=lambda _n, _v: False
+    )
+    names = (DistName("nvidia-cudnn-cu13"),)
+    plan = plan_removal(facts, Request(names, names, Options(repair=True, offline=True)))
+    assert plan.verdict == "refused"
+    assert any("no wheel for nvidia-cudnn-cu12==" in r and "offline" in r for r in plan.reasons)
+
+
+def test_keep_shared_keeps_claimed_paths_and_warns_about_foreign_bytes(
+    scenario: ScenarioFactory,
+) -> None:
+    facts = _facts(scenario("incident").venv)
+    names = (DistName("nvidia-cudnn-cu13"),)
+    plan = plan_removal(facts, Request(names, names, Options(keep_shared=True)))
+    assert plan.verdict == "pass"
+    assert any(p.endswith("nvidia/cudnn/lib/libcudnn.so.9") for p in plan.kept_paths)
+    assert all(p in plan.deleted_paths for p in plan.kept_paths)
+    assert any("nvidia-cudnn-cu13's bytes" in w and "--repair" in w for w in plan.warnings)
+
+
+def test_repair_probes_the_consumer_of_rewritten_libraries(scenario: ScenarioFactory) -> None:
+    facts = _facts(scenario("incident").venv)
+    names = (DistName("nvidia-cudnn-cu13"),)
+    plan = plan_removal(facts, Request(names, names, Options(repair=True)))
+    assert "torch" in plan.probe_modules
+    assert any(p.endswith("torch/lib/libtorch_cuda.so") for p in plan.probe_libraries)
