@@ -10,7 +10,7 @@ import pytest
 from conftest import ScenarioFactory
 
 from cudafix.errors import UsageError
-from cudafix.facts import Facts, own_dependencies, gather
+from cudafix.facts import Facts, gather, own_dependencies
 from cudafix.names import DistName
 from cudafix.plan import Options
 from cudafix.planner import Request, plan_removal
