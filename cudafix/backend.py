@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,19 +124,30 @@ class UvBackend:
 
 @dataclass(frozen=True)
 class PipBackend:
-    """The target's own pip (``python -m pip``)."""
+    """pip: the target's own when it has one, else cudafix's pip aimed at it (``--python``).
+
+    uv-made venvs often have no pip; pip >= 22.3 can act on another interpreter's
+    environment, so the backend stays usable there.
+    """
 
     python: Path
     offline: bool = False
     find_links: tuple[str, ...] = ()
 
+    def _pip(self) -> list[str | Path]:
+        own = run([self.python, "-m", "pip", "--version"], timeout=60)
+        if own.returncode == 0:
+            return [self.python, "-m", "pip"]
+        return [sys.executable, "-m", "pip", "--python", self.python]
+
     def uninstall(self, names: Sequence[str]) -> Completed:
-        return run([self.python, "-m", "pip", "uninstall", "-y", *names])
+        return run([*self._pip(), "uninstall", "-y", *names])
 
     def reinstall(self, pins: Sequence[str]) -> Completed:
         index = [a for a in _index_args(self.offline, self.find_links) if a != "--offline"]
+        index += ["--no-index"] if self.offline and "--no-index" not in index else []
         flags = ["--force-reinstall", "--no-deps", "--no-compile", "--disable-pip-version-check"]
-        return run([self.python, "-m", "pip", "install", *flags, *index, *pins])
+        return run([*self._pip(), "install", *flags, *index, *pins])
 
 
 def make_backend(

@@ -19,12 +19,21 @@ import click
 
 from cudafix import __version__, transaction
 from cudafix.doctor import diagnose, repair_candidates
-from cudafix.errors import CudafixError, ExitCode, LockedError, UsageError
+from cudafix.errors import (
+    CudafixError,
+    ExitCode,
+    LockedError,
+    PlanRefused,
+    StalePlan,
+    TransactionFailed,
+    UsageError,
+)
 from cudafix.facts import Facts, Sources, gather
 from cudafix.plan import Options, Plan
 from cudafix.planner import Request, plan_removal
-from cudafix.probe import ProbeSpec
+from cudafix.preconditions import strengthen
 from cudafix.render import plain, render_error, render_plan, render_report
+from cudafix.script import probe_spec
 from cudafix.select import select
 from cudafix.target import TargetEnv, locate_target
 from cudafix.verify import prediction_mismatches
@@ -167,6 +176,109 @@ def plan_options(func: F) -> F:
     return facts_options(func)
 
 
+def present_and_apply(plan: Plan, kw: dict[str, Any]) -> None:
+    """Render (or emit) the plan; unless it is a dry run, confirm and run the transaction."""
+    if kw["out"]:
+        kw["out"].write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    if kw["as_json"] and kw["dry_run"]:
+        click.echo(plan.model_dump_json(indent=2))
+    elif not kw["as_json"]:
+        click.echo(render_plan(plan, _style(_tty()), dry_run=kw["dry_run"]))
+    if kw["dry_run"]:
+        raise click.exceptions.Exit(ExitCode.OK if plan.verdict == "pass" else ExitCode.REFUSED)
+    if plan.verdict == "refused" and not kw["force"]:
+        raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
+    confirm(kw["yes"])
+    result = transaction.run_transaction(
+        plan,
+        probes=probe_spec(
+            plan,
+            auto=not kw["no_probe"],
+            code=kw["probe_code"],
+            commands=kw["probe_cmd"],
+            timeout=kw["probe_timeout"],
+        ),
+        lock_timeout=kw["lock_timeout"],
+        verify=functools.partial(prediction_mismatches, plan),
+        force=kw["force"],
+        command=sys.argv,
+        on_event=_echo_err,
+    )
+    if kw["as_json"]:
+        click.echo(json.dumps(result_json(plan, result), indent=2))
+        return
+    click.echo(
+        f"Committed transaction {result.txid}: removed {len(result.removed)}, reinstalled "
+        f"{len(result.reinstalled)}, installed {len(result.installed)}; probes passed: "
+        f"{len(result.probes)}.\nUndo with: cudafix undo {result.txid} --venv {result.prefix}"
+    )
+
+
+def confirm(yes: bool) -> None:
+    """Ask only a terminal; a closed or redirected stdin refuses at once (never waits)."""
+    if yes:
+        return
+    stdin = sys.stdin
+    if stdin is None or stdin.closed or not stdin.isatty():
+        raise UsageError(
+            "refusing to apply without confirmation: stdin is not a terminal", hint="pass --yes"
+        )
+    if not click.confirm("Apply this plan?", default=False):
+        raise UsageError("aborted; nothing was changed")
+
+
+def result_json(plan: Plan, result: transaction.TransactionResult) -> dict[str, Any]:
+    """What a fleet controller aggregates from a node that committed."""
+    return {
+        "state": "committed",
+        "exit_code": int(ExitCode.OK),
+        "target": str(result.prefix),
+        "transaction": result.txid,
+        "removed": list(result.removed),
+        "reinstalled": list(result.reinstalled),
+        "installed": list(result.installed),
+        "probes": list(result.probes),
+        "plan": plan.model_dump(mode="json"),
+    }
+
+
+_STATES: tuple[tuple[type[CudafixError], str], ...] = (
+    (StalePlan, "stale"),
+    (PlanRefused, "refused"),
+    (LockedError, "locked"),
+    (TransactionFailed, "rolled-back"),
+)
+
+
+def error_json(err: CudafixError) -> dict[str, Any]:
+    """What a fleet controller aggregates from a node that did not commit."""
+    state = next((s for kind, s in _STATES if isinstance(err, kind)), "error")
+    if state == "rolled-back" and err.hint and "recover" in err.hint:
+        state = "rollback-incomplete"
+    return {
+        "state": state,
+        "exit_code": int(err.exit_code),
+        "error": err.message,
+        "context": list(err.context),
+        "hint": err.hint,
+    }
+
+
+def json_errors(func: F) -> F:
+    """With ``--json``, a failure is also one JSON object on stdout (for fleet controllers)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        try:
+            return func(*args, **kw)
+        except CudafixError as err:
+            if kw.get("as_json"):
+                click.echo(json.dumps(error_json(err), indent=2))
+            raise
+
+    return wrapper  # type: ignore[return-value]
+
+
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("selectors", nargs=-1)
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Leave these out of the selection.")
@@ -181,6 +293,7 @@ def plan_options(func: F) -> F:
 )
 @plan_options
 @click.pass_context
+@json_errors
 def remove(
     ctx: click.Context, /, selectors: tuple[str, ...], exclude: tuple[str, ...], **kw: Any
 ) -> None:
@@ -192,12 +305,13 @@ def remove(
     names = select(facts.inventory.distributions, selectors, exclude)
     plan = plan_removal(facts, Request(names, tuple(selectors), options))
     facts.save_caches()
-    _present_and_apply(ctx, target, plan, kw)
+    present_and_apply(strengthen(plan, facts), kw)
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @plan_options
 @click.pass_context
+@json_errors
 def repair(ctx: click.Context, /, **kw: Any) -> None:
     """Reinstall, at their recorded versions, distributions whose files are missing."""
     target = _target(kw["venv"], kw["python"])
@@ -210,7 +324,7 @@ def repair(ctx: click.Context, /, **kw: Any) -> None:
         ctx.exit(ExitCode.OK)
     plan = plan_removal(facts, Request((), (), options, reinstall=wanted))
     facts.save_caches()
-    _present_and_apply(ctx, target, plan, kw)
+    present_and_apply(strengthen(plan, facts), kw)
 
 
 def _options(kw: dict[str, Any]) -> Options:
@@ -221,71 +335,6 @@ def _options(kw: dict[str, Any]) -> Options:
         offline=kw["offline"],
         find_links=[str(Path(p).absolute()) for p in kw["find_links"]],
         backend=kw["backend"],
-    )
-
-
-def _present_and_apply(
-    ctx: click.Context, target: TargetEnv, plan: Plan, kw: dict[str, Any]
-) -> None:
-    if kw["out"]:
-        kw["out"].write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    if kw["as_json"] and kw["dry_run"]:
-        click.echo(plan.model_dump_json(indent=2))
-    elif not kw["as_json"]:
-        click.echo(render_plan(plan, _style(_tty()), dry_run=kw["dry_run"]))
-    if kw["dry_run"]:
-        ctx.exit(ExitCode.OK if plan.verdict == "pass" else ExitCode.REFUSED)
-    if plan.verdict == "refused" and not kw["force"]:
-        ctx.exit(ExitCode.REFUSED)
-    _confirm(kw["yes"])
-    result = transaction.run_transaction(
-        plan,
-        probes=_probes(plan, kw),
-        lock_timeout=kw["lock_timeout"],
-        verify=functools.partial(prediction_mismatches, plan),
-        force=kw["force"],
-        command=sys.argv,
-        on_event=_echo_err,
-    )
-    if kw["as_json"]:
-        click.echo(
-            json.dumps(
-                {
-                    "transaction": result.txid,
-                    "state": "committed",
-                    "plan": plan.model_dump(mode="json"),
-                },
-                indent=2,
-            )
-        )
-    else:
-        click.echo(
-            f"Committed transaction {result.txid}: removed {len(result.removed)}, "
-            f"reinstalled {len(result.reinstalled)}; probes passed: {len(result.probes)}."
-            f"\nUndo with: cudafix undo {result.txid} --venv {target.prefix}"
-        )
-
-
-def _confirm(yes: bool) -> None:
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise UsageError(
-            "refusing to apply without confirmation: stdin is not a terminal", hint="pass --yes"
-        )
-    if not click.confirm("Apply this plan?", default=False):
-        raise UsageError("aborted; nothing was changed")
-
-
-def _probes(plan: Plan, kw: dict[str, Any]) -> ProbeSpec:
-    auto = not kw["no_probe"]
-    prefix = Path(plan.target.prefix)
-    return ProbeSpec(
-        modules=tuple(plan.probe_modules) if auto else (),
-        libraries=tuple(str(prefix / p) for p in plan.probe_libraries) if auto else (),
-        code=tuple(kw["probe_code"]),
-        commands=tuple(kw["probe_cmd"]),
-        timeout=kw["probe_timeout"],
     )
 
 
@@ -352,7 +401,7 @@ def show(txid: str, venv: str | None, python: str | None) -> None:
 def undo(txid: str, venv: str | None, python: str | None, yes: bool, lock_timeout: float) -> None:
     """Restore the state before a committed transaction, as a new transaction."""
     target = _target(venv, python)
-    _confirm(yes)
+    confirm(yes)
     result = transaction.undo(
         target.prefix, txid, lock_timeout=lock_timeout, command=sys.argv, on_event=_echo_err
     )

@@ -80,6 +80,14 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
         ],
     )
     out += _section(
+        "Install (exact pins, --no-deps)",
+        [
+            style(f"+ {i.name}=={i.version}", fg="green") + f"  ({len(i.paths)} files)"
+            for i in plan.install
+        ],
+    )
+    out += _section("Probes (from the script)", _script_probes(plan))
+    out += _section(
         "Requirements broken",
         [f"{b.distribution} requires {b.requirement}: {b.reason}" for b in plan.requirement_breaks],
     )
@@ -102,6 +110,13 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
                 f"  {_command(plan, a.command)}\n      # {a.summary}" for a in plan.alternatives
             ]
     return "\n".join(out)
+
+
+def _script_probes(plan: Plan) -> list[str]:
+    p = plan.probes
+    lines = [f"import {m}" for m in p.imports] + [f"python: {c}" for c in p.python]
+    lines += [f"command: {c}" for c in p.commands]
+    return lines + [f"{e.python or e.command!r} prints {e.output!r}" for e in p.expect]
 
 
 def _shared_groups(plan: Plan) -> list[str]:

@@ -30,7 +30,11 @@ def compare(plan: Plan, after: Inventory) -> list[str]:
         for p in plan.deleted_paths
         if p not in stays and EnvPath(p) in after.files
     ]
-    problems += [f"{p} should be present" for p in sorted(stays) if EnvPath(p) not in after.files]
+    problems += [
+        f"{p} should be present"
+        for p in sorted(stays)
+        if EnvPath(p) not in after.files and not _installer_metadata(p)
+    ]
     return problems
 
 
@@ -40,3 +44,8 @@ def prediction_mismatches(plan: Plan) -> list[str]:
     python = Path(plan.target.python) if plan.target.python else None
     sites = [EnvPath(s) for s in plan.target.site_packages]
     return compare(plan, read_inventory(prefix, sites, python))
+
+
+def _installer_metadata(path: str) -> bool:
+    """dist-info files each installer writes its own way (INSTALLER, uv_cache.json, ...)."""
+    return any(part.endswith(".dist-info") for part in path.split("/")[:-1])

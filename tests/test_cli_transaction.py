@@ -166,3 +166,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, scenario: ScenarioFact
     (info / "RECORD").unlink()
     (info / "RECORD").mkdir()
     assert_one_line_error(cudafix("doctor", "--venv", built.venv), 2, "RECORD")
+
+
+def test_pip_backend_applies_the_same_plan(scenario: ScenarioFactory) -> None:
+    """The target has no pip of its own (uv venv), so cudafix's pip acts on it via --python."""
+    built = scenario("incident")
+    proc = cudafix(
+        "remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--backend", "pip", "--yes"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _imports(built, "torch").returncode == 0
+    assert cudafix("doctor", "--venv", built.venv).returncode == 0
+
+
+def test_json_failure_is_one_object_for_a_controller(scenario: ScenarioFactory) -> None:
+    built = scenario("incident")
+    proc = cudafix("remove", SELECT, "--venv", built.venv, "--yes", "--json")
+    assert proc.returncode == 3
+    assert as_json(proc)["state"] == "refused"
