@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from cudafix.elfindex import EnvironmentView
 from cudafix.facts import Facts
 from cudafix.inventory import Inventory, SharedPath
-from cudafix.linkage import Edge, env_roots, resolve_edges, to_env_path
+from cudafix.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
+from cudafix.loader import LoadTree, Step
 from cudafix.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.requirements import check_requirements
 
@@ -64,12 +65,14 @@ def diagnose(facts: Facts) -> DoctorReport:
     """Run every check; the order of findings is the order a person should fix them in."""
     inv = facts.inventory
     view = EnvironmentView(inv.prefix, facts.elf, inv.files)
-    edges = resolve_edges(env_roots(str(inv.prefix), facts.elf), view, facts.search, facts.dlopen)
+    roots = env_roots(str(inv.prefix), facts.elf)
+    trees = resolve_trees(roots, view, facts.search, facts.dlopen)
+    edges = edges_of(trees.values())
     findings = [
         *_missing(inv),
         *_clobbered(inv),
         *_unresolved(inv, edges.values()),
-        *_mixed_cuda(inv, edges.values()),
+        *_mixed_cuda(inv, trees.values()),
         *_shadowed(inv, edges.values()),
         *_requirements(facts),
         *_unsafe(inv),
@@ -181,7 +184,7 @@ def _claimants(inv: Inventory, soname: str) -> list[str]:
     )
 
 
-def _mixed_cuda(inv: Inventory, edges: Iterable[Edge]) -> Iterable[Finding]:
+def _mixed_cuda(inv: Inventory, trees: Iterable[LoadTree]) -> Iterable[Finding]:
     majors: dict[str, list[str]] = defaultdict(list)
     for name in inv.distributions:
         m = _CUDA_SUFFIX.search(name)
@@ -197,27 +200,38 @@ def _mixed_cuda(inv: Inventory, edges: Iterable[Edge]) -> Iterable[Finding]:
             hint="remove the leftovers of the major you do not use, e.g. "
             f"`cudafix remove 'nvidia-*-cu{min(majors)}' --dry-run`",
         )
-    yield from _mixed_sonames(inv, edges)
+    yield from _mixed_sonames(inv, trees)
 
 
-def _mixed_sonames(inv: Inventory, edges: Iterable[Edge]) -> Iterable[Finding]:
-    """One object tree loading two majors of one library (libcudart.so.12 and .so.13)."""
-    by_root: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for e in edges:
-        m = _SONAME_MAJOR.match(e.need)
-        if m and e.provider:
-            by_root[e.requester][m.group("stem")].add(e.need)
+def _mixed_sonames(inv: Inventory, trees: Iterable[LoadTree]) -> Iterable[Finding]:
+    """One process loading two majors of one library (``libcudart.so.12`` and ``.so.13``).
+
+    Each root's whole load tree is one process image: a cu13 consumer that pulls in a
+    library built against CUDA 12 shows up here, even though no single object needs both.
+    """
     seen: set[tuple[str, ...]] = set()
-    for requester, stems in sorted(by_root.items()):
-        for _stem, names in sorted(stems.items()):
-            if len(names) > 1 and tuple(sorted(names)) not in seen:
-                seen.add(tuple(sorted(names)))
-                yield Finding(
-                    kind="mixed-cuda",
-                    severity="warning",
-                    message=f"{_show_abs(inv, requester)} loads {' and '.join(sorted(names))}",
-                    hint="two majors of one library in one process usually means a leftover build",
-                )
+    for tree in trees:
+        stems: dict[str, dict[str, Step]] = defaultdict(dict)
+        for step in tree.steps:
+            m = _SONAME_MAJOR.match(step.need)
+            if m and step.provider:
+                stems[m.group("stem")].setdefault(step.need, step)
+        for needs in stems.values():
+            key = tuple(sorted(needs))
+            if len(needs) < 2 or key in seen:
+                continue
+            seen.add(key)
+            yield Finding(
+                kind="mixed-cuda",
+                severity="warning",
+                message=f"loading {_show_abs(inv, tree.root)} maps {' and '.join(key)}",
+                details=[
+                    f"{_show_abs(inv, needs[n].requester)} needs {n} "
+                    f"({_show_abs(inv, needs[n].provider or '')})"
+                    for n in key
+                ],
+                hint="two majors of one library in one process: one of them is a leftover build",
+            )
 
 
 def _shadowed(inv: Inventory, edges: Iterable[Edge]) -> Iterable[Finding]:

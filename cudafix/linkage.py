@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cudafix.elfindex import ElfIndex
-from cudafix.loader import DlopenTable, LibraryView, SearchConfig, Step, resolve
+from cudafix.loader import DlopenTable, LibraryView, LoadTree, SearchConfig, Step, resolve
 from cudafix.names import EnvPath, Soname
 
 
@@ -30,23 +30,37 @@ class Edge:
 EdgeKey = tuple[str, Soname]
 
 
+def resolve_trees(
+    roots: Iterable[str],
+    view: LibraryView,
+    config: SearchConfig,
+    dlopen: DlopenTable | None,
+) -> dict[str, LoadTree]:
+    """The load tree of every root, as ``ldd <root>`` would load it."""
+    return {root: resolve(root, view, config, dlopen) for root in roots}
+
+
+def edges_of(trees: Iterable[LoadTree]) -> dict[EdgeKey, Edge]:
+    """Every (requester, need) of the trees; the first tree that reaches it answers.
+
+    The same object reached from different roots can see different inherited RPATHs;
+    taking the first (roots come sorted) keeps results stable.
+    """
+    edges: dict[EdgeKey, Edge] = {}
+    for tree in trees:
+        for step in tree.steps:
+            edges.setdefault((step.requester, step.need), _edge(step))
+    return edges
+
+
 def resolve_edges(
     roots: Iterable[str],
     view: LibraryView,
     config: SearchConfig,
     dlopen: DlopenTable | None,
 ) -> dict[EdgeKey, Edge]:
-    """Resolve every root's load tree; keep the first answer per (requester, need).
-
-    The same object reached from different roots can see different inherited RPATHs; the
-    first root that reaches it is the one whose answer counts, which keeps results stable
-    (roots are passed in sorted order).
-    """
-    edges: dict[EdgeKey, Edge] = {}
-    for root in roots:
-        for step in resolve(root, view, config, dlopen).steps:
-            edges.setdefault((step.requester, step.need), _edge(step))
-    return edges
+    """:func:`edges_of` the trees of ``roots``."""
+    return edges_of(resolve_trees(roots, view, config, dlopen).values())
 
 
 def _edge(step: Step) -> Edge:
