@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from pathlib import Path
 
 from clihelp import as_json, cudafix
 
 from cudafix.scenarios import build_spec
 from cudafix.scenarios.spec import Scenario
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 # A cu13 extension that links libcudart.so.13 directly and, through a leftover cu12 cublas,
 # libcudart.so.12 as well: no single object needs both, the process maps both.
