@@ -32,7 +32,7 @@ class Entry:
 
     path: str
     kind: str
-    """``file``, ``symlink``, ``dir``, or ``absent`` (must not exist after a rollback)."""
+    """``file``, ``symlink``, ``dir``, ``fifo``, or ``absent`` (must not exist after a rollback)."""
     mode: int = 0
     size: int = 0
     target: str | None = None
@@ -141,8 +141,10 @@ def _snap_one(prefix: Path, store: Path, path: str, detach: bool) -> Entry:
         target = str(live.readlink())
         dest.symlink_to(target)
         return Entry(path, "symlink", target=target)
+    if stat.S_ISFIFO(st.st_mode):  # never opened (it would block); recreated on restore
+        return Entry(path, "fifo", mode=mode)
     if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "not a file, symlink or directory", str(live))
+        raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory", str(live))
     fail_point("snapshot")
     sha = _link_or_copy(live, dest)
     crash_point("snapshot-file")
@@ -228,6 +230,9 @@ def mismatch(prefix: Path, e: Entry) -> str | None:
     if e.kind == "symlink":
         ok = stat.S_ISLNK(st.st_mode) and str(live.readlink()) == e.target
         return None if ok else f"{e.path}: not the symlink -> {e.target}"
+    if e.kind == "fifo":
+        ok = stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == e.mode
+        return None if ok else f"{e.path}: not the FIFO it was"
     if not stat.S_ISREG(st.st_mode):
         return f"{e.path}: not a regular file"
     if e.sha256 is None:
@@ -250,6 +255,9 @@ def restore_entry(prefix: Path, tx: TxDir, e: Entry) -> None:
         return
     if e.kind == "symlink":
         live.symlink_to(str(e.target))
+    elif e.kind == "fifo":
+        os.mkfifo(live, e.mode)
+        live.chmod(e.mode)
     else:
         _link_or_copy(tx.snapshot / e.path, live)
         live.chmod(e.mode)

@@ -184,3 +184,33 @@ def test_json_failure_is_one_object_for_a_controller(scenario: ScenarioFactory) 
     proc = cudafix("remove", SELECT, "--venv", built.venv, "--yes", "--json")
     assert proc.returncode == 3
     assert as_json(proc)["state"] == "refused"
+
+
+def test_hostile_record_entries_are_never_acted_on(scenario: ScenarioFactory) -> None:
+    """RECORD lines escaping the venv (lexically or through a symlink) name real files here,
+    next to the venv; removing the distribution leaves every one of them alone."""
+    built = scenario("hostile")
+    escape = built.venv.parent / "etc" / "cudafix-hostile-escape"
+    escape.parent.mkdir()
+    escape.write_text("not cudafix's to delete\n")
+    through_link = Path(f"{built.venv}.outside") / "libext.so.1"
+    outside_before = through_link.read_text()
+    proc = cudafix("remove", "hostile-pkg", "--venv", built.venv, "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "point outside the environment" in proc.stdout
+    assert escape.read_text() == "not cudafix's to delete\n"
+    assert through_link.read_text() == outside_before
+    assert (built.venv / ".cudafix").is_dir()
+    listed = cudafix("doctor", "--venv", built.venv, "--json")
+    assert "hostile-pkg" not in {f.get("distribution") for f in as_json(listed)["findings"]}
+
+
+def test_hostile_rollback_is_byte_identical(scenario: ScenarioFactory) -> None:
+    """The FIFO, the dangling symlink and the edited RECORD all come back exactly."""
+    built = scenario("hostile")
+    before = fingerprint(built.venv)
+    proc = cudafix(
+        "remove", "hostile-pkg", "--venv", built.venv, "--yes", "--probe", "raise SystemExit(3)"
+    )
+    assert proc.returncode == 1 and "rolled back" in proc.stderr
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
