@@ -214,3 +214,20 @@ def test_hostile_rollback_is_byte_identical(scenario: ScenarioFactory) -> None:
     )
     assert proc.returncode == 1 and "rolled back" in proc.stderr
     assert diff_fingerprints(before, fingerprint(built.venv)) == []
+
+
+def test_offline_repair_without_the_wheel_is_refused(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    """uv is asked (dry run, empty cache, no index) whether the reinstall can be had."""
+    built = scenario("incident")
+    env = {"UV_CACHE_DIR": str(tmp_path / "empty-uv-cache")}
+    proc = cudafix(
+        "remove", SELECT, "--venv", built.venv, "--repair", "--offline", "--dry-run", env=env
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "no wheel for nvidia-cudnn-cu12==9.10.2.21 is available offline" in proc.stdout
+    found = cudafix(
+        "remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--dry-run", env=env
+    )
+    assert found.returncode == 0, found.stdout
