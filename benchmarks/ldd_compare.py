@@ -41,8 +41,8 @@ def ldd_map(path: Path) -> dict[str, str] | None:
     for line in done.stdout.splitlines():
         interp = _INTERP.match(line)
         if interp:
-            path = interp.group(1)
-            out.setdefault(Path(path).name, os.path.realpath(path))
+            ldso = interp.group(1)
+            out.setdefault(Path(ldso).name, os.path.realpath(ldso))
             continue
         m = _LINE.match(line)
         if m:
