@@ -203,6 +203,7 @@ class SystemLibraries:
         self._listings: dict[str, frozenset[str]] = {}
         self._verdicts: dict[str, Verdict | None] = {}
         self._real: dict[str, str] = {}
+        self._dirs: dict[str, bool] = {}
 
     def lookup(self, path: str) -> Verdict | None:
         """The verdict for ``path``, or None when nothing is there."""
@@ -216,6 +217,11 @@ class SystemLibraries:
         if path not in self._real:
             self._real[path] = os.path.realpath(path)
         return self._real[path]
+
+    def dir_exists(self, path: str) -> bool:
+        if path not in self._dirs:
+            self._dirs[path] = Path(path).is_dir()
+        return self._dirs[path]
 
     def _listing(self, directory: str) -> frozenset[str]:
         if directory not in self._listings:
@@ -255,12 +261,15 @@ class EnvironmentView:
         self.removed = removed
         self.system = system if system is not None else SHARED_SYSTEM
         self._located: dict[str, EnvPath | None] = {}
+        self._dirs: frozenset[str] | None = None
 
     def without(self, removed: frozenset[EnvPath]) -> EnvironmentView:
         """The same environment after deleting ``removed`` (shares the system memo)."""
-        return EnvironmentView(
+        view = EnvironmentView(
             Path(self.prefix), self.index, self.files, self.removed | removed, self.system
         )
+        view._dirs = self._dirs  # same files, same directories
+        return view
 
     def elf(self, path: str) -> ElfInfo | None:
         rel = self._relative(path)
@@ -280,6 +289,45 @@ class EnvironmentView:
             return None
         found = self.index.problems.get(located)
         return found or ElfProblem("not-elf", f"{path}: no ELF magic")
+
+    def dir_exists(self, path: str) -> bool:
+        """A directory holding at least one file of the environment (after symlinks)."""
+        rel = self._relative(path)
+        if rel is None:
+            return self.system.dir_exists(path) if path != self.prefix else True
+        located = self._locate_dir(rel)
+        return located is not None
+
+    def _locate_dir(self, rel: str) -> str | None:
+        key = rel + "/"
+        if key not in self._located:
+            self._located[key] = self._follow_dir(rel)
+        return self._located[key]
+
+    def _follow_dir(self, rel: str) -> EnvPath | None:
+        """``rel`` as a directory, through in-env symlinks; None when nothing is under it."""
+        parts = rel.split("/")
+        for i in range(len(parts)):
+            stat = self.files.get(EnvPath("/".join(parts[: i + 1])))
+            if stat is not None and stat.kind == "symlink":
+                target = self._link_target(parts[:i], stat.link_target)
+                if target is None:
+                    return None
+                rest = "/".join([target, *parts[i + 1 :]])
+                return self._locate_dir(rest) if rest != rel else None  # type: ignore[return-value]
+            if stat is not None:
+                return None  # a file where a directory should be
+        return EnvPath(rel) if rel in self._directories() else None
+
+    def _directories(self) -> frozenset[str]:
+        if self._dirs is None:
+            self._dirs = frozenset(
+                "/".join(parts[:i])
+                for path in self.files
+                for parts in [path.split("/")]
+                for i in range(1, len(parts))
+            )
+        return self._dirs
 
     def canonical(self, path: str) -> str:
         rel = self._relative(path)

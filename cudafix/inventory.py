@@ -350,6 +350,22 @@ def _read_distributions(prefix: Path, sites: Sequence[EnvPath]) -> _Read:
     return read
 
 
+def installed_versions(prefix: Path, sites: Sequence[EnvPath]) -> dict[DistName, str]:
+    """Name -> version of every dist-info, from METADATA alone: a quick look, no RECORDs.
+
+    The transaction's verify step needs only this, and must not pay for a full walk.
+    """
+    found: dict[DistName, str] = {}
+    for site in sites:
+        for name, is_dir in _listdir(prefix / site):
+            if is_dir and name.endswith(".dist-info"):
+                fallback_name, fallback_version = _split_dist_info_name(name)
+                meta = _read_metadata(prefix / site / name / "METADATA")
+                dist = normalize_name(meta.get("Name") or fallback_name)
+                found.setdefault(dist, meta.get("Version") or fallback_version)
+    return found
+
+
 def _listdir(path: Path) -> list[tuple[str, bool]]:
     try:
         with os.scandir(path) as it:

@@ -47,9 +47,11 @@ def edges_of(trees: Iterable[LoadTree]) -> dict[EdgeKey, Edge]:
     taking the first (roots come sorted) keeps results stable.
     """
     edges: dict[EdgeKey, Edge] = {}
+    real: dict[str, str] = {}
     for tree in trees:
         for step in tree.steps:
-            edges.setdefault((step.requester, step.need), _edge(step))
+            if (step.requester, step.need) not in edges:
+                edges[(step.requester, step.need)] = _edge(step, real)
     return edges
 
 
@@ -63,8 +65,13 @@ def resolve_edges(
     return edges_of(resolve_trees(roots, view, config, dlopen).values())
 
 
-def _edge(step: Step) -> Edge:
-    provider = os.path.realpath(step.provider) if step.provider else None
+def _edge(step: Step, real: dict[str, str]) -> Edge:
+    """The provider with symlinks resolved (memoised per call: providers repeat a lot)."""
+    provider = step.provider
+    if provider is not None:
+        if provider not in real:
+            real[provider] = os.path.realpath(provider)
+        provider = real[provider]
     return Edge(step.requester, step.need, provider, step.how, step.searched)
 
 

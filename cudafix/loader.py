@@ -85,6 +85,9 @@ class DiagnosingView(Protocol):
     def canonical(self, path: str) -> str:
         """The path with symlinks resolved, so one file loaded twice is recognised."""
 
+    def dir_exists(self, path: str) -> bool:
+        """Whether a directory is there: lets the search skip absent hwcaps subdirectories."""
+
 
 @dataclass(frozen=True)
 class DlopenTable:
@@ -435,7 +438,7 @@ class _Walk:
         return _Found(None, "not-found", tuple(searched))
 
     def _in_dir(self, need: str, directory: str, how: str, searched: list[str]) -> _Found | None:
-        for sub in self.config.subdirs:
+        for sub in self._subdirs(directory):
             path = normalise(posixpath.join(directory, sub, need))
             kind, error = self._probe(path)
             if kind == "ok":
@@ -443,6 +446,26 @@ class _Walk:
             if kind == "invalid":
                 return _Found(None, "invalid", tuple(searched), error)
         return None
+
+    def _subdirs(self, directory: str) -> tuple[str, ...]:
+        """The configured subdirectories (``glibc-hwcaps/x86-64-v3``, ...) that exist here.
+
+        ld.so tries every one; skipping absent ones up front changes no answer and saves
+        ~19 lookups per directory per need.
+        """
+        if self.diag is None:
+            return self.config.subdirs
+        key = ("subdirs", directory)
+        cached = self.memo.get(key)
+        if isinstance(cached, tuple):
+            return cached
+        subs = tuple(
+            sub
+            for sub in self.config.subdirs
+            if self.diag.dir_exists(normalise(posixpath.join(directory, sub)))
+        )
+        self.memo[key] = subs
+        return subs
 
     def _probe(self, path: str) -> tuple[str, str | None]:
         """``ok``, ``absent``, ``skip`` (other class/machine, unreadable) or ``invalid``."""

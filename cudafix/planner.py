@@ -33,7 +33,8 @@ class Request:
 
 def plan_removal(facts: Facts, request: Request) -> P.Plan:
     """The plan for ``request``, with safe alternatives when it is refused."""
-    plan = _simulate(facts, request)
+    view = EnvironmentView(facts.inventory.prefix, facts.elf, facts.inventory.files)
+    plan = _simulate(facts, view, request)
     if plan.verdict == "pass" or request.options.repair or request.options.keep_shared:
         return plan
     alternatives = []
@@ -41,7 +42,7 @@ def plan_removal(facts: Facts, request: Request) -> P.Plan:
         ("--repair", replace_options(request.options, repair=True)),
         ("--keep-shared", replace_options(request.options, keep_shared=True)),
     ):
-        alt = _simulate(facts, replace(request, options=opts))
+        alt = _simulate(facts, view, replace(request, options=opts))
         if alt.verdict == "pass":
             alternatives.append(P.Alternative(command=flag, summary=_summary(alt)))
     return plan.model_copy(update={"alternatives": alternatives})
@@ -60,7 +61,9 @@ def _summary(plan: P.Plan) -> str:
     )
 
 
-def _simulate(facts: Facts, request: Request) -> P.Plan:
+def _simulate(facts: Facts, view: EnvironmentView, request: Request) -> P.Plan:
+    """One candidate plan; ``view`` is the environment as it is, shared so that the
+    loader's memo serves every simulation."""
     inv = facts.inventory
     removed = set(request.names)
     remaining = {n: d for n, d in inv.distributions.items() if n not in removed}
@@ -77,7 +80,7 @@ def _simulate(facts: Facts, request: Request) -> P.Plan:
     )
     gone = frozenset(p for p in deleted if p not in set(kept) | set(rewritten))
     changed = frozenset(deleted) | {EnvPath(p) for p in rewritten}
-    lost, switches, touched = _linkage(facts, gone, changed)
+    lost, switches, touched = _linkage(facts, view, gone, changed)
     breaks = _requirement_breaks(facts, remaining)
     refused = [
         P.RefusedPath(distribution=u.distribution, entry=u.raw, reason=u.reason)
@@ -179,15 +182,13 @@ def _co_owner_reason(inv: Inventory, paths: Sequence[str]) -> str:
 
 
 def _linkage(
-    facts: Facts, gone: frozenset[EnvPath], changed: frozenset[EnvPath]
+    facts: Facts, view: EnvironmentView, gone: frozenset[EnvPath], changed: frozenset[EnvPath]
 ) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath]]:
     """Needs lost and switched, and the remaining objects whose providers change on disk."""
     inv, prefix = facts.inventory, str(facts.inventory.prefix)
-    before_view = EnvironmentView(inv.prefix, facts.elf, inv.files)
-    after_view = EnvironmentView(inv.prefix, facts.elf, inv.files, removed=gone)
     roots = env_roots(prefix, facts.elf, gone)
-    before = resolve_edges(roots, before_view, facts.search, facts.dlopen)
-    after = resolve_edges(roots, after_view, facts.search, facts.dlopen)
+    before = resolve_edges(roots, view, facts.search, facts.dlopen)
+    after = resolve_edges(roots, view.without(gone), facts.search, facts.dlopen)
     diff = diff_edges(before, after)
     lost = [
         P.LostNeed(

@@ -117,6 +117,8 @@ def resolve_record_path(site_packages: EnvPath, raw: str) -> EnvPath | Refusal:
     directory name would resolve differently on disk when that directory is a symlink.
     The symlink check itself reads the filesystem and lives in the inventory.
     """
+    if _plain(raw):
+        return EnvPath(f"{site_packages}/{raw}")  # already normal: the common, fast case
     if _is_absolute(raw):
         return Refusal("absolute path")
     parts = raw.replace("\\", "/").split("/")
@@ -128,6 +130,19 @@ def resolve_record_path(site_packages: EnvPath, raw: str) -> EnvPath | Refusal:
     if joined == ".." or joined.startswith("../"):
         return Refusal("escapes the environment")
     return EnvPath(joined)
+
+
+_NOT_PLAIN = ("\\", "//", "/.", ":")
+
+
+def _plain(raw: str) -> bool:
+    """Relative, no ``.``/``..``/empty component, no backslash or drive: normal as written."""
+    return (
+        bool(raw)
+        and not raw.startswith((".", "/"))
+        and not raw.endswith("/")
+        and not any(c in raw for c in _NOT_PLAIN)
+    )
 
 
 def _is_absolute(raw: str) -> bool:

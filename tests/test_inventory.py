@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import shutil
 from pathlib import Path
 
@@ -367,3 +368,32 @@ def test_hash_cache_roundtrip_corrupt_and_unwritable(tmp_path: Path) -> None:
     assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest
     (tmp_path / "blocker").write_text("a file, not a dir")
     assert not first.save(tmp_path / "blocker" / "sub" / "hash-cache.json")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "a/b.py",
+        "../../../bin/x",
+        "a/./b",
+        "a//b",
+        "/etc/x",
+        "//x",
+        "a\\b",
+        "C:x",
+        ".hidden",
+        "a/.h",
+        "a/b/",
+        "../../../../etc/x",
+        "pkg/../../x",
+        "nvidia/cudnn/lib/libcudnn.so.9",
+    ],
+)
+def test_fast_path_agrees_with_the_lexical_rules(raw: str) -> None:
+    """The plain-path shortcut must give exactly what the full normalisation gives."""
+    site = EnvPath("lib/python3.11/site-packages")
+    got = resolve_record_path(site, raw)
+    if raw.startswith("/") or raw.startswith("//"):
+        assert isinstance(got, Refusal)
+    if not isinstance(got, Refusal):
+        assert got == posixpath.normpath(posixpath.join(site, raw.replace("\\", "/")))

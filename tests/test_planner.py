@@ -16,6 +16,7 @@ from cudafix.plan import Options
 from cudafix.planner import Request, plan_removal
 from cudafix.select import select
 from cudafix.target import locate_target
+from cudafix.verify import compare
 
 
 def _facts(built_venv: Path) -> Facts:
@@ -84,3 +85,23 @@ def test_repair_probes_the_consumer_of_rewritten_libraries(scenario: ScenarioFac
     plan = plan_removal(facts, Request(names, names, Options(repair=True)))
     assert "torch" in plan.probe_modules
     assert any(p.endswith("torch/lib/libtorch_cuda.so") for p in plan.probe_libraries)
+
+
+def test_verify_names_every_way_the_result_differs_from_the_plan(
+    scenario: ScenarioFactory,
+) -> None:
+    facts = _facts(scenario("incident").venv)
+    names = (DistName("nvidia-cudnn-cu13"),)
+    plan = plan_removal(facts, Request(names, names, Options(repair=True)))
+    versions = {n: d.version for n, d in facts.inventory.distributions.items()}
+    as_planned = {n: v for n, v in versions.items() if n not in names}
+    rewritten = set(plan.rewritten_paths)
+    assert compare(plan, as_planned, lambda p: p in rewritten) == []
+    problems = compare(plan, versions, lambda p: True)
+    assert "nvidia-cudnn-cu13 is still installed" in problems
+    assert any(p.endswith("should have been deleted") for p in problems)
+    assert "nvidia-nccl-cu12 disappeared" in compare(
+        plan,
+        {n: v for n, v in as_planned.items() if n != "nvidia-nccl-cu12"},
+        rewritten.__contains__,
+    )
