@@ -18,8 +18,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check cudafix tests
-	$(BIN)/ruff format --check cudafix tests
+	$(BIN)/ruff check cudafix tests benchmarks
+	$(BIN)/ruff format --check cudafix tests benchmarks
 	$(BIN)/mypy
 
 demo: $(STAMP)
