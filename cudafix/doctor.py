@@ -6,9 +6,12 @@ says what is wrong, where, and the next command.
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from importlib import resources
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -20,6 +23,11 @@ from cudafix.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_pat
 from cudafix.loader import LoadTree, Step
 from cudafix.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.requirements import check_requirements
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 DOCTOR_SCHEMA_VERSION = 1
 _CUDA_SUFFIX = re.compile(r"-cu(\d+)$")
@@ -71,7 +79,7 @@ def diagnose(facts: Facts) -> DoctorReport:
     findings = [
         *_missing(inv),
         *_clobbered(inv),
-        *_unresolved(inv, edges.values()),
+        *_unresolved(inv, edges.values(), imported_objects(trees.values())),
         *_mixed_cuda(inv, trees.values()),
         *_shadowed(inv, edges.values()),
         *_requirements(facts),
@@ -153,21 +161,37 @@ def _holds(s: SharedPath) -> str:
     return f"holds {s.holder}'s bytes" if s.holder else "holds bytes no owner's RECORD matches"
 
 
-def _unresolved(inv: Inventory, edges: Iterable[Edge]) -> Iterable[Finding]:
+def _unresolved(
+    inv: Inventory, edges: Iterable[Edge], imported: frozenset[str]
+) -> Iterable[Finding]:
+    """Needs nothing provides, graded by what breaks.
+
+    An error when the file should be there (a RECORD claims it) or when an extension
+    module's load tree needs it (an import fails). Information when a driver or optional
+    system stack provides it, or when no extension module loads the object that needs it
+    (plugins and optional transports are only loaded on demand).
+    """
     prefix = str(inv.prefix)
+    system = provided_by_system()
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):
         if e.provider is not None:
             continue
         rel = to_env_path(prefix, e.requester)
         owner = inv.owners.get(rel, ()) if rel else ()
         claimants = _claimants(inv, e.need)
+        severity: Severity = "error" if claimants or e.requester in imported else "info"
+        why = ""
+        if not claimants and e.need in system:
+            severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
+        elif severity == "info":
+            why = "; no extension module loads it, so nothing fails until something does"
         yield Finding(
             kind="unresolved",
-            severity="error",
+            severity=severity,
             distribution=owner[0] if owner else None,
             message=(
-                f"{rel or e.requester} ({', '.join(owner) or 'no distribution'}) needs {e.need}, "
-                "which is not found"
+                f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
+                f"needs {e.need}, which is not found{why}"
             ),
             details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)][:8]
             + [f"{e.need} is in the RECORD of {c}, but missing on disk" for c in claimants],
@@ -175,6 +199,22 @@ def _unresolved(inv: Inventory, edges: Iterable[Edge]) -> Iterable[Finding]:
             if claimants
             else f"install the distribution that provides {e.need}",
         )
+
+
+@functools.cache
+def provided_by_system() -> Mapping[str, str]:
+    """Shipped table (``cudafix/data/system.toml``): soname -> what provides it."""
+    text = resources.files("cudafix").joinpath("data/system.toml").read_text()
+    table = tomllib.loads(text).get("provided-by", {})
+    return {str(k): str(v) for k, v in table.items()}
+
+
+_EXTENSION = re.compile(r"\.(cpython-[^/]*|abi3)\.so$")
+
+
+def imported_objects(trees: Iterable[LoadTree]) -> frozenset[str]:
+    """Every object in the load tree of a Python extension module: what ``import`` maps."""
+    return frozenset(obj for tree in trees if _EXTENSION.search(tree.root) for obj in tree.objects)
 
 
 def _claimants(inv: Inventory, soname: str) -> list[str]:
