@@ -59,42 +59,17 @@ def main() -> int:
     _show("cudafix doctor explains the damage", _cudafix("doctor", "--python", plain.python))
 
     print("\n================ 2. The same removal with cudafix ================")
-    venv = safe.venv
-    _show(
-        "dry run: refused, naming the soname and its consumer",
-        _cudafix("remove", "nvidia-*-cu13", "--venv", venv, "--dry-run"),
-    )
-    _show(
-        "dry run of the safe alternative",
-        _cudafix(
-            "remove",
-            "nvidia-*-cu13",
-            "--venv",
-            venv,
-            "--repair",
-            "--offline",
-            "--find-links",
-            links,
-            "--dry-run",
-        ),
-    )
+    remove: list[str | Path] = ["remove", "nvidia-*-cu13", "--venv", safe.venv]
+    repair: list[str | Path] = [*remove, "--repair", "--offline", "--find-links", links]
+    _show("dry run: refused, naming the soname and its consumer", _cudafix(*remove, "--dry-run"))
+    _show("dry run of the safe alternative", _cudafix(*repair, "--dry-run"))
     code = _show(
         "apply it as a transaction (snapshot, uv, import probe, commit)",
-        _cudafix(
-            "remove",
-            "nvidia-*-cu13",
-            "--venv",
-            venv,
-            "--repair",
-            "--offline",
-            "--find-links",
-            links,
-            "--yes",
-        ),
+        _cudafix(*repair, "--yes"),
     )
     _show("import torch still works", [safe.python, "-c", "import torch; print('torch imports')"])
-    _show("doctor after the cleanup", _cudafix("doctor", "--venv", venv))
-    _show("history", _cudafix("history", "--venv", venv))
+    _show("doctor after the cleanup", _cudafix("doctor", "--venv", safe.venv))
+    _show("history", _cudafix("history", "--venv", safe.venv))
     print(f"\nThe demo environments are in {DEMO_DIR.resolve()}; delete them when done.")
     return code
 

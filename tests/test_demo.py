@@ -1,0 +1,27 @@
+"""The README's first command (``make demo``) keeps telling the story it claims."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_shows_uv_breaking_and_cudafix_repairing(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudafix.demo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    broken, _, fixed = out.partition("2. The same removal with cudafix")
+    assert "libcudnn.so.9: cannot open shared object file" in broken
+    assert (
+        "Verdict: REFUSED" in fixed
+        and "libcudnn.so.9 needed by torch/lib/libtorch_cuda.so" in fixed
+    )
+    assert "Committed transaction" in fixed and "Healthy: no problems found." in fixed
