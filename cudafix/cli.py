@@ -31,7 +31,7 @@ from cudafix.errors import (
 from cudafix.facts import Facts, Sources, gather
 from cudafix.plan import Options, Plan
 from cudafix.planner import Request, plan_removal
-from cudafix.preconditions import strengthen
+from cudafix.preconditions import quick_differences, strengthen
 from cudafix.render import plain, render_error, render_plan, render_report
 from cudafix.script import probe_spec
 from cudafix.select import select
@@ -71,6 +71,9 @@ def _warn_pending(target: TargetEnv, *, mutating: bool = False) -> None:
     """An unfinished transaction blocks changes (before any planning) and taints reads."""
     pending = transaction.pending_transactions(target.prefix)
     if not pending:
+        return
+    if transaction.lock_is_held(target.prefix):
+        _echo_err(f"another cudafix run is changing {target.prefix}; this one will wait for it")
         return
     what = f"unfinished transaction {pending[0]} in {target.prefix}"
     if mutating:
@@ -203,6 +206,7 @@ def present_and_apply(plan: Plan, kw: dict[str, Any]) -> None:
         force=kw["force"],
         command=sys.argv,
         on_event=_echo_err,
+        precondition=functools.partial(quick_differences, plan),
     )
     if kw["as_json"]:
         click.echo(json.dumps(result_json(plan, result), indent=2))

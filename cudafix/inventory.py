@@ -358,7 +358,8 @@ def installed_versions(prefix: Path, sites: Sequence[EnvPath]) -> dict[DistName,
     found: dict[DistName, str] = {}
     for site in sites:
         for name, is_dir in _listdir(prefix / site):
-            if is_dir and name.endswith(".dist-info"):
+            managed = os.path.lexists(prefix / site / name / "RECORD")  # as in read_inventory
+            if is_dir and name.endswith(".dist-info") and managed:
                 fallback_name, fallback_version = _split_dist_info_name(name)
                 meta = _read_metadata(prefix / site / name / "METADATA")
                 dist = normalize_name(meta.get("Name") or fallback_name)

@@ -5,19 +5,23 @@ another node. Paths in a plan are relative to the prefix, so the plan is re-targ
 new prefix; what must hold is what the plan assumed (:class:`~cudafix.plan.Precondition`):
 the same distributions at the same versions, the same bytes at every shared path it touches,
 the same RECORDs for the distributions it removes or reinstalls. Any difference refuses the
-plan with the list (:class:`~cudafix.errors.StalePlan`, exit 3), before anything is locked.
+plan with the list (:class:`~cudafix.errors.StalePlan`, exit 3), once when the plan is read
+and again, cheaply (:func:`quick_differences`), under the transaction lock.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cudafix.errors import StalePlan
 from cudafix.facts import Facts
-from cudafix.inventory import Distribution
+from cudafix.hashing import HashCache
+from cudafix.inventory import Distribution, installed_versions
 from cudafix.names import DistName, EnvPath
 from cudafix.plan import Plan, Target
+from cudafix.statedir import StateDir
 
 INSTALLER_FILES = frozenset(
     {"INSTALLER", "REQUESTED", "RECORD", "RECORD.jws", "RECORD.p7s"}
@@ -52,12 +56,25 @@ def strengthen(plan: Plan, facts: Facts) -> Plan:
 
 def differences(plan: Plan, facts: Facts) -> list[str]:
     """Every way the environment differs from what ``plan`` assumed; empty when it matches."""
+    have = {n: d.version for n, d in facts.inventory.distributions.items()}
     return [
         *_layout(plan, facts),
-        *_distributions(plan, facts),
-        *_hashes(plan, facts),
+        *_distributions(plan, have),
+        *_hashes(plan, facts.hash_of),
         *_records(plan, facts),
     ]
+
+
+def quick_differences(plan: Plan) -> list[str]:
+    """Versions and shared-path hashes only, read without a full walk.
+
+    Run under the transaction lock just before applying: cheap enough to always do, and
+    it catches another run having changed the environment since planning.
+    """
+    prefix = Path(plan.target.prefix)
+    sites = [EnvPath(s) for s in plan.target.site_packages]
+    hashes = HashCache.load(prefix, StateDir(prefix).cache / "hash-cache.json")
+    return [*_distributions(plan, installed_versions(prefix, sites)), *_hashes(plan, hashes)]
 
 
 def _layout(plan: Plan, facts: Facts) -> list[str]:
@@ -68,9 +85,8 @@ def _layout(plan: Plan, facts: Facts) -> list[str]:
     return [f"site-packages is {', '.join(here)} here; the plan's is {planned}"]
 
 
-def _distributions(plan: Plan, facts: Facts) -> list[str]:
+def _distributions(plan: Plan, have: Mapping[DistName, str]) -> list[str]:
     want = plan.preconditions.distributions
-    have = {n: d.version for n, d in facts.inventory.distributions.items()}
     out = [f"{n} {v} is not installed" for n, v in sorted(want.items()) if n not in have]
     out += [
         f"{n} {v} is installed; the plan did not expect it"
@@ -85,10 +101,10 @@ def _distributions(plan: Plan, facts: Facts) -> list[str]:
     return out
 
 
-def _hashes(plan: Plan, facts: Facts) -> list[str]:
+def _hashes(plan: Plan, hash_of: Callable[[EnvPath], str | None]) -> list[str]:
     out = []
     for path, want in sorted(plan.preconditions.path_hashes.items()):
-        have = facts.hash_of(EnvPath(path))
+        have = hash_of(EnvPath(path))
         if have != want:
             out.append(f"{path}: sha256 {_short(have)} here, the plan expects {_short(want)}")
     return out

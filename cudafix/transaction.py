@@ -130,6 +130,17 @@ def _locked(prefix: Path, timeout: float, on_event: OnEvent) -> Iterator[StateDi
         lock.release()
 
 
+def lock_is_held(prefix: Path) -> bool:
+    """Whether another process holds the environment's lock now: a run is in progress."""
+    lock = FileLock(str(StateDir(prefix).lock))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
 def pending_transactions(prefix: Path) -> list[str]:
     """Ids of transactions that were interrupted and need ``cudafix recover``."""
     state = StateDir(Path(prefix))
@@ -228,11 +239,22 @@ def run_transaction(
     force: bool = False,
     command: Sequence[str] = (),
     on_event: OnEvent = _quiet,
+    precondition: Verify | None = None,
 ) -> TransactionResult:
-    """Apply ``plan``; commit when verify and probes pass, else roll back and raise."""
+    """Apply ``plan``; commit when verify and probes pass, else roll back and raise.
+
+    ``precondition`` runs under the lock, before anything changes: a plan made while
+    another run was changing the environment is refused there, not applied stale.
+    """
     prefix = _check_plan(plan, force)
     with _locked(prefix, lock_timeout, on_event) as state:
         _require_no_pending(state)
+        if precondition is not None and (differences := precondition()):
+            raise StalePlan(
+                f"{prefix} changed since this plan was made; nothing was changed",
+                context=differences[:25],
+                hint="run the command again to plan on the environment as it is now",
+            )
         paths, rewritten = _touched(prefix, plan)
         tx = _begin(state, {"kind": "apply", "plan": plan.model_dump(mode="json")}, command)
         manifest = _snapshot(prefix, tx, paths, rewritten, on_event)

@@ -47,7 +47,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *wo
     """Bad input: the documented exit code, an ``error:`` line naming the problem, no traceback."""
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout
-    first = proc.stderr.strip().splitlines()[0]
-    assert first.startswith("error: "), proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr  # progress lines may precede it
     for word in words:
         assert word in proc.stderr, (word, proc.stderr)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -231,3 +233,32 @@ def test_offline_repair_without_the_wheel_is_refused(
         "remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--dry-run", env=env
     )
     assert found.returncode == 0, found.stdout
+
+
+def test_concurrent_runs_wait_or_fail_cleanly(scenario: ScenarioFactory) -> None:
+    """A second run during a first one's transaction: with a short lock timeout it fails
+    (exit 4); with a long one it waits for the lock, then either applies on the state the
+    first run left or, if that state differs from what it planned on, refuses (exit 3).
+    Either way nothing interleaves and the venv ends healthy."""
+    built = scenario("incident")
+    slow = [*_repair_flags(built), "--yes", "--probe", "import time; time.sleep(4)"]
+    argv = [sys.executable, "-m", "cudafix", "remove", SELECT, "--venv", str(built.venv), *slow]
+    first = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    journals = built.venv / ".cudafix" / "transactions"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+        "probe-begin" in j.read_text() for j in journals.glob("*/journal.jsonl")
+    ):
+        time.sleep(0.1)
+    other = ["torch", "--venv", built.venv, "--yes", "--no-probe"]
+    impatient = cudafix("remove", *other, "--lock-timeout", "0.5")
+    assert_one_line_error(impatient, 4, "another cudafix run")
+    assert "will wait for it" in impatient.stderr
+    patient = cudafix("remove", *other, "--lock-timeout", "120")
+    assert first.wait(timeout=120) == 0
+    assert patient.returncode in (0, 3), patient.stdout + patient.stderr
+    if patient.returncode == 3:
+        assert "changed since this plan was made" in patient.stderr
+    states = [e.split()[1] for e in cudafix("history", "--venv", built.venv).stdout.splitlines()]
+    assert states[0] == "committed" and "pending" not in states
+    assert cudafix("doctor", "--venv", built.venv).returncode == 0
