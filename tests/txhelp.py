@@ -2,55 +2,28 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import os
 import subprocess
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import uv
+import wheelhelp
 
 from cudafix.plan import Options, Plan, Precondition, Reinstall, RemovedDistribution, Target
 
 UV = uv.find_uv_bin()
 
 
-def _hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
-
-
 def make_wheel(
     wheelhouse: Path, name: str, version: str, files: Mapping[str, bytes], *, scripts: bool = False
 ) -> Path:
-    """Write a valid pure wheel ``name-version-py3-none-any.whl`` holding ``files``."""
+    """A valid pure wheel; ``scripts`` adds a console script (``<name>-cli``)."""
     dist = name.replace("-", "_")
-    info = f"{dist}-{version}.dist-info"
-    content: dict[str, bytes] = dict(files)
-    content[f"{info}/METADATA"] = (
-        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    entry = f"[console_scripts]\n{dist}-cli = {dist}_mod:main\n".encode()
+    return wheelhelp.make_wheel(
+        wheelhouse, name, version, files, dist_info={"entry_points.txt": entry} if scripts else None
     )
-    content[f"{info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: txhelp\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    if scripts:
-        content[f"{info}/entry_points.txt"] = (
-            f"[console_scripts]\n{dist}-cli = {dist}_mod:main\n".encode()
-        )
-    record = [f"{p},{_hash(d)},{len(d)}" for p, d in content.items()]
-    record.append(f"{info}/RECORD,,")
-    content[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    path = wheelhouse / f"{dist}-{version}-py3-none-any.whl"
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for p, d in content.items():
-            zf.writestr(p, d)
-    path.write_bytes(buf.getvalue())
-    return path
 
 
 def uv_env() -> dict[str, str]:
@@ -65,25 +38,19 @@ def make_venv(prefix: Path, wheelhouse: Path, names: Sequence[str]) -> Path:
     """A real venv (``uv venv``) with ``names`` installed offline from ``wheelhouse``."""
     subprocess.run([UV, "venv", "-q", str(prefix)], check=True, env=uv_env())
     if names:
-        subprocess.run(
-            [
-                UV,
-                "pip",
-                "install",
-                "-q",
-                "--python",
-                str(prefix / "bin" / "python"),
-                "--offline",
-                "--no-index",
-                "--find-links",
-                str(wheelhouse),
-                "--no-deps",
-                *names,
-            ],
-            check=True,
-            env=uv_env(),
-        )
+        install(prefix, wheelhouse, names)
     return prefix
+
+
+def install(prefix: Path, wheelhouse: Path, names: Sequence[str]) -> None:
+    """``uv pip install --offline --no-index --no-deps`` into the venv at ``prefix``."""
+    python = str(prefix / "bin" / "python")
+    offline = ["--offline", "--no-index", "--find-links", str(wheelhouse), "--no-deps"]
+    subprocess.run(
+        [UV, "pip", "install", "-q", "--python", python, *offline, *names],
+        check=True,
+        env=uv_env(),
+    )
 
 
 def site_packages(prefix: Path) -> str:
@@ -181,24 +148,7 @@ def shared_pair(tmp: Path) -> tuple[Path, Path]:
     make_wheel(wheelhouse, "pa", "1.0", {"shared/lib.so": A_BYTES, "pa_mod.py": b"A = 1\n"})
     make_wheel(wheelhouse, "pb", "1.0", {"shared/lib.so": B_BYTES, "pb_mod.py": b"B = 1\n"})
     prefix = make_venv(tmp / "venv", wheelhouse, ["pa==1.0"])
-    subprocess.run(
-        [
-            UV,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(prefix / "bin" / "python"),
-            "--offline",
-            "--no-index",
-            "--find-links",
-            str(wheelhouse),
-            "--no-deps",
-            "pb==1.0",
-        ],
-        check=True,
-        env=uv_env(),
-    )
+    install(prefix, wheelhouse, ["pb==1.0"])
     return prefix, wheelhouse
 
 

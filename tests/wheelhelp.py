@@ -33,13 +33,18 @@ def make_wheel(
     *,
     requires: Sequence[str] = (),
     extra_metadata: str = "",
+    dist_info: Mapping[str, bytes] | None = None,
 ) -> Path:
-    """Write ``name-version-py3-none-any.whl`` holding ``files`` (``name-version.data/...`` ok)."""
+    """Write ``name-version-py3-none-any.whl`` holding ``files`` (``name-version.data/...`` ok).
+
+    ``dist_info`` adds files to the dist-info directory (``entry_points.txt``, ...).
+    """
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     meta += "".join(f"Requires-Dist: {r}\n" for r in requires) + extra_metadata
     content = dict(files)
+    content.update({f"{info}/{n}": d for n, d in (dist_info or {}).items()})
     content[f"{info}/METADATA"] = meta.encode()
     content[f"{info}/WHEEL"] = (
         b"Wheel-Version: 1.0\nGenerator: wheelhelp\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
