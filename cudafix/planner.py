@@ -34,7 +34,8 @@ class Request:
 def plan_removal(facts: Facts, request: Request) -> P.Plan:
     """The plan for ``request``, with safe alternatives when it is refused."""
     view = EnvironmentView(facts.inventory.prefix, facts.elf, facts.inventory.files)
-    plan = _simulate(facts, view, request)
+    deleted = frozenset(_deleted_paths(facts.inventory, request.names))
+    plan = _simulate(facts, view, deleted, request)
     if plan.verdict == "pass" or request.options.repair or request.options.keep_shared:
         return plan
     alternatives = []
@@ -42,7 +43,7 @@ def plan_removal(facts: Facts, request: Request) -> P.Plan:
         ("--repair", replace_options(request.options, repair=True)),
         ("--keep-shared", replace_options(request.options, keep_shared=True)),
     ):
-        alt = _simulate(facts, view, replace(request, options=opts))
+        alt = _simulate(facts, view, deleted, replace(request, options=opts))
         if alt.verdict == "pass":
             alternatives.append(P.Alternative(command=flag, summary=_summary(alt)))
     return plan.model_copy(update={"alternatives": alternatives})
@@ -61,13 +62,15 @@ def _summary(plan: P.Plan) -> str:
     )
 
 
-def _simulate(facts: Facts, view: EnvironmentView, request: Request) -> P.Plan:
-    """One candidate plan; ``view`` is the environment as it is, shared so that the
-    loader's memo serves every simulation."""
+def _simulate(
+    facts: Facts, view: EnvironmentView, deleted: frozenset[EnvPath], request: Request
+) -> P.Plan:
+    """One candidate plan. ``view`` (the environment as it is) and ``deleted`` (what the
+    backend deletes for ``request.names``) are shared by every simulation of one request,
+    so the loader's memo and the path scan serve them all."""
     inv = facts.inventory
     removed = set(request.names)
     remaining = {n: d for n, d in inv.distributions.items() if n not in removed}
-    deleted = _deleted_paths(inv, request.names)
     shared = _shared_losses(inv, deleted, removed)
     kept: list[str] = sorted(s.path for s in shared) if request.options.keep_shared else []
     why = _reinstalls(inv, shared, remaining) if request.options.repair else {}
@@ -146,7 +149,9 @@ class _Shared:
 Fate = Literal["deleted", "kept", "restored-by-reinstall"]
 
 
-def _shared_losses(inv: Inventory, deleted: set[EnvPath], removed: set[DistName]) -> list[_Shared]:
+def _shared_losses(
+    inv: Inventory, deleted: frozenset[EnvPath], removed: set[DistName]
+) -> list[_Shared]:
     out = []
     for s in inv.shared:
         rest: list[str] = [o for o in s.owners if o not in removed]
