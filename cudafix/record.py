@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import posixpath
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +109,14 @@ def _parse_size(field: str) -> tuple[int | None, str | None]:
     if size < 0:
         return None, f"size {field!r} is negative"
     return size, None
+
+
+def without_entries(text: str, paths: Collection[str]) -> str:
+    """RECORD text with the rows naming ``paths`` dropped, every other row re-quoted as csv."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows(row for row in csv.reader(io.StringIO(text)) if row and row[0] not in paths)
+    return out.getvalue()
 
 
 def resolve_record_path(site_packages: EnvPath, raw: str) -> EnvPath | Refusal:

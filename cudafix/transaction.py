@@ -8,7 +8,6 @@ either the planned after-state with probes passing, or byte-for-byte the state b
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import posixpath
 import shutil
@@ -30,9 +29,10 @@ from cudafix.errors import (
     TransactionFailed,
     UsageError,
 )
-from cudafix.names import normalize_name
+from cudafix.names import EnvPath, normalize_name
 from cudafix.plan import Plan
 from cudafix.probe import ProbeSpec, run_probes
+from cudafix.record import Refusal, parse_record, resolve_record_path, without_entries
 from cudafix.statedir import StateDir, TxDir, new_txid, write_atomic
 
 DEFAULT_LOCK_TIMEOUT = 60.0
@@ -201,10 +201,12 @@ def _record_paths(prefix: Path, info: str) -> list[str]:
     record = prefix / info / "RECORD"
     if not record.is_file() or record.is_symlink():
         return []
-    sp = posixpath.dirname(info)
-    rows = csv.reader(record.read_text(encoding="utf-8").splitlines())
-    paths = [posixpath.normpath(posixpath.join(sp, row[0])) for row in rows if row]
-    return [p for p in paths if snapshot.check_path(prefix, p) is None]
+    site = EnvPath(posixpath.dirname(info))
+    rows = parse_record(record.read_text(encoding="utf-8")).entries
+    resolved = (resolve_record_path(site, row.path) for row in rows)
+    return [
+        p for p in resolved if not isinstance(p, Refusal) and snapshot.check_path(prefix, p) is None
+    ]
 
 
 def _touched(prefix: Path, plan: Plan) -> tuple[list[str], list[str]]:
@@ -387,9 +389,7 @@ def _strip_refused(prefix: Path, tx: TxDir, plan: Plan) -> None:
             tx.journal, "sanitize-record", {"dist": dist.name, "entries": sorted(entries)}
         )
         record = prefix / dist.dist_info / "RECORD"
-        rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
-        kept = [row for row in rows if row and row[0] not in entries]
-        write_atomic(record, "".join(",".join(row) + "\n" for row in kept))
+        write_atomic(record, without_entries(record.read_text(encoding="utf-8"), entries))
 
 
 def _builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[str]:

@@ -21,6 +21,7 @@ from cudafix.record import (
     parse_record,
     resolve_record_path,
     validate_env_path,
+    without_entries,
 )
 
 CUDNN = "nvidia/cudnn/lib/libcudnn.so.9"
@@ -397,3 +398,9 @@ def test_fast_path_agrees_with_the_lexical_rules(raw: str) -> None:
         assert isinstance(got, Refusal)
     if not isinstance(got, Refusal):
         assert got == posixpath.normpath(posixpath.join(site, raw.replace("\\", "/")))
+
+
+def test_without_entries_drops_only_the_named_rows_and_keeps_csv_quoting() -> None:
+    text = 'a/x.py,sha256=AA,3\n"odd,name.py",sha256=BB,4\n/etc/evil,,\n../../../../x,,\n'
+    kept = without_entries(text, {"/etc/evil", "../../../../x"})
+    assert [e.path for e in parse_record(kept).entries] == ["a/x.py", "odd,name.py"]
