@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import uv
+
 from cudafix.scenarios import BuiltScenario
 
 
@@ -51,3 +53,22 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *wo
     assert len(errors) == 1, proc.stderr  # progress lines may precede it
     for word in words:
         assert word in proc.stderr, (word, proc.stderr)
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def uv_uninstall(python: Path, name: str) -> None:
+    """Change an environment behind cudafix's back, as a user with plain uv would."""
+    argv = [uv.find_uv_bin(), "pip", "uninstall", "--python", str(python), name]
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+def save_seed_plan(built: BuiltScenario, out: Path) -> Path:
+    """``apply examples/seed-cleanup.toml --dry-run --out`` on ``built``: a plan file."""
+    made = cudafix(
+        "apply", EXAMPLES / "seed-cleanup.toml", "--venv", built.venv, "--dry-run",
+        "--offline", "--find-links", built.wheelhouse, "--out", out,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return out

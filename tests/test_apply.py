@@ -8,13 +8,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from clihelp import as_json, assert_one_line_error, cudafix
+from clihelp import EXAMPLES, as_json, assert_one_line_error, cudafix
 from conftest import ScenarioFactory
 
 from cudafix.fingerprint import diff_fingerprints, fingerprint
 from cudafix.scenarios import BuiltScenario
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def write(tmp: Path, text: str, name: str = "script.toml") -> Path:

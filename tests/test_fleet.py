@@ -12,13 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import uv
-from clihelp import as_json, cudafix
+from clihelp import as_json, cudafix, save_seed_plan, uv_uninstall
 from conftest import ScenarioFactory
 
 from cudafix.fingerprint import diff_fingerprints, fingerprint
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NODES = 20
 DIFFERENT = frozenset({0, 7, 13})
 
@@ -33,12 +31,6 @@ def make_nodes(venv: Path, root: Path) -> list[Path]:
         nodes.append(node)
     assert os.readlink(nodes[0] / "bin" / "python") == os.readlink(venv / "bin" / "python")
     return nodes
-
-
-def drift(node: Path) -> None:
-    """A node someone changed by hand: one distribution fewer than planned for."""
-    argv = [uv.find_uv_bin(), "pip", "uninstall", "--python", str(node / "bin" / "python")]
-    subprocess.run([*argv, "nvidia-nvtx-cu13"], check=True, capture_output=True)
 
 
 def apply_everywhere(plan: Path, nodes: list[Path]) -> list[tuple[int, dict[str, object]]]:
@@ -73,15 +65,10 @@ def apply_everywhere(plan: Path, nodes: list[Path]) -> list[tuple[int, dict[str,
 
 def test_one_plan_on_twenty_nodes(scenario: ScenarioFactory, tmp_path: Path) -> None:
     built = scenario("incident")
-    plan = tmp_path / "plan.json"
-    made = cudafix(
-        "apply", EXAMPLES / "seed-cleanup.toml", "--venv", built.venv, "--dry-run",
-        "--offline", "--find-links", built.wheelhouse, "--out", plan,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
+    plan = save_seed_plan(built, tmp_path / "plan.json")
     nodes = make_nodes(built.venv, tmp_path / "fleet")
     for i in DIFFERENT:
-        drift(nodes[i])
+        uv_uninstall(nodes[i] / "bin" / "python", "nvidia-nvtx-cu13")  # changed by hand
     before = [fingerprint(n) for n in nodes]
     results = apply_everywhere(plan, nodes)
     for i, (node, (code, result)) in enumerate(zip(nodes, results, strict=True)):

@@ -7,21 +7,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import uv
-from clihelp import as_json, assert_one_line_error, cudafix
+from clihelp import EXAMPLES, as_json, assert_one_line_error, cudafix, save_seed_plan, uv_uninstall
 from conftest import ScenarioFactory
 
 from cudafix.errors import InputError
 from cudafix.fingerprint import diff_fingerprints, fingerprint
 from cudafix.script import load_script, locate, parse_script
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def uninstall(python: Path, name: str) -> None:
-    """Change the environment behind cudafix's back, as a user with plain uv would."""
-    argv = [uv.find_uv_bin(), "pip", "uninstall", "--python", str(python), name]
-    subprocess.run(argv, check=True, capture_output=True)
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
@@ -107,14 +98,9 @@ def test_stale_plan_is_refused_with_its_differences(
     scenario: ScenarioFactory, tmp_path: Path
 ) -> None:
     built = scenario("incident")
-    plan = tmp_path / "plan.json"
-    made = cudafix(
-        "apply", EXAMPLES / "seed-cleanup.toml", "--venv", built.venv, "--dry-run",
-        "--offline", "--find-links", built.wheelhouse, "--out", plan,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
+    plan = save_seed_plan(built, tmp_path / "plan.json")
     assert json.loads(plan.read_text())["preconditions"]["records"]
-    uninstall(built.python, "nvidia-nvtx-cu13")
+    uv_uninstall(built.python, "nvidia-nvtx-cu13")
     before = fingerprint(built.venv)
     done = cudafix("apply", plan, "--yes", "--json")
     result = as_json(done)
