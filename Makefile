@@ -18,12 +18,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check cudafix tests benchmarks
-	$(BIN)/ruff format --check cudafix tests benchmarks
+	$(BIN)/ruff check cudafix tests benchmarks scenarios
+	$(BIN)/ruff format --check cudafix tests benchmarks scenarios
 	$(BIN)/mypy
 
 demo: $(STAMP)
-	$(BIN)/python -m cudafix.demo
+	$(BIN)/python -m scenarios.demo
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run

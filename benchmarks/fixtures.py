@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from cudafix.scenarios import build_scenario, load_scenario
-from cudafix.scenarios.cache import cache_key
+from scenarios import build_scenario, load_scenario
+from scenarios.cache import cache_key
 
 STATE_DIR = ".cudafix"
 

@@ -37,14 +37,14 @@ def walk_and_sniff(prefix: Path) -> dict[str, Any]:
 
 
 def _gather(venv: Path) -> Any:
-    from cudafix.facts import gather
-    from cudafix.target import locate_target
+    from cudafix.env.target import locate_target
+    from cudafix.plan.facts import gather
 
     return gather(locate_target(None, str(venv), os.environ, Path.cwd()))
 
 
 def _doctor(venv: Path) -> dict[str, Any]:
-    from cudafix.doctor import diagnose
+    from cudafix.plan.doctor import diagnose
 
     facts = _gather(venv)
     report = diagnose(facts)
@@ -52,9 +52,9 @@ def _doctor(venv: Path) -> dict[str, Any]:
 
 
 def _plan(venv: Path, selector: str) -> dict[str, Any]:
-    from cudafix.plan import Options
-    from cudafix.planner import Request, plan_removal
-    from cudafix.select import select
+    from cudafix.model.plan import Options
+    from cudafix.plan.planner import Request, plan_removal
+    from cudafix.plan.select import select
 
     facts = _gather(venv)
     names = select(facts.inventory.distributions, [selector])
@@ -71,10 +71,10 @@ def _facts_summary(facts: Any) -> dict[str, Any]:
 
 
 def _import_cudafix() -> None:
-    import cudafix.doctor
-    import cudafix.facts
-    import cudafix.planner
-    import cudafix.select  # noqa: F401
+    import cudafix.plan.doctor
+    import cudafix.plan.facts
+    import cudafix.plan.planner
+    import cudafix.plan.select  # noqa: F401
 
 
 def main(argv: list[str]) -> None:

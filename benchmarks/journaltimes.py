@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cudafix import journal
-from cudafix.statedir import StateDir
+from cudafix.env.statedir import StateDir
+from cudafix.tx import journal
 
 SPANS = {
     "snapshot": ("snapshot-begin", "snapshot-done"),

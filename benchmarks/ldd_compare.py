@@ -8,10 +8,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudafix.elfindex import EnvironmentView
-from cudafix.facts import gather
-from cudafix.loader import DlopenTable, LoadTree, resolve
-from cudafix.target import locate_target
+from cudafix.env.target import locate_target
+from cudafix.linker.elfindex import EnvironmentView
+from cudafix.linker.loader import DlopenTable, LoadTree, resolve
+from cudafix.plan.facts import gather
 
 _LINE = re.compile(r"^\s*(\S+)\s+=>\s+(not found|\S+)")
 _INTERP = re.compile(r"^\s*(/\S+)\s+\(0x[0-9a-f]+\)$")
@@ -21,7 +21,7 @@ NOT_FOUND = "not found"
 
 @dataclass
 class Comparison:
-    """Per-object agreement between ``ldd`` and ``cudafix.loader.resolve``."""
+    """Per-object agreement between ``ldd`` and ``cudafix.linker.loader.resolve``."""
 
     objects: int = 0
     agree: int = 0

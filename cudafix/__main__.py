@@ -1,6 +1,6 @@
 """Allow ``python -m cudafix``."""
 
-from cudafix.cli import main
+from cudafix.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,7 @@ from typing import Any
 
 import uv
 
-from cudafix.scenarios import BuiltScenario
+from scenarios import BuiltScenario
 
 
 def cudafix(

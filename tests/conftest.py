@@ -1,6 +1,6 @@
 """Shared fixtures.
 
-``scenario`` builds a real venv from a shipped scenario (``cudafix/scenarios/data``) into
+``scenario`` builds a real venv from a shipped scenario (``scenarios/``) into
 the test's tmp_path. Wheelhouses are cached by content under ``$CUDAFIX_SCENARIO_CACHE``
 (default ``~/.cache/cudafix/scenarios``), so after the first run a build takes well under
 a second.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.scenarios import BuiltScenario, build_scenario
+from scenarios import BuiltScenario, build_scenario
 
 ScenarioFactory = Callable[..., BuiltScenario]
 

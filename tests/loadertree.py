@@ -10,11 +10,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cudafix.elfindex import EnvironmentView, SystemLibraries, index_environment
-from cudafix.inventory import FileStat
-from cudafix.loader import DlopenTable, LoadTree, SearchConfig, resolve
-from cudafix.names import EnvPath
-from cudafix.scenarios.cc import SharedObject, compile_shared
+from cudafix.env.inventory import FileStat
+from cudafix.linker.elfindex import EnvironmentView, SystemLibraries, index_environment
+from cudafix.linker.loader import DlopenTable, LoadTree, SearchConfig, resolve
+from cudafix.model.names import EnvPath
+from scenarios.cc import SharedObject, compile_shared
 
 _LDD_LINE = re.compile(r"^\s*(\S+)(?: => (not found|\S+))?(?: \(0x[0-9a-f]+\))?\s*$")
 

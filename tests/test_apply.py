@@ -11,8 +11,8 @@ from pathlib import Path
 from clihelp import EXAMPLES, as_json, assert_one_line_error, cudafix
 from conftest import ScenarioFactory
 
-from cudafix.fingerprint import diff_fingerprints, fingerprint
-from cudafix.scenarios import BuiltScenario
+from scenarios import BuiltScenario
+from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
 def write(tmp: Path, text: str, name: str = "script.toml") -> Path:

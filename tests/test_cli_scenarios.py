@@ -13,11 +13,11 @@ import pytest
 from clihelp import as_json, cudafix, dlopen_table
 from conftest import ScenarioFactory
 
-from cudafix.facts import gather
-from cudafix.fingerprint import diff_fingerprints, fingerprint
-from cudafix.scenarios import load_scenario
-from cudafix.scenarios.catalog import scenario_names
-from cudafix.target import locate_target
+from cudafix.env.target import locate_target
+from cudafix.plan.facts import gather
+from scenarios import load_scenario
+from scenarios.catalog import scenario_names
+from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 CASES = [
     (name, stage)

@@ -11,8 +11,8 @@ import pytest
 from clihelp import as_json, assert_one_line_error, cudafix
 from conftest import ScenarioFactory
 
-from cudafix.fingerprint import diff_fingerprints, fingerprint
-from cudafix.scenarios import BuiltScenario
+from scenarios import BuiltScenario
+from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 SELECT = "nvidia-*-cu13"
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def test_demo_shows_uv_breaking_and_cudafix_repairing(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "cudafix.demo"],
+        [sys.executable, "-m", "scenarios.demo"],
         cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # the demo lives in scenarios/
         capture_output=True,
         text=True,
         timeout=600,

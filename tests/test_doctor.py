@@ -7,8 +7,8 @@ from pathlib import Path
 
 from clihelp import as_json, cudafix
 
-from cudafix.scenarios import build_spec
-from cudafix.scenarios.spec import Scenario
+from scenarios import build_spec
+from scenarios.spec import Scenario
 
 if sys.version_info >= (3, 11):
     import tomllib

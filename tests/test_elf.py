@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.elf import ElfInfo, ElfProblem, read_elf
-from cudafix.ldcache import (
+from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf
+from cudafix.linker.ldcache import (
     DEBIAN_X86_64,
     entries_for,
     hwcap_subdirs,

@@ -6,15 +6,15 @@ import json
 import os
 from pathlib import Path
 
-from cudafix.elf import ElfInfo, ElfProblem
-from cudafix.elfindex import (
+from cudafix.linker.elf import ElfInfo, ElfProblem
+from cudafix.linker.elfindex import (
     CACHE_VERSION,
     EnvironmentView,
     SystemLibraries,
     index_environment,
     read_elf_nofollow,
 )
-from cudafix.names import EnvPath
+from cudafix.model.names import EnvPath
 from tests.loadertree import lib, scan
 
 

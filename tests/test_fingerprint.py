@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cudafix.fingerprint import diff_fingerprints, fingerprint
+from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
 def make(root: Path) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 from clihelp import as_json, cudafix, save_seed_plan, uv_uninstall
 from conftest import ScenarioFactory
 
-from cudafix.fingerprint import diff_fingerprints, fingerprint
+from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 NODES = 20
 DIFFERENT = frozenset({0, 7, 13})

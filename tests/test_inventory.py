@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 from wheelhelp import install, make_venv, make_wheel, record_hash, site_packages, uninstall
 
-from cudafix.errors import ExitCode, InputError
-from cudafix.hashing import HashCache
-from cudafix.inventory import Inventory, holder_of, read_inventory, walk_files
-from cudafix.names import DistName, EnvPath
-from cudafix.record import (
+from cudafix.env.hashing import HashCache
+from cudafix.env.inventory import Inventory, holder_of, read_inventory, walk_files
+from cudafix.env.record import (
     Refusal,
     parse_record,
     resolve_record_path,
     validate_env_path,
     without_entries,
 )
+from cudafix.model.errors import ExitCode, InputError
+from cudafix.model.names import DistName, EnvPath
 
 CUDNN = "nvidia/cudnn/lib/libcudnn.so.9"
 HEADER = "nvidia/cudnn/include/cudnn.h"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cudafix import journal
+from cudafix.tx import journal
 
 
 def test_append_read_and_done(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
 def test_crash_hook_kills_after_the_step_is_durable(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     code = (
-        "from cudafix import journal\nfrom pathlib import Path\n"
+        "from cudafix.tx import journal\nfrom pathlib import Path\n"
         f"p = Path({str(path)!r})\n"
         "for step in 'abc':\n    journal.append(p, step)\n"
     )

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.loader import DlopenTable, SearchConfig, Step, expand_entry, resolve
-from cudafix.names import EnvPath
-from cudafix.scenarios.cc import CompileError, SharedObject, compile_shared
+from cudafix.linker.loader import DlopenTable, SearchConfig, Step, expand_entry, resolve
+from cudafix.model.names import EnvPath
+from scenarios.cc import CompileError, SharedObject, compile_shared
 from tests.loadertree import cudafix_tree, ldd, lib, loaded_maps, parse_ldd, real, view_of
 
 

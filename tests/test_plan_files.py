@@ -10,9 +10,9 @@ import pytest
 from clihelp import EXAMPLES, as_json, assert_one_line_error, cudafix, save_seed_plan, uv_uninstall
 from conftest import ScenarioFactory
 
-from cudafix.errors import InputError
-from cudafix.fingerprint import diff_fingerprints, fingerprint
-from cudafix.script import load_script, locate, parse_script
+from cudafix.model.errors import InputError
+from cudafix.plan.script import load_script, locate, parse_script
+from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)

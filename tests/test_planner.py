@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from conftest import ScenarioFactory
 
-from cudafix.errors import UsageError
-from cudafix.facts import Facts, gather, own_dependencies
-from cudafix.names import DistName
-from cudafix.plan import Options
-from cudafix.planner import Request, plan_removal
-from cudafix.select import select
-from cudafix.target import locate_target
-from cudafix.verify import compare
+from cudafix.env.target import locate_target
+from cudafix.model.errors import UsageError
+from cudafix.model.names import DistName
+from cudafix.model.plan import Options
+from cudafix.plan.facts import Facts, gather, own_dependencies
+from cudafix.plan.planner import Request, plan_removal
+from cudafix.plan.select import select
+from cudafix.tx.verify import compare
 
 
 def _facts(built_venv: Path) -> Facts:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cudafix.inventory import Distribution
-from cudafix.names import DistName, EnvPath, normalize_name
-from cudafix.requirements import RequirementProblem, check_requirements
+from cudafix.env.inventory import Distribution
+from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.plan.requirements import RequirementProblem, check_requirements
 
 LINUX_311 = {
     "python_version": "3.11",

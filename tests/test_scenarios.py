@@ -20,13 +20,13 @@ import uv
 from conftest import ScenarioFactory
 from pydantic import ValidationError
 
-from cudafix.errors import InputError, UsageError
-from cudafix.scenarios import BuiltScenario, build_spec, list_scenarios, load_scenario
-from cudafix.scenarios.build import builder_env, uv_binary
-from cudafix.scenarios.catalog import scenario_names
-from cudafix.scenarios.spec import Lib, Scenario, Step
-from cudafix.scenarios.steps import Venv, confined
-from cudafix.scenarios.wheel import record_hash
+from cudafix.model.errors import InputError, UsageError
+from scenarios import BuiltScenario, build_spec, list_scenarios, load_scenario
+from scenarios.build import builder_env, uv_binary
+from scenarios.catalog import scenario_names
+from scenarios.spec import Lib, Scenario, Step
+from scenarios.steps import Venv, confined
+from scenarios.wheel import record_hash
 
 UV = uv.find_uv_bin()
 SMALL_SPECS = [n for n in scenario_names() if n != "large"]
@@ -326,7 +326,7 @@ def test_concurrent_builds_share_one_cache_entry(
 ) -> None:
     cache = tmp_path / "cache"
     env = {**os.environ, "CUDAFIX_SCENARIO_CACHE": str(cache)}
-    cmd = [sys.executable, "-m", "cudafix.scenarios", "build", "dlopen"]
+    cmd = [sys.executable, "-m", "scenarios", "build", "dlopen"]
     procs = [
         subprocess.Popen(
             [*cmd, str(tmp_path / f"v{i}")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -379,7 +379,7 @@ def test_schema_rejects_bad_specs(bad: object) -> None:
 
 
 def test_cli_list_and_build(tmp_path: Path) -> None:
-    cli = [sys.executable, "-m", "cudafix.scenarios"]
+    cli = [sys.executable, "-m", "scenarios"]
     listed = subprocess.run([*cli, "list"], capture_output=True, text=True, check=True)
     assert "incident" in listed.stdout and "large" in listed.stdout
     dest = tmp_path / "venv"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cudafix import snapshot
-from cudafix.fingerprint import diff_fingerprints, fingerprint
-from cudafix.statedir import TxDir
+from cudafix.env.statedir import TxDir
+from cudafix.tx import snapshot
+from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
 def tree(root: Path) -> Path:

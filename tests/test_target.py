@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from wheelhelp import make_venv, site_packages
 
-from cudafix.errors import ExitCode, TargetError, UsageError
-from cudafix.target import TargetEnv, locate_target, query_interpreter
+from cudafix.env.target import TargetEnv, locate_target, query_interpreter
+from cudafix.model.errors import ExitCode, TargetError, UsageError
 
 
 @pytest.fixture(scope="session")

@@ -14,13 +14,13 @@ import pytest
 from filelock import FileLock
 from txhelp import B_BYTES, make_plan, remove_pa_plan, shared_pair, site_packages
 
-from cudafix import transaction as tx
-from cudafix.errors import LockedError, PlanRefused, StalePlan, TransactionFailed
-from cudafix.fingerprint import diff_fingerprints, fingerprint
-from cudafix.journal import CRASH_ENV, FAIL_ENV
-from cudafix.plan import Plan
-from cudafix.probe import ProbeSpec
-from cudafix.statedir import StateDir
+from cudafix.env.statedir import StateDir
+from cudafix.model.errors import LockedError, PlanRefused, StalePlan, TransactionFailed
+from cudafix.model.plan import Plan
+from cudafix.tx import transaction as tx
+from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
+from cudafix.tx.probe import ProbeSpec
+from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 OK = ProbeSpec(modules=("pb_mod",))
 BAD = ProbeSpec(code=("import pa_mod",))
@@ -203,9 +203,9 @@ def test_lock_held_fails_cleanly(venv: tuple[Path, Path]) -> None:
 def _child_script(plan_file: Path, probes: ProbeSpec) -> str:
     return textwrap.dedent(f"""
         from pathlib import Path
-        from cudafix.plan import Plan
-        from cudafix.probe import ProbeSpec
-        from cudafix.transaction import run_transaction
+        from cudafix.model.plan import Plan
+        from cudafix.tx.probe import ProbeSpec
+        from cudafix.tx.transaction import run_transaction
         plan = Plan.model_validate_json(Path({str(plan_file)!r}).read_text())
         run_transaction(plan, probes=ProbeSpec(code={probes.code!r}, modules={probes.modules!r}))
     """)

@@ -1,4 +1,4 @@
-"""cudafix.scenarios.wheel packs wheels that real uv and pip install as-is."""
+"""scenarios.wheel packs wheels that real uv and pip install as-is."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import uv
 
-from cudafix.scenarios.build import builder_env
-from cudafix.scenarios.compile import wheel_tag
-from cudafix.scenarios.wheel import WheelMeta, pack_wheel, top_level
+from scenarios.build import builder_env
+from scenarios.compile import wheel_tag
+from scenarios.wheel import WheelMeta, pack_wheel, top_level
 
 UV = uv.find_uv_bin()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import uv
 import wheelhelp
 
-from cudafix.plan import Options, Plan, Precondition, Reinstall, RemovedDistribution, Target
+from cudafix.model.plan import Options, Plan, Precondition, Reinstall, RemovedDistribution, Target
 
 UV = uv.find_uv_bin()
 

@@ -1,0 +1,1 @@
+"""What faces the user: click commands, the apply command and text/JSON rendering."""

@@ -1,0 +1,208 @@
+"""Human-readable output: a plan as a diff a person reads in ten seconds, and doctor findings.
+
+Rendering only formats values; it decides nothing. Colour is applied by the caller's
+``style`` function (click.style on a terminal, identity elsewhere).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+
+from cudafix.model.errors import CudafixError
+from cudafix.model.names import site_relative
+from cudafix.model.plan import Plan
+from cudafix.plan.doctor import DoctorReport, Finding
+
+Style = Callable[..., str]
+
+
+def plain(text: str, **_kw: object) -> str:
+    return text
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")
+
+
+def _site(plan: Plan, path: str) -> str:
+    return site_relative(path, plan.target.site_packages, plan.target.prefix)
+
+
+def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> str:
+    """The plan as sections: what goes, what comes back, what breaks, the verdict, what next."""
+    out: list[str] = [f"Environment: {plan.target.prefix}"]
+    out += _section(
+        "Remove",
+        [
+            style(f"- {d.name} {d.version}", fg="red") + f"  ({d.files} files, {_size(d.bytes)})"
+            for d in plan.remove
+        ],
+    )
+    out += _section(
+        "Reinstall (same version, --no-deps)",
+        [style(f"+ {r.name}=={r.version}", fg="green") + f"  ({r.reason})" for r in plan.reinstall],
+    )
+    out += _section(
+        "Shared paths (claimed by a removed and a remaining distribution)", _shared_groups(plan)
+    )
+    out += _section(
+        "Sonames lost",
+        [
+            style(f"x {lost.need}", fg="red", bold=True)
+            + f" needed by {_site(plan, lost.consumer)}"
+            + f" ({lost.consumer_distribution or 'no distribution'})\n"
+            f"    resolves today to {_site(plan, lost.resolved_before)}\n"
+            f"    which goes: claimed by {' and '.join(lost.lost_file_owners) or 'no distribution'}"
+            + (" (all removed or deleted with the shared path)" if lost.lost_file_owners else "")
+            + "\n    nothing else on its search path provides it"
+            + (
+                f" (searched {', '.join(_site(plan, d) for d in lost.searched[:4])}"
+                + (", ..." if len(lost.searched) > 4 else "")
+                + ")"
+                if lost.searched
+                else ""
+            )
+            for lost in plan.lost
+        ],
+    )
+    out += _section(
+        "Provider switches",
+        [
+            style("~ ", fg="yellow") + f"{s.need} for {_site(plan, s.consumer)}: "
+            f"{_site(plan, s.before)} ({', '.join(s.before_owners) or 'system'}) -> "
+            f"{_site(plan, s.after)} ({', '.join(s.after_owners) or 'system'})"
+            for s in plan.switches
+        ],
+    )
+    out += _section(
+        "Install (exact pins, --no-deps)",
+        [
+            style(f"+ {i.name}=={i.version}", fg="green") + f"  ({len(i.paths)} files)"
+            for i in plan.install
+        ],
+    )
+    out += _section("Probes (from the script)", _script_probes(plan))
+    out += _section(
+        "Requirements broken",
+        [f"{b.distribution} requires {b.requirement}: {b.reason}" for b in plan.requirement_breaks],
+    )
+    out += _section(
+        "Refused RECORD entries",
+        [f"{r.distribution}: {r.entry!r} ({r.reason})" for r in plan.refused_paths],
+    )
+    out += _section("Warnings", [style("! ", fg="yellow") + w for w in plan.warnings])
+    out.append("")
+    if plan.verdict == "pass":
+        out.append(style("Verdict: PASS", fg="green", bold=True) + f"  ({_counts(plan)})")
+        if dry_run:
+            out.append("Next: run the same command without --dry-run to apply it as a transaction.")
+    else:
+        out.append(style("Verdict: REFUSED", fg="red", bold=True))
+        out += [f"  - {r}" for r in plan.reasons]
+        if plan.alternatives:
+            out.append("Safe alternatives (re-simulated, they pass):")
+            out += [
+                f"  {_command(plan, a.command)}\n      # {a.summary}" for a in plan.alternatives
+            ]
+    return "\n".join(out)
+
+
+def _script_probes(plan: Plan) -> list[str]:
+    p = plan.probes
+    lines = [f"import {m}" for m in p.imports] + [f"python: {c}" for c in p.python]
+    lines += [f"command: {c}" for c in p.commands]
+    return lines + [f"{e.python or e.command!r} prints {e.output!r}" for e in p.expect]
+
+
+def _shared_groups(plan: Plan) -> list[str]:
+    """One line per (owners, holder, fate): 28 cudnn paths read as one fact, not 28."""
+    groups: dict[tuple[tuple[str, ...], str | None, str], list[str]] = {}
+    for s in plan.shared_paths:
+        groups.setdefault((tuple(s.owners), s.holder, s.fate), []).append(_site(plan, s.path))
+    lines = []
+    for (owners, holder, fate), paths in groups.items():
+        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        held = f"{holder}'s bytes" if holder else "no owner's bytes"
+        lines.append(f"{shown}\n    claimed by {' and '.join(owners)}; holds {held}; {fate}")
+    return lines
+
+
+def _searched(plan: Plan, dirs: Sequence[str]) -> str:
+    unique = list(dict.fromkeys(_site(plan, d) for d in dirs))
+    if not unique:
+        return ""
+    return f"\n    (searched {', '.join(unique[:5])}{', ...' if len(unique) > 5 else ''})"
+
+
+def _counts(plan: Plan) -> str:
+    return (
+        f"{len(plan.remove)} removed, {len(plan.reinstall)} reinstalled, "
+        f"{len(plan.deleted_paths)} paths deleted, {len(plan.kept_paths)} kept"
+    )
+
+
+def _command(plan: Plan, flag: str) -> str:
+    """The full command line of an alternative, with the options the plan was made with."""
+    words = ["cudafix", "remove", *(shlex.quote(s) for s in plan.selectors)]
+    words += ["--venv", shlex.quote(plan.target.prefix), flag]
+    opts = plan.options
+    words += ["--offline"] if opts.offline else []
+    words += [w for link in opts.find_links for w in ("--find-links", shlex.quote(link))]
+    words += ["--backend", opts.backend] if opts.backend != "uv" else []
+    words += ["--allow-broken-requirements"] if opts.allow_broken_requirements else []
+    return " ".join([*words, "--dry-run"])
+
+
+def _section(title: str, lines: Sequence[str]) -> list[str]:
+    return [f"\n{title}:", *(f"  {line}" for line in lines)] if lines else []
+
+
+def _more(total: int, shown: int, what: str) -> list[str]:
+    return [f"    ... and {total - shown} more {what}".rstrip()] if total > shown else []
+
+
+_DETAILS = 8
+_MARK = {"error": ("x", "red"), "warning": ("!", "yellow"), "info": ("i", "blue")}
+
+
+def render_report(report: DoctorReport, style: Style = plain) -> str:
+    """Doctor findings, most urgent first, each with its next step."""
+    out = [
+        f"Environment: {report.prefix}",
+        f"{report.distributions} distributions, {report.elf_objects} ELF objects",
+    ]
+    for finding in report.findings:
+        out += _finding(finding, style)
+    out.append("")
+    problems = [f for f in report.findings if f.severity != "info"]
+    if not problems:
+        out.append(style("Healthy: no problems found.", fg="green", bold=True))
+    else:
+        out.append(style(f"{len(problems)} problem(s) found.", fg="red", bold=True))
+        if report.repair:
+            out.append("Next: cudafix repair --dry-run   # reinstalls " + ", ".join(report.repair))
+    return "\n".join(out)
+
+
+def _finding(f: Finding, style: Style) -> Iterable[str]:
+    mark, colour = _MARK[f.severity]
+    yield ""
+    yield style(f"{mark} [{f.kind}] ", fg=colour, bold=True) + f.message
+    yield from (f"    {d}" for d in f.details[:_DETAILS])
+    yield from _more(len(f.details), _DETAILS, "")
+    if f.hint:
+        yield f"    -> {f.hint}"
+
+
+def render_error(err: CudafixError, style: Style = plain) -> str:
+    """One clear line, then context and the next command (pip's diagnostic errors)."""
+    lines = [style("error", fg="red", bold=True) + f": {err.message}"]
+    lines += [f"  {c}" for c in err.context]
+    if err.hint:
+        lines.append(f"hint: {err.hint}")
+    return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""RECORD-style sha256 of files in the environment, with a stat-keyed cache.
+
+CUDA libraries are hundreds of megabytes each, so a file is hashed in chunks and only
+once per (dev, ino, size, mtime_ns); the cache survives runs in
+``<prefix>/.cudafix/hash-cache.json``. A symlink is followed only when its target stays
+inside the environment.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from cudafix.env.record import is_inside
+from cudafix.env.statedir import save_cache_file
+from cudafix.model.names import EnvPath
+
+CHUNK = 1 << 20
+CACHE_VERSION = 1
+
+StatKey = tuple[int, int, int, int]
+
+
+def record_digest(data: bytes) -> str:
+    """sha256 in RECORD encoding: urlsafe base64 without padding."""
+    return _encode(hashlib.sha256(data).digest())
+
+
+def _encode(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def hash_fd(fd: int) -> str:
+    """Stream an open file through sha256."""
+    h = hashlib.sha256()
+    while chunk := os.read(fd, CHUNK):
+        h.update(chunk)
+    return _encode(h.digest())
+
+
+def _key(st: os.stat_result) -> StatKey:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class HashCache:
+    """Digest files of one environment, remembering results by stat identity.
+
+    Mutable on purpose: it is a memo, not part of the environment's frozen view.
+    """
+
+    def __init__(self, prefix: Path, entries: dict[StatKey, str] | None = None) -> None:
+        self.prefix = prefix
+        self._real_prefix = Path(os.path.realpath(prefix))
+        self._entries: dict[StatKey, str] = dict(entries or {})
+
+    def __call__(self, path: EnvPath) -> str | None:
+        """Digest of the regular file at ``path``; None if missing, not a file, or escaping."""
+        target = self._regular_file(self.prefix / path)
+        if target is None:
+            return None
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            key = _key(st)
+            if key not in self._entries:
+                self._entries[key] = hash_fd(fd)
+            return self._entries[key]
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _regular_file(self, full: Path) -> Path | None:
+        """``full`` itself, or its symlink target when that resolves inside the environment."""
+        try:
+            st = full.lstat()
+        except OSError:
+            return None
+        if not stat.S_ISLNK(st.st_mode):
+            return full
+        real = Path(os.path.realpath(full))
+        return real if is_inside(self._real_prefix, real) else None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @classmethod
+    def load(cls, prefix: Path, cache_file: Path) -> HashCache:
+        """Read a saved cache; a missing or corrupt file gives an empty cache."""
+        try:
+            data = json.loads(cache_file.read_text(encoding="utf-8"))
+            entries = _decode_entries(data)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            entries = {}
+        return cls(prefix, entries)
+
+    def save(self, cache_file: Path) -> bool:
+        """Write the cache atomically (temp file + replace); False if the location is unwritable."""
+        payload = {
+            "version": CACHE_VERSION,
+            "entries": {":".join(map(str, k)): v for k, v in self._entries.items()},
+        }
+        return save_cache_file(cache_file, json.dumps(payload, sort_keys=True))
+
+
+def _decode_entries(data: object) -> dict[StatKey, str]:
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+        return {}
+    out: dict[StatKey, str] = {}
+    for k, v in data["entries"].items():
+        dev, ino, size, mtime = (int(x) for x in k.split(":"))
+        if isinstance(v, str):
+            out[(dev, ino, size, mtime)] = v
+    return out

@@ -1,0 +1,512 @@
+"""A frozen view of one environment: its distributions, their RECORDs, who owns which path.
+
+Reading is done once, up front (``read_inventory``); everything after works on the value.
+The reading side only lstat()s, reads small metadata files and hashes shared files; it
+never writes and never follows a symlinked directory.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from email.message import Message
+from email.parser import HeaderParser
+from functools import cached_property
+from pathlib import Path
+
+from cudafix.env.hashing import HashCache
+from cudafix.env.record import ParsedRecord, RawEntry, Refusal, parse_record, resolve_record_path
+from cudafix.model.errors import InputError, TargetError
+from cudafix.model.names import DistName, EnvPath, normalize_name
+
+STATE_DIR = ".cudafix"
+"""cudafix's own state under the prefix (lock, journal, hash cache): not part of the view."""
+
+Hasher = Callable[[EnvPath], "str | None"]
+"""RECORD-encoded sha256 of the bytes at an EnvPath, or None (see ``hashing.HashCache``)."""
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    """One line of a RECORD file, with its path made relative to the environment prefix."""
+
+    path: EnvPath
+    raw: str
+    """The path exactly as written in RECORD (relative to its site-packages directory)."""
+    sha256: str | None
+    """urlsafe-base64, unpadded, as RECORD writes it."""
+    size: int | None
+
+
+@dataclass(frozen=True)
+class UnsafeEntry:
+    """A RECORD entry that points outside the environment: flagged, never acted on."""
+
+    distribution: DistName
+    raw: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecordIssue:
+    """A RECORD row of one distribution that could not be fully parsed."""
+
+    distribution: DistName
+    line: int
+    row: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One installed ``*.dist-info``."""
+
+    name: DistName
+    version: str
+    dist_info: EnvPath
+    site_packages: EnvPath
+    installer: str | None
+    requires: tuple[str, ...]
+    """Requires-Dist values, verbatim."""
+    files: tuple[RecordEntry, ...]
+    top_level: tuple[str, ...]
+    """Importable top-level names (top_level.txt, or derived from RECORD)."""
+
+    @cached_property
+    def record_by_path(self) -> Mapping[EnvPath, RecordEntry]:
+        """RECORD entries by path, for hash lookups (the last row wins, as in RECORD)."""
+        return {e.path: e for e in self.files}
+
+
+@dataclass(frozen=True)
+class Unmanaged:
+    """An install cudafix will not plan for: ``*.egg-info`` or a dist-info without RECORD."""
+
+    path: EnvPath
+    name: str
+    kind: str
+    """``egg-info``, ``no-record``, ``symlink`` (a symlinked dist-info) or ``duplicate``
+    (a second dist-info of a name already read; the first in sorted order is managed)."""
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What ``lstat`` said about one path in the environment."""
+
+    kind: str
+    """``file``, ``symlink`` or ``other``."""
+    size: int
+    mode: int
+    dev: int
+    ino: int
+    mtime_ns: int
+    link_target: str | None = None
+
+
+@dataclass(frozen=True)
+class SharedPath:
+    """A path two or more distributions claim, and whose bytes it holds."""
+
+    path: EnvPath
+    owners: tuple[DistName, ...]
+    holder: DistName | None
+    """The owner whose RECORD hash the bytes match; None when missing or nobody's."""
+    missing: bool
+    matching: tuple[DistName, ...] = ()
+    """Every owner whose RECORD hash the bytes match (more than one when they agree)."""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything cudafix knows about an environment, read once."""
+
+    prefix: Path
+    python: Path | None
+    site_packages: tuple[EnvPath, ...]
+    distributions: Mapping[DistName, Distribution]
+    unmanaged: tuple[Unmanaged, ...]
+    unsafe: tuple[UnsafeEntry, ...]
+    files: Mapping[EnvPath, FileStat]
+    """Every non-directory path under the prefix (``.cudafix/`` excluded)."""
+    owners: Mapping[EnvPath, tuple[DistName, ...]]
+    """Ownership index: path -> distributions whose RECORD claims it."""
+    shared: tuple[SharedPath, ...]
+    missing: Mapping[DistName, tuple[EnvPath, ...]]
+    """RECORD paths that do not exist on disk, per distribution."""
+    record_issues: tuple[RecordIssue, ...] = ()
+    """RECORD rows with a bad column count, hash or size (their paths are still owned)."""
+
+    def distribution_paths(self, name: DistName) -> tuple[EnvPath, ...]:
+        """Every path the backend deletes when uninstalling ``name``.
+
+        Safe RECORD paths, whatever else sits in the dist-info directory, and the
+        ``__pycache__`` bytecode of RECORD'ed ``.py`` files (pip and uv remove those too).
+        """
+        dist = self.distributions[name]
+        paths = {e.path for e in dist.files}
+        info_prefix = dist.dist_info + "/"
+        paths.update(p for p in self.files if p.startswith(info_prefix))
+        for e in dist.files:
+            if e.path.endswith(".py"):
+                paths.update(self._pyc_index.get(_pyc_stem(e.path), ()))
+        return tuple(sorted(paths))
+
+    @cached_property
+    def _pyc_index(self) -> Mapping[str, tuple[EnvPath, ...]]:
+        index: dict[str, list[EnvPath]] = {}
+        for p in self.files:
+            head, name = posixpath.split(p)
+            if posixpath.basename(head) == "__pycache__" and name.endswith(".pyc"):
+                key = posixpath.join(posixpath.dirname(head), name.split(".", 1)[0])
+                index.setdefault(key, []).append(p)
+        return {k: tuple(v) for k, v in index.items()}
+
+
+def _pyc_stem(py: EnvPath) -> str:
+    return py[: -len(".py")]
+
+
+def holder_of(
+    inventory: Inventory,
+    path: EnvPath,
+    owners: Sequence[DistName],
+    hasher: Hasher | None = None,
+) -> tuple[DistName, ...]:
+    """The owners (of ``owners``) whose RECORD hash matches the bytes now at ``path``.
+
+    Sizes are compared first; the file is hashed only when some owner's RECORD size
+    agrees (or is unrecorded), so unshared gigabytes are never read. Empty when the path
+    is missing or holds nobody's bytes.
+    """
+    st = inventory.files.get(path)
+    if st is None:
+        return ()
+    candidates = [
+        (name, entry)
+        for name in owners
+        if (entry := _entry(inventory, name, path)) is not None and entry.sha256
+    ]
+    if st.kind == "file":
+        candidates = [(n, e) for n, e in candidates if e.size is None or e.size == st.size]
+    if not candidates:
+        return ()
+    digest = (hasher or HashCache(inventory.prefix))(path)
+    return tuple(sorted(n for n, e in candidates if digest is not None and e.sha256 == digest))
+
+
+def _entry(inventory: Inventory, name: DistName, path: EnvPath) -> RecordEntry | None:
+    dist = inventory.distributions.get(name)
+    return None if dist is None else dist.record_by_path.get(path)
+
+
+class SymlinkGuard:
+    """Answers "does a parent directory of this EnvPath resolve out of the prefix?".
+
+    Reads the filesystem (realpath) and memoises per parent directory, since RECORDs
+    list thousands of files in a few dozen directories.
+    """
+
+    def __init__(self, prefix: Path) -> None:
+        self.prefix = prefix
+        self._real_prefix = os.path.realpath(prefix)
+        self._memo: dict[str, bool] = {}
+
+    def escapes(self, path: EnvPath) -> bool:
+        """True when the directory holding ``path`` is (through symlinks) outside the prefix."""
+        parent = posixpath.dirname(path)
+        if parent not in self._memo:
+            real = os.path.realpath(self.prefix / parent) if parent else self._real_prefix
+            self._memo[parent] = not _real_inside(self._real_prefix, real)
+        return self._memo[parent]
+
+
+def _real_inside(real_prefix: str, real: str) -> bool:
+    return real == real_prefix or real.startswith(real_prefix.rstrip("/") + "/")
+
+
+def read_inventory(
+    prefix: Path,
+    site_packages: Sequence[EnvPath],
+    python: Path | None,
+    *,
+    hasher: Hasher | None = None,
+) -> Inventory:
+    """Read the environment at ``prefix`` once: files, dist-infos, ownership, shared holders.
+
+    Raises InputError for an unreadable RECORD or METADATA and TargetError when the
+    prefix or a site-packages directory is unusable.
+    """
+    prefix = Path(os.path.normpath(prefix.absolute()))
+    if not prefix.is_dir():
+        raise TargetError(f"{prefix}: no such environment directory")
+    sites = canonical_site_packages(prefix, site_packages)
+    files = walk_files(prefix)
+    read = _read_distributions(prefix, sites)
+    owners = _ownership(read.distributions.values())
+    inv = Inventory(
+        prefix=prefix,
+        python=python,
+        site_packages=sites,
+        distributions=read.distributions,
+        unmanaged=tuple(read.unmanaged),
+        unsafe=tuple(read.unsafe),
+        files=files,
+        owners=owners,
+        shared=(),
+        missing=_missing(prefix, read.distributions.values(), files),
+        record_issues=tuple(read.issues),
+    )
+    return replace(inv, shared=_shared_paths(inv, hasher or HashCache(prefix)))
+
+
+def canonical_site_packages(prefix: Path, site_packages: Sequence[EnvPath]) -> tuple[EnvPath, ...]:
+    """Existing site-packages dirs, as symlink-free EnvPaths, deduplicated (``lib64 -> lib``)."""
+    real_prefix = os.path.realpath(prefix)
+    out: list[EnvPath] = []
+    for sp in site_packages:
+        full = prefix / sp
+        if not full.is_dir():
+            continue
+        real = os.path.realpath(full)
+        if not _real_inside(real_prefix, real):
+            raise TargetError(f"{full}: site-packages resolves outside the environment ({real})")
+        rel = EnvPath(Path(real).relative_to(real_prefix).as_posix())
+        if rel not in out:
+            out.append(rel)
+    return tuple(out)
+
+
+def walk_files(prefix: Path) -> dict[EnvPath, FileStat]:
+    """lstat every non-directory under ``prefix``, never descending into symlinked dirs."""
+    out: dict[EnvPath, FileStat] = {}
+    stack: list[tuple[str, str]] = [("", str(prefix))]
+    while stack:
+        rel, full = stack.pop()
+        try:
+            it = os.scandir(full)
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                _visit(entry, rel, stack, out)
+    return dict(sorted(out.items()))
+
+
+def _visit(
+    entry: os.DirEntry[str],
+    rel: str,
+    stack: list[tuple[str, str]],
+    out: dict[EnvPath, FileStat],
+) -> None:
+    path = rel + entry.name
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            if path != STATE_DIR:
+                stack.append((path + "/", entry.path))
+            return
+        st = entry.stat(follow_symlinks=False)
+        link = str(Path(entry.path).readlink()) if stat.S_ISLNK(st.st_mode) else None
+    except OSError:
+        return
+    out[EnvPath(path)] = _file_stat(st, link)
+
+
+def _file_stat(st: os.stat_result, link: str | None) -> FileStat:
+    if stat.S_ISLNK(st.st_mode):
+        kind = "symlink"
+    elif stat.S_ISREG(st.st_mode):
+        kind = "file"
+    else:
+        kind = "other"
+    return FileStat(kind, st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns, link)
+
+
+@dataclass
+class _Read:
+    """Accumulator used only while reading the dist-infos."""
+
+    distributions: dict[DistName, Distribution] = field(default_factory=dict)
+    unmanaged: list[Unmanaged] = field(default_factory=list)
+    unsafe: list[UnsafeEntry] = field(default_factory=list)
+    issues: list[RecordIssue] = field(default_factory=list)
+
+
+def _read_distributions(prefix: Path, sites: Sequence[EnvPath]) -> _Read:
+    read = _Read()
+    guard = SymlinkGuard(prefix)
+    for site in sites:
+        for name, is_dir in _listdir(prefix / site):
+            info = EnvPath(f"{site}/{name}")
+            if name.endswith(".egg-info"):
+                stem = name[: -len(".egg-info")].partition("-")[0]
+                read.unmanaged.append(Unmanaged(info, stem, "egg-info"))
+            elif name.endswith(".dist-info") and not is_dir:
+                read.unmanaged.append(Unmanaged(info, name[: -len(".dist-info")], "symlink"))
+            elif name.endswith(".dist-info"):
+                _read_one(prefix, site, info, guard, read)
+    return read
+
+
+def installed_versions(prefix: Path, sites: Sequence[EnvPath]) -> dict[DistName, str]:
+    """Name -> version of every dist-info, from METADATA alone: a quick look, no RECORDs.
+
+    The transaction's verify step needs only this, and must not pay for a full walk.
+    """
+    found: dict[DistName, str] = {}
+    for site in sites:
+        for name, is_dir in _listdir(prefix / site):
+            managed = os.path.lexists(prefix / site / name / "RECORD")  # as in read_inventory
+            if is_dir and name.endswith(".dist-info") and managed:
+                fallback_name, fallback_version = _split_dist_info_name(name)
+                meta = _read_metadata(prefix / site / name / "METADATA")
+                dist = normalize_name(meta.get("Name") or fallback_name)
+                found.setdefault(dist, meta.get("Version") or fallback_version)
+    return found
+
+
+def _listdir(path: Path) -> list[tuple[str, bool]]:
+    try:
+        with os.scandir(path) as it:
+            return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+    except OSError as e:
+        raise TargetError(f"{path}: cannot list site-packages ({e.strerror or e})") from e
+
+
+def _read_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard, read: _Read) -> None:
+    full = prefix / info
+    fallback_name, fallback_version = _split_dist_info_name(posixpath.basename(info))
+    if not os.path.lexists(full / "RECORD"):
+        read.unmanaged.append(Unmanaged(info, fallback_name, "no-record"))
+        return
+    record = parse_record(_read_text(full / "RECORD", "RECORD"))
+    meta = _read_metadata(full / "METADATA")
+    name = normalize_name(meta.get("Name") or fallback_name)
+    if name in read.distributions:
+        read.unmanaged.append(Unmanaged(info, name, "duplicate"))
+        return
+    entries = _resolve_entries(name, site, record, guard, read)
+    read.issues.extend(RecordIssue(name, p.line, p.row, p.reason) for p in record.problems)
+    read.distributions[name] = Distribution(
+        name=name,
+        version=meta.get("Version") or fallback_version,
+        dist_info=info,
+        site_packages=site,
+        installer=_read_optional(full / "INSTALLER"),
+        requires=tuple(meta.get_all("Requires-Dist") or ()),
+        files=entries,
+        top_level=_top_level(full / "top_level.txt", record.entries),
+    )
+
+
+def _split_dist_info_name(dirname: str) -> tuple[str, str]:
+    stem = dirname[: -len(".dist-info")]
+    name, _, version = stem.partition("-")
+    return name, version
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{path}: unreadable {what} (not UTF-8 at byte {e.start})",
+            hint="reinstall that distribution, or remove its dist-info directory",
+        ) from e
+    except OSError as e:
+        raise InputError(
+            f"{path}: unreadable {what} ({e.strerror or e})",
+            hint="reinstall that distribution, or remove its dist-info directory",
+        ) from e
+
+
+def _read_metadata(path: Path) -> Message:
+    if not os.path.lexists(path):
+        return Message()
+    return HeaderParser().parsestr(_read_text(path, "METADATA"))
+
+
+def _read_optional(path: Path) -> str | None:
+    """A small informational file (INSTALLER); absent or undecodable means unknown."""
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _resolve_entries(
+    name: DistName, site: EnvPath, record: ParsedRecord, guard: SymlinkGuard, read: _Read
+) -> tuple[RecordEntry, ...]:
+    out: list[RecordEntry] = []
+    for raw in record.entries:
+        resolved = resolve_record_path(site, raw.path)
+        if isinstance(resolved, Refusal):
+            read.unsafe.append(UnsafeEntry(name, raw.path, resolved.reason))
+        elif guard.escapes(resolved):
+            read.unsafe.append(
+                UnsafeEntry(name, raw.path, "through a symlink out of the environment")
+            )
+        else:
+            out.append(RecordEntry(resolved, raw.path, raw.sha256, raw.size))
+    return tuple(out)
+
+
+def _top_level(top_level_txt: Path, entries: Sequence[RawEntry]) -> tuple[str, ...]:
+    text = _read_optional(top_level_txt)
+    if text is not None:
+        return tuple(sorted({line.strip() for line in text.splitlines() if line.strip()}))
+    return derive_top_level(e.path for e in entries)
+
+
+def derive_top_level(raw_paths: Iterable[str]) -> tuple[str, ...]:
+    """Importable names from RECORD paths: packages with ``__init__.py``, modules, extensions."""
+    names: set[str] = set()
+    for raw in raw_paths:
+        parts = raw.split("/")
+        head = parts[0]
+        if head in ("", ".", "..", "__pycache__") or head.endswith((".dist-info", ".data")):
+            continue
+        if len(parts) == 2 and parts[1] == "__init__.py":
+            names.add(head)
+        elif len(parts) == 1 and head.endswith((".py", ".so", ".pyd")):
+            names.add(head.split(".", 1)[0])
+    return tuple(sorted(names))
+
+
+def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, ...]]:
+    index: dict[EnvPath, set[DistName]] = {}
+    for dist in dists:
+        for e in dist.files:
+            index.setdefault(e.path, set()).add(dist.name)
+    return {p: tuple(sorted(o)) for p, o in sorted(index.items())}
+
+
+def _missing(
+    prefix: Path, dists: Iterable[Distribution], files: Mapping[EnvPath, FileStat]
+) -> dict[DistName, tuple[EnvPath, ...]]:
+    """RECORD paths absent from disk (``lexists`` settles paths the walk could not see)."""
+    out: dict[DistName, tuple[EnvPath, ...]] = {}
+    for dist in dists:
+        gone = sorted(
+            {
+                e.path
+                for e in dist.files
+                if e.path not in files and not os.path.lexists(prefix / e.path)
+            }
+        )
+        if gone:
+            out[dist.name] = tuple(gone)
+    return out
+
+
+def _shared_paths(inv: Inventory, hasher: Hasher) -> tuple[SharedPath, ...]:
+    out: list[SharedPath] = []
+    for path, owners in inv.owners.items():
+        if len(owners) < 2:
+            continue
+        missing = path not in inv.files
+        matching = holder_of(inv, path, owners, hasher)
+        out.append(SharedPath(path, owners, matching[0] if matching else None, missing, matching))
+    return tuple(out)

@@ -1,0 +1,192 @@
+"""RECORD parsing and path validation, pure.
+
+RECORD paths are relative to the site-packages directory the dist-info lives in, and may
+legitimately climb out of it (``../../../bin/tool``) but never out of the environment
+(pip's ``_permitted``, uv's ``is_path_in_scheme``). Bad rows are collected, not raised
+(installer's ``RecordEntry`` validation): one broken line must not hide the others.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import posixpath
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudafix.model.errors import InputError
+from cudafix.model.names import EnvPath
+
+_WEAK = frozenset({"md5", "sha1"})
+"""Refused by the wheel spec (PEP 427: sha256 or stronger)."""
+
+
+@dataclass(frozen=True)
+class RawEntry:
+    """One RECORD row as written: path relative to site-packages, digest and size if usable."""
+
+    path: str
+    sha256: str | None
+    """urlsafe-base64, unpadded; None when absent or recorded with another algorithm."""
+    size: int | None
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """A RECORD row that could not be fully parsed."""
+
+    line: int
+    row: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ParsedRecord:
+    """Entries and problems of one RECORD file.
+
+    A row with a bad hash or size still yields an entry (path only): the backend deletes
+    every path RECORD names, so ownership must not forget it.
+    """
+
+    entries: tuple[RawEntry, ...]
+    problems: tuple[RecordProblem, ...]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a RECORD path will not be acted on."""
+
+    reason: str
+
+
+def parse_record(text: str) -> ParsedRecord:
+    """Parse RECORD CSV text; never raises on a bad row."""
+    entries: list[RawEntry] = []
+    problems: list[RecordProblem] = []
+    for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+        if not row or not row[0]:
+            continue
+        entry, reasons = _parse_row(row)
+        entries.append(entry)
+        problems.extend(RecordProblem(lineno, ",".join(row), r) for r in reasons)
+    return ParsedRecord(tuple(entries), tuple(problems))
+
+
+def _parse_row(row: list[str]) -> tuple[RawEntry, list[str]]:
+    if len(row) != 3:
+        return RawEntry(row[0], None, None), [f"expected 3 columns, found {len(row)}"]
+    digest, reasons = _parse_hash(row[1])
+    size, size_reason = _parse_size(row[2])
+    if size_reason:
+        reasons.append(size_reason)
+    return RawEntry(row[0], digest, size), reasons
+
+
+def _parse_hash(field: str) -> tuple[str | None, list[str]]:
+    if not field:
+        return None, []
+    algo, sep, value = field.partition("=")
+    if not sep or not value:
+        return None, [f"malformed hash {field!r}"]
+    if algo == "sha256":
+        return value, []
+    if algo in _WEAK:
+        return None, [f"hash algorithm {algo!r} is too weak for RECORD"]
+    if algo in hashlib.algorithms_guaranteed:
+        return None, []
+    return None, [f"unknown hash algorithm {algo!r}"]
+
+
+def _parse_size(field: str) -> tuple[int | None, str | None]:
+    if not field:
+        return None, None
+    try:
+        size = int(field)
+    except ValueError:
+        return None, f"size {field!r} is not an integer"
+    if size < 0:
+        return None, f"size {field!r} is negative"
+    return size, None
+
+
+def without_entries(text: str, paths: Collection[str]) -> str:
+    """RECORD text with the rows naming ``paths`` dropped, every other row re-quoted as csv."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows(row for row in csv.reader(io.StringIO(text)) if row and row[0] not in paths)
+    return out.getvalue()
+
+
+def resolve_record_path(site_packages: EnvPath, raw: str) -> EnvPath | Refusal:
+    """Make a RECORD path relative to the prefix, lexically; refuse absolute or escaping ones.
+
+    ``..`` is accepted only as a leading run (``../../../bin/tool``): a ``..`` after a
+    directory name would resolve differently on disk when that directory is a symlink.
+    The symlink check itself reads the filesystem and lives in the inventory.
+    """
+    if _plain(raw):
+        return EnvPath(f"{site_packages}/{raw}")  # already normal: the common, fast case
+    if _is_absolute(raw):
+        return Refusal("absolute path")
+    parts = raw.replace("\\", "/").split("/")
+    if ".." in _after_leading_dotdots(parts):
+        return Refusal("'..' after a directory name")
+    joined = posixpath.normpath(posixpath.join(site_packages, *parts))
+    if joined == ".":
+        return Refusal("names the environment itself")
+    if joined == ".." or joined.startswith("../"):
+        return Refusal("escapes the environment")
+    return EnvPath(joined)
+
+
+_NOT_PLAIN = ("\\", "//", "/.", ":")
+
+
+def _plain(raw: str) -> bool:
+    """Relative, no ``.``/``..``/empty component, no backslash or drive: normal as written."""
+    return (
+        bool(raw)
+        and not raw.startswith((".", "/"))
+        and not raw.endswith("/")
+        and not any(c in raw for c in _NOT_PLAIN)
+    )
+
+
+def _is_absolute(raw: str) -> bool:
+    return raw.startswith(("/", "\\")) or (len(raw) > 1 and raw[1] == ":")
+
+
+def _after_leading_dotdots(parts: list[str]) -> list[str]:
+    i = 0
+    while i < len(parts) and parts[i] in ("..", "."):
+        i += 1
+    return parts[i:]
+
+
+def validate_env_path(p: str) -> EnvPath:
+    """Check an EnvPath read from outside (a plan file): relative, normal, inside the prefix."""
+    if not p or _is_absolute(p):
+        raise InputError(f"{p!r}: not a path relative to the environment")
+    norm = posixpath.normpath(p)
+    if norm != p or norm == "." or norm == ".." or norm.startswith("../"):
+        raise InputError(f"{p!r}: not a normalised path inside the environment")
+    return EnvPath(norm)
+
+
+def is_inside(root: Path, path: Path) -> bool:
+    """Lexical containment of two absolute paths (the caller resolves symlinks if it must)."""
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def env_path_of(prefix: Path, path: Path) -> EnvPath | None:
+    """The EnvPath of an absolute ``path`` lexically under ``prefix``, or None."""
+    if not is_inside(prefix, path):
+        return None
+    rel = path.relative_to(prefix).as_posix()
+    return None if rel == "." else EnvPath(rel)

@@ -1,0 +1,275 @@
+"""Which environment cudafix acts on, and what its interpreter says about itself.
+
+Selection follows uv: ``--python PATH`` or ``--venv DIR``, else ``$VIRTUAL_ENV``, else
+``./.venv``. The interpreter is asked once, isolated (``-I``), for its layout and marker
+environment; a broken interpreter is exactly what cudafix may be repairing, so when it
+cannot answer the layout on disk and ``pyvenv.cfg`` stand in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudafix.env.record import env_path_of
+from cudafix.model.errors import TargetError, UsageError
+from cudafix.model.names import EnvPath
+from cudafix.process import run
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+HINT = "point cudafix at an environment with --venv DIR or --python PATH"
+QUERY_TIMEOUT = 30.0
+
+_QUERY = """\
+import json, os, platform, site, sys, sysconfig
+# Run with -I -S: nothing from site-packages is imported and no .pth file runs. Without
+# site, Python 3.10 leaves sys.prefix at the base install, so find the venv as site.venv does.
+prefix = sys.prefix
+exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+if any(os.path.isfile(os.path.join(d, "pyvenv.cfg")) for d in (exe_dir, os.path.dirname(exe_dir))):
+    prefix = os.path.dirname(exe_dir)
+impl = sys.implementation
+v = impl.version
+iver = "{0.major}.{0.minor}.{0.micro}".format(v)
+if v.releaselevel != "final":
+    iver += v.releaselevel[0] + str(v.serial)
+paths = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})
+print(json.dumps({
+    "prefix": prefix,
+    "purelib": paths["purelib"],
+    "platlib": paths["platlib"],
+    "version_info": list(sys.version_info[:3]),
+    "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+    "sys_path": sys.path + [p for p in site.getsitepackages([prefix]) if os.path.isdir(p)],
+    "markers": {
+        "implementation_name": impl.name,
+        "implementation_version": iver,
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
+    },
+}))
+"""
+
+
+@dataclass(frozen=True)
+class TargetEnv:
+    """The environment to act on: its absolute prefix and, if it has one, its interpreter."""
+
+    prefix: Path
+    python: Path | None
+
+
+@dataclass(frozen=True)
+class InterpreterInfo:
+    """The target interpreter's own account of its layout, or a stand-in read from disk."""
+
+    prefix: Path
+    site_packages: tuple[EnvPath, ...]
+    """purelib then platlib (deduplicated), relative to the prefix."""
+    marker_env: Mapping[str, str]
+    version_info: tuple[int, int, int]
+    ext_suffix: str | None
+    sys_path: tuple[str, ...]
+    """``sys.path`` plus the site-packages dirs ``site`` would add (``.pth`` additions not run)."""
+    fallback_reason: str | None = None
+    """Why the interpreter was not asked (or did not answer); None when it did."""
+
+
+def locate_target(
+    python: str | None, venv: str | None, environ: Mapping[str, str], cwd: Path
+) -> TargetEnv:
+    """Pick the target environment the way uv does; raise TargetError naming the path."""
+    if python is not None and venv is not None:
+        raise UsageError("--python and --venv are mutually exclusive", hint=HINT)
+    if python is not None:
+        return _from_python(python, environ, cwd)
+    if venv is not None:
+        return _from_dir(_absolute(cwd, venv), "--venv")
+    if environ.get("VIRTUAL_ENV"):
+        return _from_dir(_absolute(cwd, environ["VIRTUAL_ENV"]), "VIRTUAL_ENV")
+    default = cwd / ".venv"
+    if default.is_dir():
+        return _from_dir(_absolute(cwd, ".venv"), "./.venv")
+    raise TargetError(
+        f"{default}: no environment (VIRTUAL_ENV is not set and ./.venv does not exist)", hint=HINT
+    )
+
+
+def _absolute(cwd: Path, p: str) -> Path:
+    """Absolute and lexically normal, without resolving symlinks (``bin/python`` is one)."""
+    return Path(os.path.normpath(cwd / Path(p).expanduser()))
+
+
+def _from_dir(prefix: Path, source: str) -> TargetEnv:
+    if not prefix.is_dir():
+        raise TargetError(f"{prefix}: no such directory (from {source})", hint=HINT)
+    if not is_environment(prefix):
+        raise TargetError(
+            f"{prefix}: not a Python environment (no pyvenv.cfg, no lib/python*/site-packages)",
+            hint=HINT,
+        )
+    return TargetEnv(prefix, _interpreter_in(prefix))
+
+
+def _from_python(python: str, environ: Mapping[str, str], cwd: Path) -> TargetEnv:
+    exe = _find_python(python, environ, cwd)
+    for candidate in (exe.parent, exe.parent.parent):
+        if (candidate / "pyvenv.cfg").is_file():
+            return TargetEnv(candidate, exe)
+    prefix = exe.parent.parent
+    if _layout_site_packages(prefix):
+        return TargetEnv(prefix, exe)
+    raise TargetError(
+        f"{exe}: not inside a Python environment (no pyvenv.cfg next to it or above it)",
+        hint=HINT,
+    )
+
+
+def _find_python(python: str, environ: Mapping[str, str], cwd: Path) -> Path:
+    if os.sep not in python and not (cwd / python).exists():
+        found = shutil.which(python, path=environ.get("PATH", ""))
+        if found is None:
+            raise TargetError(f"{python}: no such interpreter on PATH", hint=HINT)
+        python = found
+    exe = _absolute(cwd, python)
+    if not os.path.lexists(exe):
+        raise TargetError(f"{exe}: no such interpreter", hint=HINT)
+    return exe
+
+
+def _interpreter_in(prefix: Path) -> Path | None:
+    for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
+        if os.path.lexists(prefix / name):
+            return prefix / name
+    return None
+
+
+def is_environment(prefix: Path) -> bool:
+    """A venv (``pyvenv.cfg``) or at least a prefix with a site-packages layout."""
+    return (prefix / "pyvenv.cfg").is_file() or bool(_layout_site_packages(prefix))
+
+
+def _layout_site_packages(prefix: Path) -> tuple[EnvPath, ...]:
+    """``lib/python3.*/site-packages`` then ``lib64``, once each (``lib64`` is often ``-> lib``)."""
+    found = sorted(prefix.glob("lib/python3.*/site-packages"))
+    found += sorted(prefix.glob("lib64/python3.*/site-packages"))
+    seen: set[str] = set()
+    out: list[EnvPath] = []
+    for p in found:
+        real = os.path.realpath(p)
+        if p.is_dir() and real not in seen:
+            seen.add(real)
+            out.append(EnvPath(p.relative_to(prefix).as_posix()))
+    return tuple(out)
+
+
+def query_interpreter(target: TargetEnv, *, timeout: float = QUERY_TIMEOUT) -> InterpreterInfo:
+    """Ask the target interpreter (one isolated subprocess); fall back to the disk layout."""
+    if target.python is None:
+        return fallback_info(target.prefix, "the environment has no interpreter")
+    done = run([target.python, "-I", "-S", "-c", _QUERY], timeout=timeout)
+    if done.timed_out:
+        return fallback_info(target.prefix, f"{target.python} timed out after {timeout:g}s")
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return fallback_info(
+            target.prefix, f"{target.python} exited {done.returncode}: {last[:200]}"
+        )
+    try:
+        return _parse_answer(target, json.loads(done.stdout))
+    except (ValueError, KeyError, TypeError) as e:
+        return fallback_info(target.prefix, f"{target.python} gave an unreadable answer ({e})")
+
+
+def _parse_answer(target: TargetEnv, data: Mapping[str, Any]) -> InterpreterInfo:
+    reported = Path(str(data["prefix"]))
+    if os.path.realpath(reported) != os.path.realpath(target.prefix):
+        raise TargetError(
+            f"{target.python}: its sys.prefix is {reported}, not {target.prefix}", hint=HINT
+        )
+    sites: list[EnvPath] = []
+    for key in ("purelib", "platlib"):
+        rel = env_path_of(reported, Path(os.path.normpath(str(data[key]))))
+        if rel is not None and rel not in sites:
+            sites.append(rel)
+    major, minor, micro = (int(x) for x in data["version_info"])
+    ext = data.get("ext_suffix")
+    return InterpreterInfo(
+        prefix=target.prefix,
+        site_packages=tuple(sites),
+        marker_env={str(k): str(v) for k, v in dict(data["markers"]).items()},
+        version_info=(major, minor, micro),
+        ext_suffix=ext if isinstance(ext, str) else None,
+        sys_path=tuple(str(p) for p in data["sys_path"]),
+    )
+
+
+def fallback_info(prefix: Path, reason: str) -> InterpreterInfo:
+    """Layout and markers from disk: ``lib/python3.*/site-packages`` and ``pyvenv.cfg``."""
+    cfg = read_pyvenv_cfg(prefix / "pyvenv.cfg")
+    sites = _layout_site_packages(prefix)
+    version = _version_from(cfg, sites)
+    full = ".".join(map(str, version))
+    impl = cfg.get("implementation", "CPython")
+    markers = {
+        "implementation_name": impl.lower(),
+        "implementation_version": full,
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": full,
+        "platform_python_implementation": impl,
+        "python_version": f"{version[0]}.{version[1]}",
+        "sys_platform": sys.platform,
+    }
+    return InterpreterInfo(prefix, sites, markers, version, None, (), fallback_reason=reason)
+
+
+def read_pyvenv_cfg(path: Path) -> dict[str, str]:
+    """``key = value`` lines; a missing or unreadable file is an empty config."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip().lower()] = value.strip()
+    return out
+
+
+def _version_from(cfg: Mapping[str, str], sites: tuple[EnvPath, ...]) -> tuple[int, int, int]:
+    for raw in (cfg.get("version_info"), cfg.get("version")):
+        parsed = _parse_version(raw)
+        if parsed is not None:
+            return parsed
+    for site in sites:
+        parsed = _parse_version(site.split("/")[1].removeprefix("python"))
+        if parsed is not None:
+            return parsed
+    return (sys.version_info.major, sys.version_info.minor, 0)
+
+
+def _parse_version(raw: str | None) -> tuple[int, int, int] | None:
+    m = _VERSION.match(raw or "")
+    if m is None:
+        return None
+    return (int(m[1]), int(m[2]), int(m[3] or 0))

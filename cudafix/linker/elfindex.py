@@ -1,0 +1,380 @@
+"""Which files of an environment are ELF objects, and what they need; plus a view for the loader.
+
+``index_environment`` parses every regular file once and remembers the verdict in a
+versioned JSON cache keyed on (st_dev, st_ino, size, mtime_ns), so a second scan opens
+nothing that did not change. ``EnvironmentView`` answers the resolver's file lookups from
+the index (optionally with some paths removed) without touching the environment again.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import posixpath
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from cudafix.env.inventory import FileStat
+from cudafix.env.statedir import save_cache_file
+from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf
+from cudafix.model.names import EnvPath, Soname
+
+log = logging.getLogger("cudafix.linker.elfindex")
+
+CACHE_FORMAT = "cudafix-elf-cache"
+CACHE_VERSION = 1
+CACHE_DIR = ".cudafix"
+_NOT_ELF = ("not-elf", "linker-script")
+
+Reader = Callable[[Path], "ElfInfo | ElfProblem"]
+Verdict = ElfInfo | ElfProblem
+Key = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class ElfIndex:
+    """The ELF facts of one environment, keyed by path relative to its prefix."""
+
+    objects: Mapping[EnvPath, ElfInfo]
+    problems: Mapping[EnvPath, ElfProblem]
+    """Broken ELF files, and ``.so``-named files that are not ELF (linker scripts)."""
+    foreign: frozenset[EnvPath]
+    """Objects of another class/machine than ``expected``: reported, never resolved against."""
+    expected: tuple[int, str]
+    """(ELF class, machine) of the interpreter the environment runs."""
+    parsed: int = field(default=0, compare=False)
+    """Files actually opened by this scan (0 on a fully warm cache)."""
+
+
+@functools.lru_cache(maxsize=1)
+def host_arch() -> tuple[int, str]:
+    """(class, machine) of ``sys.executable``: what the environment's ld.so can load."""
+    info = read_elf(Path(sys.executable))
+    if isinstance(info, ElfInfo):
+        return info.elf_class, info.machine
+    return 64, "EM_X86_64"
+
+
+def read_elf_nofollow(path: Path) -> ElfInfo | ElfProblem:
+    """The index never reads through a symlink (it could point out of the environment)."""
+    return read_elf(path, follow_symlinks=False)
+
+
+def index_environment(
+    prefix: Path,
+    files: Mapping[EnvPath, FileStat],
+    cache_path: Path | None,
+    *,
+    expected: tuple[int, str] | None = None,
+    read: Reader = read_elf_nofollow,
+) -> ElfIndex:
+    """Classify every regular file in ``files``; reuse cached verdicts for unchanged ones."""
+    cached = _load_cache(cache_path) if cache_path else {}
+    fresh: dict[str, tuple[Key, Verdict]] = {}
+    parsed = 0
+    for rel, stat in files.items():
+        if stat.kind != "file" or rel.startswith(CACHE_DIR + "/"):
+            continue
+        key = (stat.dev, stat.ino, stat.size, stat.mtime_ns)
+        hit = cached.get(rel)
+        if hit is not None and hit[0] == key:
+            fresh[rel] = hit
+            continue
+        fresh[rel] = (key, read(prefix / rel))
+        parsed += 1
+    if cache_path is not None and (parsed or fresh.keys() != cached.keys()):
+        _save_cache(cache_path, fresh)
+    index = _build(fresh, expected or host_arch(), parsed)
+    odd = _odd_libraries(files)
+    return replace(index, problems={**index.problems, **odd}) if odd else index
+
+
+def _odd_libraries(files: Mapping[EnvPath, FileStat]) -> dict[EnvPath, ElfProblem]:
+    """Library-named entries that are not regular files: never opened, only reported.
+
+    A FIFO would block ``open()``; a dangling or escaping symlink loads nothing.
+    """
+    odd: dict[EnvPath, ElfProblem] = {}
+    for rel, stat in files.items():
+        if not is_so_name(rel) or stat.kind == "file":
+            continue
+        if stat.kind != "symlink":
+            odd[rel] = ElfProblem("unreadable", "not a regular file (FIFO, socket or device)")
+            continue
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(rel), stat.link_target or ""))
+        if (stat.link_target or "").startswith("/") or target.startswith("../"):
+            odd[rel] = ElfProblem(
+                "unreadable", f"symlink to {stat.link_target}, outside the environment"
+            )
+        elif EnvPath(target) not in files:
+            odd[rel] = ElfProblem("unreadable", f"dangling symlink to {stat.link_target}")
+    return odd
+
+
+def _build(
+    fresh: Mapping[str, tuple[Key, Verdict]], expected: tuple[int, str], parsed: int
+) -> ElfIndex:
+    objects: dict[EnvPath, ElfInfo] = {}
+    problems: dict[EnvPath, ElfProblem] = {}
+    for rel, (_key, verdict) in fresh.items():
+        path = EnvPath(rel)
+        if isinstance(verdict, ElfInfo):
+            objects[path] = verdict
+        elif verdict.reason not in _NOT_ELF or is_so_name(rel):
+            problems[path] = verdict
+    foreign = frozenset(p for p, i in objects.items() if (i.elf_class, i.machine) != expected)
+    return ElfIndex(objects, problems, foreign, expected, parsed)
+
+
+def is_so_name(path: str) -> bool:
+    """``libfoo.so`` or ``libfoo.so.1.2``: a name the loader (or a linker) would look for."""
+    name = posixpath.basename(path)
+    return name.endswith(".so") or ".so." in name
+
+
+# --- cache -------------------------------------------------------------------------------
+
+
+def _load_cache(path: Path) -> dict[str, tuple[Key, Verdict]]:
+    """A corrupt, foreign-version or unreadable cache is an empty one (never fatal)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            data = json.load(fh)
+        if data.get("format") != CACHE_FORMAT or data.get("version") != CACHE_VERSION:
+            return {}
+        return {rel: _decode(rel, row) for rel, row in data["entries"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        log.debug("ignoring ELF cache %s: %s", path, exc)
+        return {}
+
+
+def _decode(rel: str, row: list[Any]) -> tuple[Key, Verdict]:
+    dev, ino, size, mtime, kind, body = row
+    key: Key = (int(dev), int(ino), int(size), int(mtime))
+    if kind == "elf":
+        info = ElfInfo(
+            elf_class=int(body["elf_class"]),
+            machine=str(body["machine"]),
+            soname=Soname(body["soname"]) if body["soname"] is not None else None,
+            needed=tuple(Soname(str(n)) for n in body["needed"]),
+            rpath=tuple(str(p) for p in body["rpath"]),
+            runpath=tuple(str(p) for p in body["runpath"]),
+            nodeflib=bool(body["nodeflib"]),
+            interpreter=body.get("interpreter"),
+        )
+        return key, info
+    if kind == "problem":
+        return key, ElfProblem(str(body[0]), str(body[1]) if len(body) > 1 else f"{rel}: {body[0]}")
+    raise ValueError(f"unknown cache row kind {kind!r}")
+
+
+def _encode(rel: str, key: Key, verdict: Verdict) -> list[Any]:
+    if isinstance(verdict, ElfInfo):
+        return [*key, "elf", asdict(verdict)]
+    if verdict.reason == "not-elf":
+        return [*key, "problem", [verdict.reason]]
+    return [*key, "problem", [verdict.reason, verdict.detail]]
+
+
+def _save_cache(path: Path, entries: Mapping[str, tuple[Key, Verdict]]) -> None:
+    """Only inside a real ``.cudafix/`` directory (``statedir.save_cache_file``)."""
+    rows = {rel: _encode(rel, key, verdict) for rel, (key, verdict) in entries.items()}
+    payload = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": rows}
+    if not save_cache_file(path, json.dumps(payload, separators=(",", ":"))):
+        log.debug("could not write ELF cache %s", path)
+
+
+# --- views -------------------------------------------------------------------------------
+
+
+class SystemLibraries:
+    """Memo of files outside the environment (system libs), shared by before/after views.
+
+    Directories are listed once, so probing many absent candidates costs a set lookup.
+    """
+
+    def __init__(self) -> None:
+        self._listings: dict[str, frozenset[str]] = {}
+        self._verdicts: dict[str, Verdict | None] = {}
+        self._real: dict[str, str] = {}
+        self._dirs: dict[str, bool] = {}
+
+    def lookup(self, path: str) -> Verdict | None:
+        """The verdict for ``path``, or None when nothing is there."""
+        if path not in self._verdicts:
+            directory, name = posixpath.split(path)
+            present = name in self._listing(directory) and Path(path).exists()
+            self._verdicts[path] = read_elf(Path(path)) if present else None
+        return self._verdicts[path]
+
+    def canonical(self, path: str) -> str:
+        if path not in self._real:
+            self._real[path] = os.path.realpath(path)
+        return self._real[path]
+
+    def dir_exists(self, path: str) -> bool:
+        if path not in self._dirs:
+            self._dirs[path] = Path(path).is_dir()
+        return self._dirs[path]
+
+    def _listing(self, directory: str) -> frozenset[str]:
+        if directory not in self._listings:
+            try:
+                self._listings[directory] = frozenset(os.listdir(directory))  # noqa: PTH208
+            except OSError:
+                self._listings[directory] = frozenset()
+        return self._listings[directory]
+
+
+SHARED_SYSTEM = SystemLibraries()
+"""The process-wide default memo for system libraries."""
+
+_MAX_LINKS = 40  # ld.so/kernel give up after 40 symlinks (ELOOP)
+
+
+class EnvironmentView:
+    """The loader's view of an environment as the index saw it, minus ``removed`` paths.
+
+    Paths inside the prefix answer from the index; symlinks in the environment are
+    followed only within it (a link out of the prefix is absent and never read). Paths
+    outside the prefix are system libraries, read from disk once (``SystemLibraries``).
+    """
+
+    def __init__(
+        self,
+        prefix: Path,
+        index: ElfIndex,
+        files: Mapping[EnvPath, FileStat],
+        removed: frozenset[EnvPath] = frozenset(),
+        system: SystemLibraries | None = None,
+    ) -> None:
+        self.prefix = posixpath.normpath(str(prefix.absolute()))
+        self._real_prefix = os.path.realpath(self.prefix)
+        self.index = index
+        self.files = files
+        self.removed = removed
+        self.system = system if system is not None else SHARED_SYSTEM
+        self._located: dict[str, EnvPath | None] = {}
+        self._dirs: frozenset[str] | None = None
+
+    def without(self, removed: frozenset[EnvPath]) -> EnvironmentView:
+        """The same environment after deleting ``removed`` (shares the system memo)."""
+        view = EnvironmentView(
+            Path(self.prefix), self.index, self.files, self.removed | removed, self.system
+        )
+        view._dirs = self._dirs  # same files, same directories
+        return view
+
+    def elf(self, path: str) -> ElfInfo | None:
+        rel = self._relative(path)
+        if rel is None:
+            verdict = self.system.lookup(path)
+            return verdict if isinstance(verdict, ElfInfo) else None
+        located = self._locate(rel)
+        return self.index.objects.get(located) if located is not None else None
+
+    def problem(self, path: str) -> ElfProblem | None:
+        rel = self._relative(path)
+        if rel is None:
+            verdict = self.system.lookup(path)
+            return verdict if isinstance(verdict, ElfProblem) else None
+        located = self._locate(rel)
+        if located is None or located in self.index.objects:
+            return None
+        found = self.index.problems.get(located)
+        return found or ElfProblem("not-elf", f"{path}: no ELF magic")
+
+    def dir_exists(self, path: str) -> bool:
+        """A directory holding at least one file of the environment (after symlinks)."""
+        rel = self._relative(path)
+        if rel is None:
+            return self.system.dir_exists(path) if path != self.prefix else True
+        located = self._locate_dir(rel)
+        return located is not None
+
+    def _locate_dir(self, rel: str) -> str | None:
+        key = rel + "/"
+        if key not in self._located:
+            self._located[key] = self._follow_dir(rel)
+        return self._located[key]
+
+    def _follow_dir(self, rel: str) -> EnvPath | None:
+        """``rel`` as a directory, through in-env symlinks; None when nothing is under it."""
+        parts = rel.split("/")
+        for i in range(len(parts)):
+            stat = self.files.get(EnvPath("/".join(parts[: i + 1])))
+            if stat is not None and stat.kind == "symlink":
+                target = self._link_target(parts[:i], stat.link_target)
+                if target is None:
+                    return None
+                rest = "/".join([target, *parts[i + 1 :]])
+                return self._locate_dir(rest) if rest != rel else None  # type: ignore[return-value]
+            if stat is not None:
+                return None  # a file where a directory should be
+        return EnvPath(rel) if rel in self._directories() else None
+
+    def _directories(self) -> frozenset[str]:
+        if self._dirs is None:
+            self._dirs = frozenset(
+                "/".join(parts[:i])
+                for path in self.files
+                for parts in [path.split("/")]
+                for i in range(1, len(parts))
+            )
+        return self._dirs
+
+    def canonical(self, path: str) -> str:
+        rel = self._relative(path)
+        if rel is None:
+            return self.system.canonical(path)
+        located = self._locate(rel)
+        return posixpath.join(self.prefix, located) if located is not None else path
+
+    def _relative(self, path: str) -> str | None:
+        for base in (self.prefix, self._real_prefix):
+            if path.startswith(base + "/"):
+                return path[len(base) + 1 :]
+        return None
+
+    def _locate(self, rel: str) -> EnvPath | None:
+        if rel not in self._located:
+            self._located[rel] = self._follow(rel)
+        return self._located[rel]
+
+    def _follow(self, rel: str) -> EnvPath | None:
+        """Walk ``rel`` component by component, replacing in-env symlinks by their targets."""
+        parts = rel.split("/")
+        hops = 0
+        i = 0
+        while i < len(parts):
+            current = "/".join(parts[: i + 1])
+            stat = self.files.get(EnvPath(current))
+            if current in self.removed:
+                return None
+            if stat is None:
+                i += 1
+                continue
+            if stat.kind == "symlink":
+                hops += 1
+                target = self._link_target(parts[:i], stat.link_target)
+                if target is None or hops > _MAX_LINKS:
+                    return None
+                parts, i = target.split("/") + parts[i + 1 :], 0
+                continue
+            last = i == len(parts) - 1
+            return EnvPath(current) if last and stat.kind == "file" else None
+        return None
+
+    def _link_target(self, base: list[str], target: str | None) -> str | None:
+        if not target:
+            return None
+        if target.startswith("/"):
+            return self._relative(posixpath.normpath(target))
+        joined = posixpath.normpath(posixpath.join("/".join(base), target))
+        return None if joined == ".." or joined.startswith("../") else joined

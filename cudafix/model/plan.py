@@ -1,0 +1,209 @@
+"""The plan: a documented, versioned value.
+
+The planner produces it, ``--dry-run`` renders it, ``--json`` emits it, and the transaction
+layer consumes it unchanged (uv's ``Plan``, auditwheel's queued updates). Paths are
+:data:`~cudafix.model.names.EnvPath` strings, relative to the environment prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLAN_SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Target(_Frozen):
+    """Which environment the plan was made for."""
+
+    prefix: str
+    """Absolute path of the environment (``sys.prefix`` of the target)."""
+    python: str | None
+    """The target interpreter, when it exists."""
+    site_packages: list[str]
+    """EnvPaths of the site-packages directories RECORD paths are relative to."""
+
+
+class RemovedDistribution(_Frozen):
+    """A distribution the backend will uninstall."""
+
+    name: str
+    version: str
+    dist_info: str
+    files: int
+    """RECORD entries that exist on disk and will be deleted."""
+    bytes: int
+
+
+class SharedPath(_Frozen):
+    """A path claimed by a removed distribution and by at least one that remains."""
+
+    path: str
+    owners: list[str]
+    holder: str | None
+    """Whose RECORD hash the bytes on disk match; None when nobody's (foreign bytes)."""
+    remaining_owners: list[str]
+    fate: Literal["deleted", "kept", "restored-by-reinstall"]
+
+
+class LostNeed(_Frozen):
+    """A need of a remaining object that resolves today and would not after the plan."""
+
+    consumer: str
+    consumer_distribution: str | None
+    need: str
+    resolved_before: str
+    lost_file_owners: list[str]
+    """Every distribution whose RECORD claims the file that goes."""
+    searched: list[str]
+    """The directories the loader would search after the plan, in order."""
+
+
+class ProviderSwitch(_Frozen):
+    """A need that keeps resolving, but to another file."""
+
+    consumer: str
+    consumer_distribution: str | None
+    need: str
+    before: str
+    after: str
+    before_owners: list[str]
+    after_owners: list[str]
+
+
+class RequirementBreak(_Frozen):
+    """A Requires-Dist of a remaining distribution that the plan leaves unsatisfied."""
+
+    distribution: str
+    requirement: str
+    reason: str
+
+
+class Reinstall(_Frozen):
+    """A distribution reinstalled at its recorded version so its own files come back."""
+
+    name: str
+    version: str
+    reason: str
+
+
+class RefusedPath(_Frozen):
+    """A RECORD entry cudafix will not act on, because it leaves the environment."""
+
+    distribution: str
+    entry: str
+    reason: str
+
+
+class Alternative(_Frozen):
+    """A safer plan that the planner re-simulated and that passes."""
+
+    command: str
+    summary: str
+
+
+class Precondition(_Frozen):
+    """What the plan assumes of the environment; checked again before it is applied."""
+
+    distributions: dict[str, str]
+    """Every installed distribution and its version."""
+    path_hashes: dict[str, str | None]
+    """sha256 (RECORD encoding) of each shared path the plan touches; None if missing."""
+    records: dict[str, str] = Field(default_factory=dict)
+    """Digest of each affected distribution's RECORD rows (installer-written files left out,
+    so the same wheel installed on two machines digests the same)."""
+
+
+class Install(_Frozen):
+    """A distribution installed at an exact version (``--no-deps``) after removals and reinstalls.
+
+    ``paths`` are the EnvPaths a staging install of the same wheel wrote: the transaction
+    snapshots them (most are absent), so a rollback deletes what the install added and puts
+    back anything it overwrote.
+    """
+
+    name: str
+    version: str
+    paths: list[str] = Field(default_factory=list)
+    requires: list[str] = Field(default_factory=list)
+    """Its Requires-Dist, verbatim (checked against the after-state when planned)."""
+
+
+class ExpectProbe(_Frozen):
+    """Python code or a shell command whose output must contain ``output``."""
+
+    python: str | None = None
+    command: str | None = None
+    output: str
+
+
+class Probes(_Frozen):
+    """Probes the plan carries (from a cleanup script), run after applying, before commit."""
+
+    imports: list[str] = Field(default_factory=list)
+    python: list[str] = Field(default_factory=list)
+    """Python snippets run by the target interpreter; each must exit 0."""
+    commands: list[str] = Field(default_factory=list)
+    """Shell commands run with the environment's bin/ first on PATH; each must exit 0."""
+    expect: list[ExpectProbe] = Field(default_factory=list)
+    auto: bool = True
+    """Also run the import/dlopen probes the planner chose (probe_modules, probe_libraries)."""
+    timeout: float | None = None
+
+
+class Options(_Frozen):
+    """How the plan was asked for."""
+
+    repair: bool = False
+    keep_shared: bool = False
+    allow_broken_requirements: bool = False
+    offline: bool = False
+    find_links: list[str] = Field(default_factory=list)
+    backend: Literal["uv", "pip"] = "uv"
+
+
+class Plan(_Frozen):
+    """Everything a removal will do, and whether cudafix allows it."""
+
+    schema_version: int = PLAN_SCHEMA_VERSION
+    target: Target
+    selectors: list[str]
+    options: Options
+    remove: list[RemovedDistribution]
+    """Distributions the backend uninstalls, in order."""
+    reinstall: list[Reinstall]
+    """Distributions reinstalled (``--reinstall --no-deps``, same version) after the removal."""
+    deleted_paths: list[str]
+    """Every path the backend is predicted to delete (RECORD paths, dist-info, scripts)."""
+    kept_paths: list[str]
+    """Shared paths the transaction puts back after the backend deleted them (``--keep-shared``)."""
+    rewritten_paths: list[str]
+    """RECORD paths of reinstalled distributions: the backend rewrites them (snapshotted)."""
+    shared_paths: list[SharedPath]
+    lost: list[LostNeed]
+    switches: list[ProviderSwitch]
+    requirement_breaks: list[RequirementBreak]
+    refused_paths: list[RefusedPath]
+    self_dependencies: list[str]
+    """Distributions cudafix itself needs, when cudafix runs inside the target."""
+    probe_modules: list[str]
+    """Top-level modules of remaining distributions the plan touches: imported after applying."""
+    probe_libraries: list[str]
+    """Remaining ELF objects whose needs resolve into deleted or rewritten files: dlopened after."""
+    warnings: list[str]
+    """Things worth knowing that do not refuse the plan (provider switches, foreign bytes kept)."""
+    verdict: Literal["pass", "refused"]
+    reasons: list[str]
+    alternatives: list[Alternative]
+    preconditions: Precondition
+    install: list[Install] = Field(default_factory=list)
+    """Exact pins installed (``--no-deps``) after the reinstalls, in order (``cudafix apply``)."""
+    probes: Probes = Field(default_factory=Probes)
+    """Probes saved with the plan, so a plan file applied elsewhere is checked the same way."""
+    source: str | None = None
+    """The cleanup script the plan was compiled from, if any."""

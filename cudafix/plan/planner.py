@@ -1,0 +1,336 @@
+"""Simulate a removal against the environment and decide whether cudafix allows it.
+
+Pure: it reads only the frozen facts it is given (:class:`Facts`) and returns a
+:class:`~cudafix.model.plan.Plan`. The prediction mirrors what uv and pip really do: they delete
+every path in a removed distribution's RECORD, including paths other distributions claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from cudafix.env.inventory import Distribution, Inventory
+from cudafix.linker.elfindex import EnvironmentView
+from cudafix.linker.linkage import diff_edges, env_roots, resolve_edges, to_env_path
+from cudafix.model import plan as P
+from cudafix.model.names import DistName, EnvPath, site_relative
+from cudafix.plan.facts import Facts
+from cudafix.plan.requirements import check_requirements
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked to remove, and how."""
+
+    names: tuple[DistName, ...]
+    selectors: tuple[str, ...]
+    options: P.Options
+    reinstall: Mapping[DistName, str] = field(default_factory=dict)
+    """Distributions to reinstall whatever the options say, with the reason (``cudafix repair``)."""
+
+
+def plan_removal(facts: Facts, request: Request) -> P.Plan:
+    """The plan for ``request``, with safe alternatives when it is refused."""
+    view = EnvironmentView(facts.inventory.prefix, facts.elf, facts.inventory.files)
+    deleted = frozenset(_deleted_paths(facts.inventory, request.names))
+    plan = _simulate(facts, view, deleted, request)
+    if plan.verdict == "pass" or request.options.repair or request.options.keep_shared:
+        return plan
+    alternatives = []
+    for flag, opts in (
+        ("--repair", replace_options(request.options, repair=True)),
+        ("--keep-shared", replace_options(request.options, keep_shared=True)),
+    ):
+        alt = _simulate(facts, view, deleted, replace(request, options=opts))
+        if alt.verdict == "pass":
+            alternatives.append(P.Alternative(command=flag, summary=_summary(alt)))
+    return plan.model_copy(update={"alternatives": alternatives})
+
+
+def replace_options(options: P.Options, **changes: object) -> P.Options:
+    return options.model_copy(update=changes)
+
+
+def _summary(plan: P.Plan) -> str:
+    if plan.reinstall:
+        names = ", ".join(f"{r.name}=={r.version}" for r in plan.reinstall)
+        return f"remove, then reinstall {names} so its own files come back"
+    return (
+        f"remove, keeping {len(plan.kept_paths)} shared path(s) that remaining distributions claim"
+    )
+
+
+def _simulate(
+    facts: Facts, view: EnvironmentView, deleted: frozenset[EnvPath], request: Request
+) -> P.Plan:
+    """One candidate plan. ``view`` (the environment as it is) and ``deleted`` (what the
+    backend deletes for ``request.names``) are shared by every simulation of one request,
+    so the loader's memo and the path scan serve them all."""
+    inv = facts.inventory
+    removed = set(request.names)
+    remaining = {n: d for n, d in inv.distributions.items() if n not in removed}
+    shared = _shared_losses(inv, deleted, removed)
+    kept: list[str] = sorted(s.path for s in shared) if request.options.keep_shared else []
+    why = _reinstalls(inv, shared, remaining) if request.options.repair else {}
+    why = {**request.reinstall, **why}
+    reinstall = [
+        P.Reinstall(name=n, version=remaining[n].version, reason=why[n]) for n in sorted(why)
+    ]
+    rewritten: list[str] = sorted(
+        {e.path for r in reinstall for e in inv.distributions[DistName(r.name)].files}
+    )
+    gone = frozenset(p for p in deleted if p not in set(kept) | set(rewritten))
+    changed = frozenset(deleted) | {EnvPath(p) for p in rewritten}
+    lost, switches, touched = _linkage(facts, view, gone, changed)
+    breaks = _requirement_breaks(facts, remaining)
+    refused = [
+        P.RefusedPath(distribution=u.distribution, entry=u.raw, reason=u.reason)
+        for u in inv.unsafe
+        if u.distribution in removed
+    ]
+    fate: Fate = "kept" if request.options.keep_shared else "deleted"
+    restored = set(rewritten)
+    shared_out = [
+        P.SharedPath(
+            path=s.path,
+            owners=list(s.owners),
+            holder=s.holder,
+            remaining_owners=s.remaining_owners,
+            fate="restored-by-reinstall" if s.path in restored else fate,
+        )
+        for s in shared
+    ]
+    plan = P.Plan(
+        target=P.Target(
+            prefix=str(inv.prefix),
+            python=str(inv.python) if inv.python else None,
+            site_packages=list(inv.site_packages),
+        ),
+        selectors=list(request.selectors),
+        options=request.options,
+        remove=[_removed(inv, inv.distributions[n]) for n in request.names],
+        reinstall=reinstall,
+        deleted_paths=sorted(deleted),
+        kept_paths=kept,
+        rewritten_paths=rewritten,
+        shared_paths=shared_out,
+        lost=lost,
+        switches=switches,
+        requirement_breaks=breaks,
+        refused_paths=refused,
+        self_dependencies=sorted(removed & facts.self_dependencies),
+        probe_modules=_probe_modules(inv, remaining, touched, {r.name for r in reinstall}),
+        probe_libraries=sorted(touched),
+        warnings=_warnings(shared, request.options, switches, refused),
+        verdict="pass",
+        reasons=[],
+        alternatives=[],
+        preconditions=_preconditions(facts, sorted({*deleted, *map(EnvPath, rewritten)})),
+    )
+    reasons = _reasons(plan, facts, request.options)
+    return plan.model_copy(update={"verdict": "refused" if reasons else "pass", "reasons": reasons})
+
+
+def _deleted_paths(inv: Inventory, names: Sequence[DistName]) -> set[EnvPath]:
+    """RECORD paths on disk, the dist-info dir and bytecode: what the backend deletes."""
+    return {p for n in names for p in inv.distribution_paths(n) if p in inv.files}
+
+
+@dataclass(frozen=True)
+class _Shared:
+    path: EnvPath
+    owners: tuple[DistName, ...]
+    holder: DistName | None
+    remaining_owners: list[str]
+
+
+Fate = Literal["deleted", "kept", "restored-by-reinstall"]
+
+
+def _shared_losses(
+    inv: Inventory, deleted: frozenset[EnvPath], removed: set[DistName]
+) -> list[_Shared]:
+    out = []
+    for s in inv.shared:
+        rest: list[str] = [o for o in s.owners if o not in removed]
+        if s.path in deleted and rest:
+            out.append(_Shared(s.path, s.owners, s.holder, rest))
+    return out
+
+
+def _reinstalls(
+    inv: Inventory, shared: Sequence[_Shared], remaining: Mapping[DistName, Distribution]
+) -> dict[DistName, str]:
+    """Remaining co-owners of deleted paths, and remaining owners holding foreign bytes."""
+    deleted: dict[DistName, list[str]] = {}
+    for s in shared:
+        for owner in s.remaining_owners:
+            deleted.setdefault(DistName(owner), []).append(s.path)
+    why = {name: _co_owner_reason(inv, paths) for name, paths in deleted.items()}
+    for claimed in inv.shared:
+        for owner in claimed.owners:
+            foreign = claimed.holder is not None and owner not in claimed.matching
+            if owner in remaining and foreign:
+                shown = site_relative(claimed.path, inv.site_packages)
+                why.setdefault(owner, f"{shown} holds {claimed.holder}'s bytes, not its own")
+    return why
+
+
+def _co_owner_reason(inv: Inventory, paths: Sequence[str]) -> str:
+    """Name the most telling path: a shared library beats an ``__init__.py``."""
+    example = sorted(paths, key=lambda p: (".so" not in p, p))[0]
+    shown = site_relative(example, inv.site_packages)
+    more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
+    return f"co-owns {shown}{more}, which the removal deletes"
+
+
+def _linkage(
+    facts: Facts, view: EnvironmentView, gone: frozenset[EnvPath], changed: frozenset[EnvPath]
+) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath]]:
+    """Needs lost and switched, and the remaining objects whose providers change on disk."""
+    inv, prefix = facts.inventory, str(facts.inventory.prefix)
+    roots = env_roots(prefix, facts.elf, gone)
+    before = resolve_edges(roots, view, facts.search, facts.dlopen)
+    after = resolve_edges(roots, view.without(gone), facts.search, facts.dlopen)
+    diff = diff_edges(before, after)
+    lost = [
+        P.LostNeed(
+            consumer=_display(prefix, old.requester),
+            consumer_distribution=_owner(inv, prefix, old.requester),
+            need=old.need,
+            resolved_before=_display(prefix, old.provider or ""),
+            lost_file_owners=list(_owners(inv, prefix, old.provider or "")),
+            searched=list(new.searched),
+        )
+        for old, new in diff.lost
+    ]
+    switches = [
+        P.ProviderSwitch(
+            consumer=_display(prefix, old.requester),
+            consumer_distribution=_owner(inv, prefix, old.requester),
+            need=old.need,
+            before=_display(prefix, old.provider or ""),
+            after=_display(prefix, new.provider or ""),
+            before_owners=list(_owners(inv, prefix, old.provider or "")),
+            after_owners=list(_owners(inv, prefix, new.provider or "")),
+        )
+        for old, new in diff.switched
+    ]
+    touched = {
+        rel
+        for e in before.values()
+        if e.provider
+        and to_env_path(prefix, e.provider) in changed
+        and (rel := to_env_path(prefix, e.requester)) is not None
+        and rel not in gone
+    }
+    return lost, switches, touched
+
+
+def _probe_modules(
+    inv: Inventory,
+    remaining: Mapping[DistName, Distribution],
+    touched: set[EnvPath],
+    reinstalled: set[str],
+) -> list[str]:
+    """Import names of remaining distributions that own a touched object or are reinstalled."""
+    names = {o for path in touched for o in inv.owners.get(path, ()) if o in remaining}
+    names |= {DistName(n) for n in reinstalled}
+    return sorted({m for n in names for m in remaining[n].top_level})
+
+
+def _display(prefix: str, path: str) -> str:
+    return to_env_path(prefix, path) or path
+
+
+def _owners(inv: Inventory, prefix: str, path: str) -> tuple[DistName, ...]:
+    rel = to_env_path(prefix, path)
+    return inv.owners.get(rel, ()) if rel else ()
+
+
+def _owner(inv: Inventory, prefix: str, path: str) -> str | None:
+    owners = _owners(inv, prefix, path)
+    return owners[0] if owners else None
+
+
+def _requirement_breaks(
+    facts: Facts, remaining: Mapping[DistName, Distribution]
+) -> list[P.RequirementBreak]:
+    before = set(check_requirements(facts.inventory.distributions, facts.marker_env))
+    return [
+        P.RequirementBreak(distribution=p.distribution, requirement=p.requirement, reason=p.reason)
+        for p in check_requirements(remaining, facts.marker_env)
+        if p not in before
+    ]
+
+
+def _warnings(
+    shared: Sequence[_Shared],
+    options: P.Options,
+    switches: Sequence[P.ProviderSwitch],
+    refused: Sequence[P.RefusedPath],
+) -> list[str]:
+    out = [
+        f"{s.consumer} ({s.consumer_distribution or 'unowned'}) will load {s.need} from "
+        f"{s.after} instead of {s.before}"
+        for s in switches
+    ]
+    if refused:
+        out.append(
+            f"{len(refused)} RECORD entr{'y' if len(refused) == 1 else 'ies'} point outside the "
+            "environment; cudafix strips them from RECORD first, so the backend leaves them alone"
+        )
+    if options.keep_shared:
+        for s in shared:
+            if s.holder is not None and s.holder not in s.remaining_owners:
+                out.append(
+                    f"kept {s.path} holds {s.holder}'s bytes, "
+                    f"not {', '.join(s.remaining_owners)}'s;"
+                    " add --repair to reinstall its own"
+                )
+    return out
+
+
+def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
+    sites = plan.target.site_packages
+    reasons = [
+        f"{site_relative(lost.consumer, sites)} ({lost.consumer_distribution or 'no distribution'})"
+        f" needs {lost.need}, which would no longer be found"
+        for lost in plan.lost
+    ]
+    if plan.requirement_breaks and not options.allow_broken_requirements:
+        reasons += [
+            f"{b.distribution} requires {b.requirement}: {b.reason}"
+            for b in plan.requirement_breaks
+        ]
+    reasons += [
+        f"cudafix runs inside the target and needs {name}" for name in plan.self_dependencies
+    ]
+    reasons += [
+        f"no wheel for {r.name}=={r.version} is available" + (" offline" if options.offline else "")
+        for r in plan.reinstall
+        if not facts.wheel_available(DistName(r.name), r.version)
+    ]
+    return reasons
+
+
+def _removed(inv: Inventory, dist: Distribution) -> P.RemovedDistribution:
+    present = [inv.files[e.path] for e in dist.files if e.path in inv.files]
+    return P.RemovedDistribution(
+        name=dist.name,
+        version=dist.version,
+        dist_info=dist.dist_info,
+        files=len(present),
+        bytes=sum(s.size for s in present),
+    )
+
+
+def _preconditions(facts: Facts, paths: Sequence[EnvPath]) -> P.Precondition:
+    inv = facts.inventory
+    shared = {s.path for s in inv.shared}
+    return P.Precondition(
+        distributions={n: d.version for n, d in sorted(inv.distributions.items())},
+        path_hashes={p: facts.hash_of(p) for p in paths if p in shared},
+    )

@@ -1,0 +1,147 @@
+"""Is this the environment a saved plan was made for? Fingerprint check, and re-targeting.
+
+A plan file travels: made with ``--dry-run --out plan.json`` on one node, applied later or on
+another node. Paths in a plan are relative to the prefix, so the plan is re-targeted to the
+new prefix; what must hold is what the plan assumed (:class:`~cudafix.model.plan.Precondition`):
+the same distributions at the same versions, the same bytes at every shared path it touches,
+the same RECORDs for the distributions it removes or reinstalls. Any difference refuses the
+plan with the list (:class:`~cudafix.model.errors.StalePlan`, exit 3), once when the plan is read
+and again, cheaply (:func:`quick_differences`), under the transaction lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from cudafix.env.hashing import HashCache
+from cudafix.env.inventory import Distribution, installed_versions
+from cudafix.env.statedir import StateDir
+from cudafix.model.errors import StalePlan
+from cudafix.model.names import DistName, EnvPath
+from cudafix.model.plan import Plan, Target
+from cudafix.plan.facts import Facts
+
+INSTALLER_FILES = frozenset(
+    {"INSTALLER", "REQUESTED", "RECORD", "RECORD.jws", "RECORD.p7s"}
+    | {"direct_url.json", "uv_cache.json"}
+)
+"""dist-info files an installer writes (uv's cache file holds a timestamp): not the wheel's."""
+
+
+def record_digest(dist: Distribution) -> str:
+    """sha256 over a distribution's RECORD rows, installer-written files left out."""
+    installer = {f"{dist.dist_info}/{n}" for n in INSTALLER_FILES}
+    rows = sorted(
+        f"{e.path}\0{e.sha256 or ''}\0{e.size if e.size is not None else ''}"
+        for e in dist.files
+        if e.path not in installer
+    )
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()
+
+
+def strengthen(plan: Plan, facts: Facts) -> Plan:
+    """Add RECORD digests of removed/reinstalled distributions and hashes of clobbered paths."""
+    dists = facts.inventory.distributions
+    affected = [*(r.name for r in plan.remove), *(r.name for r in plan.reinstall)]
+    records = {n: record_digest(dists[DistName(n)]) for n in affected if DistName(n) in dists}
+    existing = [p for i in plan.install for p in i.paths if EnvPath(p) in facts.inventory.files]
+    hashes = {**plan.preconditions.path_hashes, **{p: facts.hash_of(EnvPath(p)) for p in existing}}
+    pre = plan.preconditions.model_copy(
+        update={"records": {**plan.preconditions.records, **records}, "path_hashes": hashes}
+    )
+    return plan.model_copy(update={"preconditions": pre})
+
+
+def differences(plan: Plan, facts: Facts) -> list[str]:
+    """Every way the environment differs from what ``plan`` assumed; empty when it matches."""
+    have = {n: d.version for n, d in facts.inventory.distributions.items()}
+    return [
+        *_layout(plan, facts),
+        *_distributions(plan, have),
+        *_hashes(plan, facts.hash_of),
+        *_records(plan, facts),
+    ]
+
+
+def quick_differences(plan: Plan) -> list[str]:
+    """Versions and shared-path hashes only, read without a full walk.
+
+    Run under the transaction lock just before applying: cheap enough to always do, and
+    it catches another run having changed the environment since planning.
+    """
+    prefix = Path(plan.target.prefix)
+    sites = [EnvPath(s) for s in plan.target.site_packages]
+    hashes = HashCache.load(prefix, StateDir(prefix).cache / "hash-cache.json")
+    return [*_distributions(plan, installed_versions(prefix, sites)), *_hashes(plan, hashes)]
+
+
+def _layout(plan: Plan, facts: Facts) -> list[str]:
+    here = list(facts.inventory.site_packages)
+    if here == plan.target.site_packages:
+        return []
+    planned = ", ".join(plan.target.site_packages)
+    return [f"site-packages is {', '.join(here)} here; the plan's is {planned}"]
+
+
+def _distributions(plan: Plan, have: Mapping[DistName, str]) -> list[str]:
+    want = plan.preconditions.distributions
+    out = [f"{n} {v} is not installed" for n, v in sorted(want.items()) if n not in have]
+    out += [
+        f"{n} {v} is installed; the plan did not expect it"
+        for n, v in sorted(have.items())
+        if n not in want
+    ]
+    out += [
+        f"{n} is at {have[DistName(n)]}, the plan expects {v}"
+        for n, v in sorted(want.items())
+        if n in have and have[DistName(n)] != v
+    ]
+    return out
+
+
+def _hashes(plan: Plan, hash_of: Callable[[EnvPath], str | None]) -> list[str]:
+    out = []
+    for path, want in sorted(plan.preconditions.path_hashes.items()):
+        have = hash_of(EnvPath(path))
+        if have != want:
+            out.append(f"{path}: sha256 {_short(have)} here, the plan expects {_short(want)}")
+    return out
+
+
+def _records(plan: Plan, facts: Facts) -> list[str]:
+    dists = facts.inventory.distributions
+    return [
+        f"{n}: its RECORD differs from the one planned for (another build of {n})"
+        for n, want in sorted(plan.preconditions.records.items())
+        if DistName(n) in dists and record_digest(dists[DistName(n)]) != want
+    ]
+
+
+def _short(digest: str | None) -> str:
+    return digest[:12] if digest else "(missing)"
+
+
+def retarget(plan: Plan, prefix: Path, python: Path | None) -> Plan:
+    """The same plan aimed at ``prefix`` (paths are prefix-relative; only the target moves).
+
+    site-packages stay the plan's: :func:`differences` refuses a layout that differs.
+    """
+    target = Target(
+        prefix=str(prefix),
+        python=str(python) if python else None,
+        site_packages=list(plan.target.site_packages),
+    )
+    return plan if target == plan.target else plan.model_copy(update={"target": target})
+
+
+def check(plan: Plan, facts: Facts) -> None:
+    """Refuse a stale plan with every difference (exit 3); return when it still holds."""
+    diffs = differences(plan, facts)
+    if diffs:
+        raise StalePlan(
+            f"the plan does not fit {facts.inventory.prefix}: {len(diffs)} difference(s)",
+            context=diffs[:25] + ([f"... and {len(diffs) - 25} more"] if len(diffs) > 25 else []),
+            hint="plan again on this environment (cudafix apply SCRIPT --dry-run --out plan.json)",
+        )

@@ -1,0 +1,72 @@
+"""What ``pip check`` reports, computed over an inventory value (pure).
+
+Markers are evaluated with ``extra == ""``, as pip does, so a requirement needed only for
+an extra is ignored; prereleases satisfy a specifier when they are what is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from cudafix.env.inventory import Distribution
+from cudafix.model.names import DistName, normalize_name
+
+
+@dataclass(frozen=True)
+class RequirementProblem:
+    """One unsatisfied Requires-Dist of an installed distribution."""
+
+    distribution: DistName
+    requirement: str
+    """The Requires-Dist value, verbatim."""
+    reason: str
+
+
+def check_requirements(
+    distributions: Mapping[DistName, Distribution],
+    marker_env: Mapping[str, str],
+) -> tuple[RequirementProblem, ...]:
+    """Every Requires-Dist, of every distribution, that the installed set does not satisfy."""
+    problems: list[RequirementProblem] = []
+    for name in sorted(distributions):
+        for raw in distributions[name].requires:
+            reason = _unsatisfied(raw, distributions, marker_env)
+            if reason is not None:
+                problems.append(RequirementProblem(name, raw, reason))
+    return tuple(problems)
+
+
+def _unsatisfied(
+    raw: str, distributions: Mapping[DistName, Distribution], marker_env: Mapping[str, str]
+) -> str | None:
+    try:
+        req = Requirement(raw)
+    except InvalidRequirement as e:
+        return f"unparsable requirement: {e}"
+    if req.marker is not None:
+        try:
+            if not req.marker.evaluate({**marker_env, "extra": ""}):
+                return None
+        except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName) as e:
+            return f"marker cannot be evaluated: {e}"
+    dep = distributions.get(normalize_name(req.name))
+    if dep is None:
+        return f"{normalize_name(req.name)} is not installed"
+    return _version_mismatch(req, dep)
+
+
+def _version_mismatch(req: Requirement, dep: Distribution) -> str | None:
+    if not req.specifier:
+        return None
+    try:
+        version = Version(dep.version)
+    except InvalidVersion:
+        return f"{dep.name} {dep.version} is not a valid version"
+    if req.specifier.contains(version, prereleases=True):
+        return None
+    return f"{dep.name} {dep.version} is installed, {req.specifier} is required"

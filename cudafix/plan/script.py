@@ -1,0 +1,534 @@
+"""Cleanup scripts: a TOML file of ordered steps and probes, compiled into ONE plan.
+
+Why one plan: a script is all or nothing. Its removals go through the planner together
+(one simulation sees every removal at once, so no step can orphan a soname another step
+still needs), its reinstalls and installs are appended, and ``cudafix apply`` runs the
+result as one transaction: uninstall -> reinstall -> install -> probes, or roll back.
+
+Schema (version 1; keys are kebab-case; unknown keys are errors, reported with their line)::
+
+    version = 1                       # optional
+    description = "why this script exists"
+
+    [policy]                          # defaults for the whole script
+    repair = false                    # reinstall co-owners of deleted shared paths
+    keep-shared = false               # put back shared paths remaining distributions claim
+    offline = false                   # uv --offline for reinstalls and installs
+    find-links = ["wheels"]           # wheel dirs (relative to the script's directory) or URLs
+    backend = "uv"                    # or "pip"
+    allow-broken-requirements = false
+
+    [[steps]]                         # exactly one of remove / reinstall / install per step
+    remove = ["nvidia-*-cu13", "sglang"]   # names or globs, as for `cudafix remove`
+    exclude = ["nvidia-nvtx-cu13"]    # only with remove
+    repair = true                     # only with remove; applies to the whole plan
+    keep-shared = false               # only with remove; applies to the whole plan
+    missing-ok = true                 # a selector that matches nothing is skipped, not an error
+
+    [[steps]]
+    reinstall = ["nvidia-cudnn-cu12"] # installed distributions, reinstalled at the same version
+
+    [[steps]]
+    install = ["nvidia-cudnn-cu13==9.13.0.50"]  # exact pins, installed --no-deps
+
+    [probes]                          # must pass after applying, or everything rolls back
+    imports = ["torch"]
+    python = ["import torch; assert torch.version.cuda.startswith('12')"]
+    commands = ["python -c 'import torch'"]
+    auto = true                       # also the import/dlopen probes the planner chooses
+    timeout = 120                     # seconds per probe
+
+    [[probes.expect]]                 # output (stdout + stderr) must contain `output`
+    python = "import torch; print(torch.version.cuda)"   # or: command = "..."
+    output = "12.8"
+
+Options combine: the whole script is one plan, so ``repair`` (or ``keep-shared``) in any
+remove step, or in ``[policy]``, applies to the whole removal.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from email.parser import Parser
+from pathlib import Path
+from typing import Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cudafix.model import plan as P
+from cudafix.model.errors import InputError, UsageError
+from cudafix.model.names import DistName, normalize_name
+from cudafix.plan.facts import Facts
+from cudafix.plan.planner import Request, plan_removal
+from cudafix.plan.preconditions import strengthen
+from cudafix.plan.select import select
+from cudafix.process import run
+from cudafix.tx.backend import UvBackend
+from cudafix.tx.probe import ProbeSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+
+STAGE_TIMEOUT = 600.0
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", strict=True, alias_generator=_kebab, populate_by_name=False
+    )
+
+
+class Policy(_Strict):
+    """Defaults for the whole script (``[policy]``)."""
+
+    repair: bool = False
+    keep_shared: bool = False
+    offline: bool = False
+    find_links: list[str] = Field(default_factory=list)
+    backend: Literal["uv", "pip"] = "uv"
+    allow_broken_requirements: bool = False
+
+
+def parse_pin(pin: str) -> tuple[DistName, str]:
+    """``name==version`` exactly; anything looser would make the plan depend on the index."""
+    try:
+        req = Requirement(pin)
+    except InvalidRequirement as exc:
+        raise ValueError(f"{pin!r} is not a requirement: {exc}") from exc
+    specs = list(req.specifier)
+    exact = len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version
+    if not exact or req.extras or req.marker or req.url:
+        raise ValueError(f"{pin!r} is not an exact pin; write name==version")
+    return normalize_name(req.name), specs[0].version
+
+
+class Step(_Strict):
+    """One ``[[steps]]`` table: exactly one of ``remove``, ``reinstall``, ``install``."""
+
+    remove: list[str] | None = None
+    exclude: list[str] = Field(default_factory=list)
+    repair: bool = False
+    keep_shared: bool = False
+    missing_ok: bool = False
+    reinstall: list[str] | None = None
+    install: list[str] | None = None
+
+    @field_validator("install")
+    @classmethod
+    def _pins(cls, pins: list[str] | None) -> list[str] | None:
+        for pin in pins or ():
+            parse_pin(pin)
+        return pins
+
+    @model_validator(mode="after")
+    def _one_action(self) -> Step:
+        actions = [a for a in ("remove", "reinstall", "install") if getattr(self, a) is not None]
+        if len(actions) != 1:
+            raise ValueError("a step needs exactly one of remove, reinstall, install")
+        if not getattr(self, actions[0]):
+            raise ValueError(f"{actions[0]} lists nothing")
+        remove_only = self.exclude or self.repair or self.keep_shared or self.missing_ok
+        if actions[0] != "remove" and remove_only:
+            raise ValueError("exclude, repair, keep-shared and missing-ok belong to a remove step")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "remove" if self.remove else "reinstall" if self.reinstall else "install"
+
+
+class Expect(_Strict):
+    """A probe whose output must contain ``output``."""
+
+    python: str | None = None
+    command: str | None = None
+    output: str
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Expect:
+        if (self.python is None) == (self.command is None):
+            raise ValueError("an expect probe needs exactly one of python, command")
+        return self
+
+
+class ProbeSection(_Strict):
+    """``[probes]``: run after applying; any failure rolls everything back."""
+
+    imports: list[str] = Field(default_factory=list)
+    python: list[str] = Field(default_factory=list)
+    commands: list[str] = Field(default_factory=list)
+    expect: list[Expect] = Field(default_factory=list)
+    auto: bool = True
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class Script(_Strict):
+    """A whole cleanup script."""
+
+    version: Literal[1] = 1
+    description: str = ""
+    policy: Policy = Field(default_factory=Policy)
+    steps: list[Step] = Field(min_length=1)
+    probes: ProbeSection = Field(default_factory=ProbeSection)
+
+
+@dataclass(frozen=True)
+class LoadedScript:
+    """A validated script, with its source kept to point errors at lines."""
+
+    path: Path
+    source: str
+    script: Script
+
+    def where(self, *loc: str | int) -> str:
+        line = locate(self.source, loc)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+
+# -- loading -------------------------------------------------------------------------------
+
+
+def load_script(path: Path) -> LoadedScript:
+    """Read and validate ``path``; every problem is reported at once, each with its line."""
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read cleanup script {path}: {exc}") from exc
+    return LoadedScript(path, source, parse_script(source, path))
+
+
+def parse_script(source: str, path: Path = Path("<script>")) -> Script:
+    """Parse TOML text into a :class:`Script` or raise :class:`InputError` naming lines."""
+    try:
+        data = tomllib.loads(source)
+    except tomllib.TOMLDecodeError as exc:
+        at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        where = f"{path}:{at.group(1)}" if at else f"{path}:{len(source.splitlines())}"
+        raise InputError(f"{where}: not valid TOML: {exc}") from exc
+    try:
+        return Script.model_validate(data)
+    except ValidationError as exc:
+        lines = [_error_line(source, path, e["loc"], e["msg"]) for e in exc.errors()]
+        raise InputError(lines[0], context=lines[1:], hint="see `cudafix apply --help`") from exc
+
+
+def _error_line(source: str, path: Path, loc: tuple[str | int, ...], msg: str) -> str:
+    line = locate(source, loc)
+    where = f"{path}:{line}" if line else str(path)
+    dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return f"{where}: {dotted or 'script'}: {msg}"
+
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\- ]+?)\s*\]\]?\s*(?:#.*)?$")
+_KEY = re.compile(r"""^\s*["']?([A-Za-z0-9_\-]+)["']?\s*[=.]""")
+
+
+def _tables(lines: Sequence[str]) -> dict[tuple[str, int | None], int]:
+    """Each table header's 0-based line: ``[a]`` -> (a, None), n-th ``[[a]]`` -> (a, n)."""
+    out: dict[tuple[str, int | None], int] = {("", None): -1}
+    counts: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        m = _HEADER.match(line)
+        if m:
+            name = re.sub(r"\s*\.\s*", ".", m.group(2))
+            if m.group(1) == "[[":
+                counts[name] = counts.get(name, -1) + 1
+                out[(name, counts[name])] = i
+            else:
+                out[(name, None)] = i
+    return out
+
+
+def _key_line(lines: Sequence[str], start: int, key: str) -> int | None:
+    for i in range(start + 1, len(lines)):
+        if _HEADER.match(lines[i]):
+            return None
+        m = _KEY.match(lines[i])
+        if m and m.group(1) == key:
+            return i
+    return None
+
+
+def locate(source: str, loc: Sequence[str | int]) -> int | None:
+    """1-based line of the key or table a validation error names, best effort."""
+    lines = source.splitlines()
+    tables = _tables(lines)
+    for cut in range(len(loc), -1, -1):
+        head, rest = loc[:cut], loc[cut:]
+        index = head[-1] if head and isinstance(head[-1], int) else None
+        names = [str(p) for p in (head[:-1] if index is not None else head)]
+        start = tables.get((".".join(names), index))
+        if start is None:
+            continue
+        key = next((p for p in rest if isinstance(p, str)), None)
+        found = _key_line(lines, start, key) if key else None
+        line = found if found is not None else start
+        return line + 1 if line >= 0 else None
+    return None
+
+
+# -- compiling -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line flags that add to a script's policy."""
+
+    offline: bool = False
+    find_links: tuple[str, ...] = ()
+    backend: Literal["uv", "pip"] | None = None
+
+
+def script_options(loaded: LoadedScript, overrides: Overrides = Overrides()) -> P.Options:
+    """The one set of options the whole plan runs with (policy, any step's flags, the CLI)."""
+    s, base = loaded.script, loaded.path.parent
+    removes = [st for st in s.steps if st.remove]
+    links = [p if "://" in p else str((base / p).absolute()) for p in s.policy.find_links]
+    links += [str(Path(p).absolute()) for p in overrides.find_links]
+    return P.Options(
+        repair=s.policy.repair or any(st.repair for st in removes),
+        keep_shared=s.policy.keep_shared or any(st.keep_shared for st in removes),
+        allow_broken_requirements=s.policy.allow_broken_requirements,
+        offline=s.policy.offline or overrides.offline,
+        find_links=list(dict.fromkeys(links)),
+        backend=overrides.backend or s.policy.backend,
+    )
+
+
+def compile_script(loaded: LoadedScript, facts: Facts, options: P.Options) -> P.Plan:
+    """The script as one plan: removals simulated together, then reinstalls and installs."""
+    names, selectors = _removals(loaded, facts)
+    reinstall = _reinstalls(loaded, facts, set(names))
+    plan = plan_removal(facts, Request(names, selectors, options, reinstall=reinstall))
+    pins = [parse_pin(p) for st in loaded.script.steps for p in st.install or ()]
+    staged = stage_installs(plan, pins) if pins else Staged((), ())
+    plan = _with_installs(plan, facts, set(names), staged)
+    plan = plan.model_copy(
+        update={"probes": _probes(loaded.script), "source": str(loaded.path.absolute())}
+    )
+    return strengthen(plan, facts)
+
+
+def _removals(loaded: LoadedScript, facts: Facts) -> tuple[tuple[DistName, ...], tuple[str, ...]]:
+    installed = tuple(facts.inventory.distributions)
+    names: dict[DistName, None] = {}
+    selectors: list[str] = []
+    for i, step in enumerate(loaded.script.steps):
+        for sel in step.remove or ():
+            try:
+                hits = select(installed, [sel], step.exclude)
+            except UsageError as exc:
+                if step.missing_ok:
+                    continue
+                raise UsageError(
+                    f"{loaded.where('steps', i, 'remove')}: {exc.message}",
+                    context=exc.context,
+                    hint="fix the selector, or set missing-ok = true in that step",
+                ) from exc
+            names.update(dict.fromkeys(hits))
+            selectors.append(sel)
+    return tuple(names), tuple(selectors)
+
+
+def _reinstalls(loaded: LoadedScript, facts: Facts, removed: set[DistName]) -> dict[DistName, str]:
+    out: dict[DistName, str] = {}
+    installed = facts.inventory.distributions
+    for i, step in enumerate(loaded.script.steps):
+        for raw in step.reinstall or ():
+            name = normalize_name(raw)
+            where = loaded.where("steps", i, "reinstall")
+            if name not in installed:
+                raise UsageError(f"{where}: {name} is not installed, so it cannot be reinstalled")
+            if name in removed:
+                raise UsageError(f"{where}: {name} is reinstalled, but a remove step removes it")
+            out[name] = f"step {i + 1} of the script reinstalls it"
+    return out
+
+
+# -- installs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What a staging install (``uv pip install --target``) learnt, or why it failed."""
+
+    installs: tuple[tuple[P.Install, tuple[str, ...]], ...]
+    """Each install with its importable top-level names."""
+    problems: tuple[str, ...]
+
+
+def stage_installs(plan: P.Plan, pins: Sequence[tuple[DistName, str]]) -> Staged:
+    """Install ``pins`` into a scratch directory to learn their files, versions, requirements.
+
+    Outside the environment and deleted after; it also proves, before anything changes,
+    that every wheel can be had under the plan's offline/find-links options.
+    """
+    python = Path(plan.target.python or Path(plan.target.prefix) / "bin" / "python")
+    uv = UvBackend(python, plan.options.offline, tuple(plan.options.find_links))
+    texts = [f"{n}=={v}" for n, v in pins]
+    with tempfile.TemporaryDirectory(prefix="cudafix-stage-") as tmp:
+        done = run([*uv.reinstall_argv(texts), "--target", tmp], timeout=STAGE_TIMEOUT)
+        if done.returncode != 0:
+            lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+            said = lines[-1] if lines else f"exit status {done.returncode}"
+            fallback = tuple((P.Install(name=n, version=v), ()) for n, v in pins)
+            return Staged(fallback, (f"cannot install {', '.join(texts)}: {said}",))
+        site = plan.target.site_packages[0]
+        return Staged(tuple(_staged(Path(tmp), site, n, v) for n, v in pins), ())
+
+
+def _staged(
+    root: Path, site: str, name: DistName, pinned: str
+) -> tuple[P.Install, tuple[str, ...]]:
+    info = next(
+        (d for d in root.glob("*.dist-info") if normalize_name(d.name.split("-")[0]) == name), None
+    )
+    if info is None:
+        return P.Install(name=name, version=pinned), ()
+    version = info.name[: -len(".dist-info")].split("-", 1)[1]
+    record = (info / "RECORD").read_text(encoding="utf-8").splitlines()
+    rows = [r.split(",")[0] for r in record if r.strip()]
+    paths = sorted({_env_path(site, r) for r in rows if not r.startswith(("/", "../"))})
+    meta = Parser().parsestr((info / "METADATA").read_text(encoding="utf-8"), headersonly=True)
+    top = info / "top_level.txt"
+    tops = tuple(t for t in top.read_text().split() if t) if top.is_file() else ()
+    requires = list(meta.get_all("Requires-Dist") or [])
+    return P.Install(name=name, version=version, paths=paths, requires=requires), tops
+
+
+def _env_path(site: str, row: str) -> str:
+    """Where a ``--target`` RECORD row lands in the real environment (scripts go to bin/)."""
+    return row if row.startswith("bin/") else f"{site}/{row}"
+
+
+def _with_installs(plan: P.Plan, facts: Facts, removed: set[DistName], staged: Staged) -> P.Plan:
+    """Append installs; re-judge requirements against the after-state the installs make."""
+    installs = [i for i, _ in staged.installs]
+    before = plan.preconditions.distributions
+    after = {DistName(n): v for n, v in before.items() if n not in removed}
+    clash = [
+        f"{i.name} is installed ({after[DistName(i.name)]}); remove it in a step before installing"
+        f" {i.name}=={i.version}"
+        for i in installs
+        if DistName(i.name) in after
+    ]
+    after.update({DistName(i.name): i.version for i in installs})
+    breaks = [b for b in plan.requirement_breaks if _unmet(b.requirement, after, facts.marker_env)]
+    breaks += [
+        P.RequirementBreak(distribution=i.name, requirement=r, reason=why)
+        for i in installs
+        for r in i.requires
+        if (why := _unmet(r, after, facts.marker_env))
+    ]
+    old = {_break_reason(b) for b in plan.requirement_breaks}
+    reasons = [r for r in plan.reasons if r not in old] + list(staged.problems) + clash
+    if not plan.options.allow_broken_requirements:
+        reasons += [_break_reason(b) for b in breaks]
+    modules = {*plan.probe_modules, *(t for _, tops in staged.installs for t in tops)}
+    return plan.model_copy(
+        update={
+            "install": installs,
+            "requirement_breaks": breaks,
+            "reasons": reasons,
+            "verdict": "refused" if reasons else "pass",
+            "probe_modules": sorted(modules),
+        }
+    )
+
+
+def _break_reason(b: P.RequirementBreak) -> str:
+    """Worded as the planner words it, so a break an install mends is dropped by equality."""
+    return f"{b.distribution} requires {b.requirement}: {b.reason}"
+
+
+def _unmet(raw: str, after: Mapping[DistName, str], marker_env: Mapping[str, str]) -> str | None:
+    """Why ``raw`` is unsatisfied by the after-state's versions, or None."""
+    try:
+        req = Requirement(raw)
+        if req.marker is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
+            return None
+    except (InvalidRequirement, ValueError) as exc:
+        return f"cannot be evaluated: {exc}"
+    have = after.get(normalize_name(req.name))
+    if have is None:
+        return f"{normalize_name(req.name)} is not installed"
+    try:
+        ok = req.specifier.contains(Version(have), prereleases=True)
+    except InvalidVersion:
+        return f"{req.name} {have} is not a valid version"
+    name = normalize_name(req.name)
+    return None if ok else f"{name} {have} is installed, {req.specifier} is required"
+
+
+# -- probes --------------------------------------------------------------------------------
+
+
+def _probes(script: Script) -> P.Probes:
+    p = script.probes
+    return P.Probes(
+        imports=list(p.imports),
+        python=list(p.python),
+        commands=list(p.commands),
+        expect=[P.ExpectProbe(**e.model_dump()) for e in p.expect],
+        auto=p.auto,
+        timeout=p.timeout,
+    )
+
+
+_EXPECT = """\
+# cudafix expect-probe: {label}
+import subprocess, sys
+want, label = {want!r}, {label!r}
+p = subprocess.run({argv}, capture_output=True, text=True, errors="replace")
+out = p.stdout + p.stderr
+sys.stdout.write(p.stdout); sys.stderr.write(p.stderr)
+if p.returncode:
+    sys.exit(p.returncode)
+if want not in out:
+    sys.exit("expected " + repr(want) + " in the output of " + label + ", got " + repr(out[-200:]))
+"""
+
+
+def expect_code(expect: P.ExpectProbe) -> str:
+    """Python, run by the target interpreter, that checks a probe's output for a substring."""
+    if expect.python is not None:
+        argv = f"[sys.executable, '-B', '-s', '-c', {expect.python!r}]"
+        label = f"python {expect.python[:40]!r}"
+    else:
+        argv = f"['/bin/sh', '-c', {expect.command!r}]"
+        label = f"command {str(expect.command)[:40]!r}"
+    return _EXPECT.format(argv=argv, want=expect.output, label=label)
+
+
+def probe_spec(
+    plan: P.Plan,
+    *,
+    auto: bool = True,
+    code: Sequence[str] = (),
+    commands: Sequence[str] = (),
+    timeout: float = 60.0,
+) -> ProbeSpec:
+    """The probes to run: the planner's (unless disabled), the plan's own, and the CLI's."""
+    p = plan.probes
+    use_auto = auto and p.auto
+    prefix = Path(plan.target.prefix)
+    modules = [*(plan.probe_modules if use_auto else ()), *p.imports]
+    return ProbeSpec(
+        modules=tuple(dict.fromkeys(modules)),
+        libraries=tuple(str(prefix / lib) for lib in plan.probe_libraries) if use_auto else (),
+        code=(*p.python, *(expect_code(e) for e in p.expect), *code),
+        commands=(*p.commands, *commands),
+        timeout=p.timeout or timeout,
+    )

@@ -1,0 +1,58 @@
+"""Turn selectors (names or shell globs) into the distributions they mean."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from collections.abc import Iterable, Sequence
+
+from cudafix.model.errors import UsageError
+from cudafix.model.names import DistName, normalize_name
+
+
+def _normalize_pattern(selector: str) -> str:
+    """Normalise a selector like a name, keeping glob characters (``NVIDIA_*_cu13`` works)."""
+    parts = selector.split("*")
+    return "*".join(normalize_name(p) if p else "" for p in parts)
+
+
+def select(
+    installed: Iterable[DistName],
+    selectors: Sequence[str],
+    exclude: Sequence[str] = (),
+) -> tuple[DistName, ...]:
+    """Return the installed names matched by ``selectors`` and not by ``exclude``, sorted.
+
+    A selector that matches nothing is an error, listing near misses, so a typo never
+    turns into a silent no-op in a cleanup script.
+    """
+    names = sorted(set(installed))
+    if not selectors:
+        raise UsageError(
+            "no distributions selected", hint="name at least one, e.g. 'nvidia-*-cu13'"
+        )
+    chosen: set[DistName] = set()
+    unmatched: list[str] = []
+    for selector in selectors:
+        pattern = _normalize_pattern(selector)
+        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if not hits:
+            unmatched.append(selector)
+        chosen.update(hits)
+    if unmatched:
+        raise UsageError(
+            f"selector {unmatched[0]!r} matches no installed distribution",
+            context=[_near_misses(s, names) for s in unmatched],
+            hint="`cudafix doctor` lists what is installed",
+        )
+    excluded = {n for n in chosen for e in exclude if fnmatch.fnmatchcase(n, _normalize_pattern(e))}
+    return tuple(sorted(chosen - excluded))
+
+
+def _near_misses(selector: str, names: Sequence[DistName]) -> str:
+    plain = _normalize_pattern(selector).replace("*", "")
+    close = difflib.get_close_matches(plain, names, n=5, cutoff=0.5)
+    close += [n for n in names if plain and plain in n and n not in close][: 5 - len(close)]
+    if not close:
+        return f"{selector}: no similar names installed"
+    return f"{selector}: did you mean " + ", ".join(close) + "?"

@@ -1,0 +1,1 @@
+"""The only room that changes an environment: lock, journal, snapshot, backend, probes, verify."""

@@ -1,0 +1,347 @@
+"""Hard-link snapshots of the paths a transaction touches, and byte-identical restore.
+
+A hard link costs O(1) whatever the file size; where one is impossible (EXDEV, EPERM,
+EMLINK) the file is copied and its sha256 recorded. Every path is examined with
+``lstat``: a symlink is snapshotted and restored as a symlink, never followed. Only paths
+that passed :func:`check_path` (inside the prefix, no symlinked ancestor) are touched.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import posixpath
+import shutil
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudafix.env.statedir import STATE_DIR_NAME, TxDir, write_atomic
+from cudafix.tx.journal import crash_point, fail_point
+
+_COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One snapshotted path, with what it takes to prove a restore byte-identical."""
+
+    path: str
+    kind: str
+    """``file``, ``symlink``, ``dir``, ``fifo``, or ``absent`` (must not exist after a rollback)."""
+    mode: int = 0
+    size: int = 0
+    target: str | None = None
+    dev: int = 0
+    ino: int = 0
+    mtime_ns: int = 0
+    sha256: str | None = None
+    """Set when the snapshot is a copy (a hard link is proved by its inode instead)."""
+    detach: bool = False
+    """The backend will rewrite this path: unlink it before applying so nothing writes
+    through the hard link into the snapshot."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a snapshot holds; ``listings`` names what each touched directory held."""
+
+    entries: tuple[Entry, ...]
+    listings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entries": [asdict(e) for e in self.entries], "listings": dict(self.listings)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Manifest:
+        entries = tuple(Entry(**e) for e in data["entries"])
+        listings = {k: tuple(v) for k, v in data["listings"].items()}
+        return cls(entries, listings)
+
+    def by_path(self) -> dict[str, Entry]:
+        return {e.path: e for e in self.entries}
+
+
+def check_path(prefix: Path, path: str) -> str | None:
+    """Why ``path`` must not be acted on, or None: absolute, escaping, or via a symlink."""
+    if not path or path.startswith("/") or "\x00" in path:
+        return f"{path!r}: not a relative path inside the environment"
+    if posixpath.normpath(path) != path or path.split("/")[0] in ("..", "."):
+        return f"{path!r}: not a normalised path inside the environment"
+    parts = path.split("/")
+    if parts[0] == STATE_DIR_NAME:
+        return f"{path!r}: inside cudafix's own state directory"
+    for i in range(1, len(parts)):
+        ancestor = prefix.joinpath(*parts[:i])
+        if ancestor.is_symlink():
+            return f"{path!r}: goes through the symlink {'/'.join(parts[:i])}"
+    return None
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def expand(prefix: Path, paths: Iterable[str]) -> list[str]:
+    """``paths`` plus everything below those that are real directories (symlinks not followed)."""
+    out: set[str] = set()
+    for path in paths:
+        out.add(path)
+        live = prefix / path
+        if live.is_dir() and not live.is_symlink():
+            for root, dirs, files in os.walk(live):
+                rel = Path(root).relative_to(prefix).as_posix()
+                out.update(f"{rel}/{n}" for n in (*dirs, *files))
+    return sorted(out)
+
+
+def ancestors(paths: Iterable[str]) -> set[str]:
+    """Every proper ancestor directory of ``paths``, the prefix itself excluded."""
+    out: set[str] = set()
+    for path in paths:
+        parent = posixpath.dirname(path)
+        while parent:
+            out.add(parent)
+            parent = posixpath.dirname(parent)
+    return out
+
+
+def _link_or_copy(src: Path, dest: Path) -> str | None:
+    """Hard-link ``src`` to ``dest``; copy where linking is impossible and return its sha256."""
+    try:
+        os.link(src, dest, follow_symlinks=False)
+        return None
+    except OSError as exc:
+        if exc.errno not in _COPY_ERRNOS:
+            raise
+    shutil.copy2(src, dest, follow_symlinks=False)
+    return sha256_file(dest)
+
+
+def _snap_one(prefix: Path, store: Path, path: str, detach: bool) -> Entry:
+    live, dest = prefix / path, store / path
+    try:
+        st = os.lstat(live)
+    except FileNotFoundError:
+        return Entry(path, "absent")
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISDIR(st.st_mode):
+        dest.mkdir(parents=True, exist_ok=True)
+        return Entry(path, "dir", mode=mode)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if stat.S_ISLNK(st.st_mode):
+        target = str(live.readlink())
+        dest.symlink_to(target)
+        return Entry(path, "symlink", target=target)
+    if stat.S_ISFIFO(st.st_mode):  # never opened (it would block); recreated on restore
+        return Entry(path, "fifo", mode=mode)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory", str(live))
+    fail_point("snapshot")
+    sha = _link_or_copy(live, dest)
+    crash_point("snapshot-file")
+    return Entry(
+        path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha, detach
+    )
+
+
+def _listing(path: Path) -> tuple[str, ...] | None:
+    if path.is_symlink() or not path.is_dir():
+        return None
+    return tuple(sorted(p.name for p in path.iterdir()))
+
+
+def take(prefix: Path, tx: TxDir, paths: Iterable[str], detach: Iterable[str] = ()) -> Manifest:
+    """Snapshot ``paths`` (expanded, plus ancestor dirs) into ``tx``; write the manifest."""
+    wanted = expand(prefix, paths)
+    every = sorted(set(wanted) | ancestors(wanted))
+    rewritten = set(detach)
+    tx.snapshot.mkdir(parents=True, exist_ok=True)
+    entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten) for p in every)
+    listings = {
+        e.path: names
+        for e in entries
+        if e.kind == "dir" and (names := _listing(prefix / e.path)) is not None
+    }
+    manifest = Manifest(entries, listings)
+    write_json(tx.manifest, manifest.to_json())
+    return manifest
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write JSON atomically and durably."""
+    write_atomic(path, json.dumps(value, sort_keys=True))
+
+
+def load(tx: TxDir) -> Manifest:
+    return Manifest.from_json(json.loads(tx.manifest.read_text(encoding="utf-8")))
+
+
+def remove_path(path: Path) -> None:
+    """Remove whatever is at ``path`` without following symlinks; missing is fine."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def detach(prefix: Path, manifest: Manifest) -> list[str]:
+    """Unlink live files the backend will rewrite, so no write can reach the snapshot."""
+    done = []
+    for e in manifest.entries:
+        live = prefix / e.path
+        if e.detach and e.kind == "file" and _same_inode(live, e):
+            live.unlink()
+            done.append(e.path)
+    return done
+
+
+def _same_inode(live: Path, e: Entry) -> bool:
+    try:
+        st = os.lstat(live)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == (e.dev, e.ino)
+
+
+def mismatch(prefix: Path, e: Entry) -> str | None:
+    """How the live path differs from entry ``e``, or None when it is identical."""
+    live = prefix / e.path
+    try:
+        st = os.lstat(live)
+    except FileNotFoundError:
+        return None if e.kind == "absent" else f"{e.path}: missing"
+    if e.kind == "absent":
+        return f"{e.path}: exists, but did not before"
+    if e.kind == "dir":
+        return None if stat.S_ISDIR(st.st_mode) else f"{e.path}: not a directory"
+    if e.kind == "symlink":
+        ok = stat.S_ISLNK(st.st_mode) and str(live.readlink()) == e.target
+        return None if ok else f"{e.path}: not the symlink -> {e.target}"
+    if e.kind == "fifo":
+        ok = stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == e.mode
+        return None if ok else f"{e.path}: not the FIFO it was"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{e.path}: not a regular file"
+    if e.sha256 is None:
+        now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        ok = now == (e.dev, e.ino, e.size, e.mtime_ns)
+    else:
+        ok = st.st_size == e.size and sha256_file(live) == e.sha256
+    ok = ok and stat.S_IMODE(st.st_mode) == e.mode
+    return None if ok else f"{e.path}: content or mode differs from the snapshot"
+
+
+def restore_entry(prefix: Path, tx: TxDir, e: Entry) -> None:
+    """Put one entry back (idempotent: an identical live path is left alone)."""
+    if e.kind == "dir" or mismatch(prefix, e) is None:
+        return
+    live = prefix / e.path
+    fail_point("restore")
+    remove_path(live)
+    if e.kind == "absent":
+        return
+    if e.kind == "symlink":
+        live.symlink_to(str(e.target))
+    elif e.kind == "fifo":
+        os.mkfifo(live, e.mode)
+        live.chmod(e.mode)
+    else:
+        _link_or_copy(tx.snapshot / e.path, live)
+        live.chmod(e.mode)
+    crash_point("restore-file")
+
+
+def ensure_dir(prefix: Path, e: Entry) -> None:
+    """Make ``e.path`` a real directory with its recorded mode."""
+    live = prefix / e.path
+    if not (live.is_dir() and not live.is_symlink()):
+        remove_path(live)
+        live.mkdir()
+    live.chmod(e.mode)
+
+
+def remove_new(prefix: Path, manifest: Manifest) -> list[str]:
+    """Remove names that appeared in a touched directory since the snapshot."""
+    removed = []
+    for directory, before in manifest.listings.items():
+        now = _listing(prefix / directory) or ()
+        for name in sorted(set(now) - set(before)):
+            remove_path(prefix / directory / name)
+            removed.append(f"{directory}/{name}")
+    return removed
+
+
+def verify(prefix: Path, manifest: Manifest) -> list[str]:
+    """Every way the live tree differs from the manifest (empty: byte-identical)."""
+    problems = [m for e in manifest.entries if (m := mismatch(prefix, e)) is not None]
+    for directory, before in manifest.listings.items():
+        now = _listing(prefix / directory)
+        if now is not None and now != before:
+            extra = sorted(set(now) - set(before))
+            if extra:
+                problems.append(f"{directory}: unexpected {', '.join(extra)}")
+        if now is None:
+            problems.append(f"{directory}: missing directory")
+        elif stat.S_IMODE(os.lstat(prefix / directory).st_mode) != _dir_mode(manifest, directory):
+            problems.append(f"{directory}: mode differs")
+    return problems
+
+
+def _dir_mode(manifest: Manifest, directory: str) -> int:
+    return next(e.mode for e in manifest.entries if e.path == directory)
+
+
+def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
+    """Roll the touched paths back to the manifest; return what still differs."""
+    dirs = sorted((e for e in manifest.entries if e.kind == "dir"), key=lambda e: e.path.count("/"))
+    for e in dirs:
+        ensure_dir(prefix, e)
+    remove_new(prefix, manifest)
+    for e in manifest.entries:
+        restore_entry(prefix, tx, e)
+    for e in dirs:
+        (prefix / e.path).chmod(e.mode)
+    return verify(prefix, manifest)
+
+
+def put_back(prefix: Path, tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> None:
+    """Restore ``paths`` (``--keep-shared``) and the directories above them."""
+    entries = manifest.by_path()
+    for path in paths:
+        for parent in sorted(ancestors([path]), key=lambda p: p.count("/")):
+            if parent in entries and not (prefix / parent).is_dir():
+                ensure_dir(prefix, entries[parent])
+        fail_point("keep")
+        restore_entry(prefix, tx, entries[path])
+
+
+def lstat_state(prefix: Path, paths: Iterable[str]) -> dict[str, list[Any]]:
+    """Cheap identity of paths (kind, size, mode, inode, mtime, target) for undo's check."""
+    out: dict[str, list[Any]] = {}
+    for path in paths:
+        live = prefix / path
+        try:
+            st = os.lstat(live)
+        except FileNotFoundError:
+            out[path] = ["absent"]
+            continue
+        target = str(live.readlink()) if stat.S_ISLNK(st.st_mode) else None
+        kind = "dir" if stat.S_ISDIR(st.st_mode) else "other"
+        if kind == "dir":
+            out[path] = ["dir", stat.S_IMODE(st.st_mode), sorted(p.name for p in live.iterdir())]
+        else:
+            out[path] = [kind, st.st_size, st.st_mode, st.st_ino, st.st_mtime_ns, target]
+    return out

@@ -1,0 +1,648 @@
+"""Apply a plan as a transaction: lock, journal, snapshot, apply, verify, probe, commit/roll back.
+
+The promise: when this returns, raises, is killed or loses power, the environment is
+either the planned after-state with probes passing, or byte-for-byte the state before
+(after ``recover`` for the killed cases). Every step is journaled before it happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import posixpath
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
+from cudafix.env.statedir import StateDir, TxDir, new_txid, write_atomic
+from cudafix.model.errors import (
+    LockedError,
+    PlanRefused,
+    StalePlan,
+    TargetError,
+    TransactionFailed,
+    UsageError,
+)
+from cudafix.model.names import EnvPath, normalize_name
+from cudafix.model.plan import Plan
+from cudafix.process import Completed
+from cudafix.tx import journal, snapshot
+from cudafix.tx.backend import Backend, make_backend
+from cudafix.tx.probe import ProbeSpec, run_probes
+
+DEFAULT_LOCK_TIMEOUT = 60.0
+DEFAULT_KEEP = 5
+Verify = Callable[[], list[str]]
+OnEvent = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    """Default ``on_event``: say nothing."""
+
+
+@dataclass(frozen=True)
+class TransactionResult:
+    """A committed transaction."""
+
+    txid: str
+    prefix: Path
+    removed: tuple[str, ...]
+    reinstalled: tuple[str, ...]
+    kept: tuple[str, ...]
+    probes: tuple[str, ...]
+    """Labels of the probes that passed."""
+    snapshot_entries: int
+    installed: tuple[str, ...] = ()
+    """``name==version`` pins the plan's install step put in."""
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What ``recover`` did (or, with ``dry_run``, would do)."""
+
+    prefix: Path
+    dry_run: bool
+    transactions: tuple[str, ...]
+    actions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One transaction as ``cudafix history`` lists it."""
+
+    txid: str
+    time: float
+    kind: str
+    """``apply`` or ``undo``."""
+    command: tuple[str, ...]
+    verdict: str
+    state: str
+    """``committed``, ``rolled-back``, ``aborted`` or ``pending``."""
+    removed: tuple[str, ...]
+    reinstalled: tuple[str, ...]
+    kept: tuple[str, ...]
+    error: str | None
+    snapshot: bool
+    """Its snapshot is still there (so it can be undone)."""
+
+
+@dataclass(frozen=True)
+class TransactionDetail:
+    """``cudafix show``: one transaction's entry, journal and snapshot manifest."""
+
+    entry: HistoryEntry
+    journal: tuple[dict[str, Any], ...]
+    paths: tuple[str, ...]
+
+
+class _StepFailed(Exception):
+    """A step of the apply phase failed; the transaction rolls back."""
+
+
+# -- locking and pending transactions ------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(prefix: Path, timeout: float, on_event: OnEvent) -> Iterator[StateDir]:
+    state = StateDir(prefix)
+    state.transactions.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(state.lock))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        on_event(f"waiting for another cudafix run on {prefix} (lock {state.lock})")
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout as exc:
+            raise LockedError(
+                f"another cudafix run holds {prefix}",
+                context=[f"lock file: {state.lock}", f"waited {timeout:g} s"],
+                hint="wait for it to finish, then retry",
+            ) from exc
+    try:
+        yield state
+    finally:
+        lock.release()
+
+
+def lock_is_held(prefix: Path) -> bool:
+    """Whether another process holds the environment's lock now: a run is in progress."""
+    lock = FileLock(str(StateDir(prefix).lock))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
+def pending_transactions(prefix: Path) -> list[str]:
+    """Ids of transactions that were interrupted and need ``cudafix recover``."""
+    state = StateDir(Path(prefix))
+    return [t for t in state.transaction_ids() if not journal.is_done(_records(state.tx(t)))]
+
+
+def _records(tx: TxDir) -> list[dict[str, Any]]:
+    return journal.read(tx.journal)
+
+
+def _require_no_pending(state: StateDir) -> None:
+    pending = pending_transactions(state.prefix)
+    if pending:
+        raise LockedError(
+            f"an unfinished cudafix transaction holds {state.prefix}",
+            context=[f"transaction {t}" for t in pending],
+            hint=f"cudafix recover {state.prefix}",
+        )
+
+
+# -- what the plan touches -----------------------------------------------------------------
+
+
+def _check_plan(plan: Plan, force: bool) -> Path:
+    """Refuse, before anything is done, a plan that is refused or names an unsafe path."""
+    prefix = Path(plan.target.prefix)
+    if not prefix.is_absolute() or not prefix.is_dir():
+        raise TargetError(f"no environment at {plan.target.prefix}")
+    if plan.verdict == "refused" and not force:
+        raise PlanRefused(
+            "the plan was refused; it would break the environment",
+            context=plan.reasons,
+            hint="apply a safer alternative, or --force (to test a rollback)",
+        )
+    named = [*plan.deleted_paths, *plan.kept_paths, *plan.rewritten_paths]
+    named += [r.dist_info for r in plan.remove]
+    named += [p for i in plan.install for p in i.paths]
+    problems = [p for path in named if (p := snapshot.check_path(prefix, path)) is not None]
+    problems += [
+        f"{k!r}: kept but not deleted" for k in plan.kept_paths if k not in plan.deleted_paths
+    ]
+    if problems:
+        raise PlanRefused("the plan names paths cudafix will not act on", context=problems)
+    return prefix
+
+
+def _dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
+    for sp in plan.target.site_packages:
+        for info in sorted((prefix / sp).glob("*.dist-info")):
+            dist, _, ver = info.name[: -len(".dist-info")].partition("-")
+            if normalize_name(dist) == normalize_name(name) and ver == version:
+                return f"{sp}/{info.name}"
+    return None
+
+
+def _record_paths(prefix: Path, info: str) -> list[str]:
+    """RECORD paths of an installed dist, as EnvPaths; unsafe ones left out (never touched)."""
+    record = prefix / info / "RECORD"
+    if not record.is_file() or record.is_symlink():
+        return []
+    site = EnvPath(posixpath.dirname(info))
+    rows = parse_record(record.read_text(encoding="utf-8")).entries
+    resolved = (resolve_record_path(site, row.path) for row in rows)
+    return [
+        p for p in resolved if not isinstance(p, Refusal) and snapshot.check_path(prefix, p) is None
+    ]
+
+
+def _touched(prefix: Path, plan: Plan) -> tuple[list[str], list[str]]:
+    """(paths to snapshot, paths the backend will rewrite and must be detached first).
+
+    ``plan.rewritten_paths`` is the planner's word; the reinstalled dists' RECORDs are read
+    again here so that an older plan without it is still snapshotted completely.
+    """
+    paths = {*plan.deleted_paths, *plan.kept_paths, *(r.dist_info for r in plan.remove)}
+    rewritten = set(plan.rewritten_paths)
+    installed = {p for i in plan.install for p in i.paths if snapshot.check_path(prefix, p) is None}
+    paths |= installed
+    rewritten |= {p for p in installed if (prefix / p).is_file() and not (prefix / p).is_symlink()}
+    for r in plan.reinstall:
+        info = _dist_info(prefix, plan, r.name, r.version)
+        if info is not None:
+            paths.add(info)
+            rewritten.update(_record_paths(prefix, info))
+    detach = {p for p in rewritten if not any(c.endswith(".dist-info") for c in p.split("/"))}
+    return sorted(paths | rewritten), sorted(detach)
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def run_transaction(
+    plan: Plan,
+    *,
+    probes: ProbeSpec = ProbeSpec(),  # noqa: B008 - frozen value
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    verify: Verify | None = None,
+    force: bool = False,
+    command: Sequence[str] = (),
+    on_event: OnEvent = _quiet,
+    precondition: Verify | None = None,
+) -> TransactionResult:
+    """Apply ``plan``; commit when verify and probes pass, else roll back and raise.
+
+    ``precondition`` runs under the lock, before anything changes: a plan made while
+    another run was changing the environment is refused there, not applied stale.
+    """
+    prefix = _check_plan(plan, force)
+    with _locked(prefix, lock_timeout, on_event) as state:
+        _require_no_pending(state)
+        if precondition is not None and (differences := precondition()):
+            raise StalePlan(
+                f"{prefix} changed since this plan was made; nothing was changed",
+                context=differences[:25],
+                hint="run the command again to plan on the environment as it is now",
+            )
+        paths, rewritten = _touched(prefix, plan)
+        tx = _begin(state, {"kind": "apply", "plan": plan.model_dump(mode="json")}, command)
+        manifest = _snapshot(prefix, tx, paths, rewritten, on_event)
+        apply = partial(_apply_plan, prefix, tx, plan, manifest, probes, verify, on_event)
+        passed = _execute(prefix, tx, manifest, apply, on_event)
+    return TransactionResult(
+        tx.txid,
+        prefix,
+        tuple(r.name for r in plan.remove),
+        tuple(r.name for r in plan.reinstall),
+        tuple(plan.kept_paths),
+        passed,
+        len(manifest.entries),
+        tuple(f"{i.name}=={i.version}" for i in plan.install),
+    )
+
+
+def _begin(state: StateDir, what: dict[str, Any], command: Sequence[str]) -> TxDir:
+    tx = state.tx(new_txid())
+    tx.root.mkdir(parents=True)
+    journal.append(tx.journal, "plan", {**what, "command": list(command)})
+    return tx
+
+
+def _snapshot(
+    prefix: Path, tx: TxDir, paths: list[str], rewritten: list[str], on_event: OnEvent
+) -> snapshot.Manifest:
+    """Snapshot, or refuse having changed nothing (the env is not touched before this is done)."""
+    journal.append(tx.journal, "snapshot-begin", {"paths": paths})
+    try:
+        manifest = snapshot.take(prefix, tx, paths, rewritten)
+    except OSError as exc:
+        shutil.rmtree(tx.snapshot, ignore_errors=True)
+        journal.append(tx.journal, "aborted", {"error": str(exc)})
+        raise TransactionFailed(
+            f"could not snapshot {prefix}: {exc}; nothing was changed",
+            hint="free space or fix permissions under the environment, then retry",
+        ) from exc
+    journal.append(tx.journal, "snapshot-done", {"entries": len(manifest.entries)})
+    on_event(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}")
+    return manifest
+
+
+def _backend_step(tx: TxDir, what: str, done: Completed) -> None:
+    journal.append(
+        tx.journal,
+        "backend",
+        {
+            "step": what,
+            "argv": list(done.argv),
+            "returncode": done.returncode,
+            "stdout": done.stdout,
+            "stderr": done.stderr,
+        },
+    )
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        said = lines[-1].strip() if lines else "no output"
+        raise _StepFailed(f"{what} failed (exit status {done.returncode}): {said}")
+
+
+def _apply_plan(
+    prefix: Path,
+    tx: TxDir,
+    plan: Plan,
+    manifest: snapshot.Manifest,
+    probes: ProbeSpec,
+    verify: Verify | None,
+    on_event: OnEvent,
+) -> tuple[str, ...]:
+    """Detach, uninstall, reinstall, keep, verify, probe; raise on the first failure."""
+    detached = [e.path for e in manifest.entries if e.detach]
+    journal.append(tx.journal, "detach-begin", {"paths": detached})
+    snapshot.detach(prefix, manifest)
+    python = Path(plan.target.python or prefix / "bin" / "python")
+    opts = plan.options
+    backend = make_backend(opts.backend, python, offline=opts.offline, find_links=opts.find_links)
+    _strip_refused(prefix, tx, plan)
+    if plan.remove:
+        names = [r.name for r in plan.remove]
+        journal.append(tx.journal, "uninstall-begin", {"names": names})
+        on_event(f"uninstalling {', '.join(names)}")
+        _backend_step(tx, f"{opts.backend} uninstall", backend.uninstall(names))
+    if plan.reinstall:
+        pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
+        journal.append(tx.journal, "reinstall-begin", {"pins": pins})
+        on_event(f"reinstalling {', '.join(pins)}")
+        _backend_step(tx, f"{opts.backend} reinstall", backend.reinstall(pins))
+    if plan.kept_paths:
+        journal.append(tx.journal, "keep-begin", {"paths": plan.kept_paths})
+        snapshot.put_back(prefix, tx, manifest, plan.kept_paths)
+    journal.append(tx.journal, "verify-begin")
+    problems = _builtin_verify(prefix, plan, manifest) + (verify() if verify else [])
+    if problems:
+        raise _StepFailed("the result differs from the plan: " + "; ".join(problems))
+    if plan.install:
+        _install(prefix, tx, plan, backend, on_event)
+    return _probe(prefix, tx, python, probes, on_event)
+
+
+def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: OnEvent) -> None:
+    """Install the exact pins (after verify: they may re-create paths the removal deleted)."""
+    pins = [f"{i.name}=={i.version}" for i in plan.install]
+    journal.append(tx.journal, "install-begin", {"pins": pins})
+    on_event(f"installing {', '.join(pins)}")
+    _backend_step(tx, f"{plan.options.backend} install", backend.reinstall(pins))
+    absent = [
+        f"{i.name}=={i.version}"
+        for i in plan.install
+        if _dist_info(prefix, plan, i.name, i.version) is None
+    ]
+    if absent:
+        raise _StepFailed("not installed after the install step: " + ", ".join(absent))
+
+
+def _strip_refused(prefix: Path, tx: TxDir, plan: Plan) -> None:
+    """Drop RECORD lines that leave the environment, so the backend never acts on them.
+
+    The RECORD is in the snapshot (its dist-info is), and it is replaced by rename, so the
+    hard-linked snapshot keeps the original bytes for a rollback.
+    """
+    refused: dict[str, set[str]] = {}
+    for r in plan.refused_paths:
+        refused.setdefault(normalize_name(r.distribution), set()).add(r.entry)
+    for dist in plan.remove:
+        entries = refused.get(normalize_name(dist.name))
+        if not entries:
+            continue
+        journal.append(
+            tx.journal, "sanitize-record", {"dist": dist.name, "entries": sorted(entries)}
+        )
+        record = prefix / dist.dist_info / "RECORD"
+        write_atomic(record, without_entries(record.read_text(encoding="utf-8"), entries))
+
+
+def _builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[str]:
+    """Deleted paths are gone (unless a reinstall re-created them); kept paths are intact."""
+    entries = manifest.by_path()
+    rewritten = {e.path for e in manifest.entries if e.detach}
+    problems = []
+    for path in plan.deleted_paths:
+        entry = entries.get(path)
+        skip = path in plan.kept_paths or path in rewritten or (entry and entry.kind == "dir")
+        if not skip and ((prefix / path).is_symlink() or (prefix / path).exists()):
+            problems.append(f"{path}: still present")
+    for path in plan.kept_paths:
+        if (why := snapshot.mismatch(prefix, entries[path])) is not None:
+            problems.append(f"kept {why}")
+    return problems
+
+
+def _probe(
+    prefix: Path, tx: TxDir, python: Path, spec: ProbeSpec, on_event: OnEvent
+) -> tuple[str, ...]:
+    journal.append(tx.journal, "probe-begin")
+    on_event("probing the environment")
+    results = run_probes(prefix, python, spec, tx.root)
+    journal.append(tx.journal, "probe-done", {"results": [r.__dict__ for r in results]})
+    failed = [f"{r.label}: {r.error}" for r in results if not r.ok]
+    if failed:
+        raise _StepFailed("probe failed: " + "; ".join(failed))
+    return tuple(r.label for r in results)
+
+
+def _execute(
+    prefix: Path,
+    tx: TxDir,
+    manifest: snapshot.Manifest,
+    apply: Callable[[], tuple[str, ...]],
+    on_event: OnEvent,
+) -> tuple[str, ...]:
+    """Run ``apply``; on any failure (even KeyboardInterrupt) roll back and raise."""
+    try:
+        passed = apply()
+    except BaseException as exc:
+        reason = str(exc) if isinstance(exc, _StepFailed) else f"{type(exc).__name__}: {exc}"
+        _fail(prefix, tx, reason, exc, on_event)
+    _commit(prefix, tx, manifest)
+    on_event(f"committed transaction {tx.txid}")
+    return passed
+
+
+def _fail(prefix: Path, tx: TxDir, reason: str, exc: BaseException, on_event: OnEvent) -> None:
+    try:
+        problems, restored = _rollback(prefix, tx, reason)
+    except OSError as err:
+        problems, restored = [str(err)], 0
+    if problems:
+        raise TransactionFailed(
+            f"{reason}; the rollback did not finish",
+            context=problems,
+            hint=f"cudafix recover {prefix}",
+        ) from exc
+    on_event(f"rolled back transaction {tx.txid}")
+    raise TransactionFailed(
+        f"{reason}; rolled back",
+        context=[f"restored {restored} snapshotted paths; the environment is as before"],
+    ) from exc
+
+
+def _rollback(prefix: Path, tx: TxDir, reason: str) -> tuple[list[str], int]:
+    """Restore the snapshot (idempotent, restartable); return (what still differs, entries)."""
+    records = _records(tx)
+    journal.append(tx.journal, "rollback-begin", {"reason": reason})
+    if journal.find(records, "snapshot-done") is None:
+        shutil.rmtree(tx.snapshot, ignore_errors=True)
+        journal.append(tx.journal, "aborted", {"error": reason})
+        return [], 0
+    manifest = snapshot.load(tx)
+    journal.append(tx.journal, "restore-begin", {"entries": len(manifest.entries)})
+    problems = snapshot.restore(prefix, tx, manifest)
+    if problems:
+        journal.append(tx.journal, "rollback-incomplete", {"problems": problems})
+        return problems, len(manifest.entries)
+    journal.append(tx.journal, "rolled-back")
+    shutil.rmtree(tx.snapshot, ignore_errors=True)
+    return [], len(manifest.entries)
+
+
+def _after_paths(prefix: Path, manifest: snapshot.Manifest) -> list[str]:
+    """Touched paths now: the snapshot's, plus whatever appeared in the touched directories."""
+    new = [
+        f"{d}/{n}"
+        for d, before in manifest.listings.items()
+        if (prefix / d).is_dir()
+        for n in {p.name for p in (prefix / d).iterdir()} - set(before)
+    ]
+    return sorted({e.path for e in manifest.entries} | set(snapshot.expand(prefix, new)))
+
+
+def _commit(prefix: Path, tx: TxDir, manifest: snapshot.Manifest) -> None:
+    journal.append(tx.journal, "commit-begin")
+    snapshot.write_json(tx.post, snapshot.lstat_state(prefix, _after_paths(prefix, manifest)))
+    journal.append(tx.journal, "commit")
+    gc(prefix, keep=DEFAULT_KEEP)
+
+
+# -- recover -------------------------------------------------------------------------------
+
+
+def _describe(tx: TxDir) -> str:
+    records = _records(tx)
+    last = records[-1]["event"] if records else "start"
+    if journal.find(records, "snapshot-done") is None:
+        return f"{tx.txid}: interrupted at '{last}' before anything changed; discard it"
+    entries = len(snapshot.load(tx).entries)
+    return f"{tx.txid}: interrupted at '{last}'; restore {entries} paths from its snapshot"
+
+
+def recover(
+    prefix: Path,
+    *,
+    dry_run: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    on_event: OnEvent = _quiet,
+) -> RecoveryReport:
+    """Roll back every interrupted transaction (``dry_run``: only say what would be done)."""
+    prefix = Path(prefix)
+    state = StateDir(prefix)
+    pending = tuple(pending_transactions(prefix))
+    actions = tuple(_describe(state.tx(t)) for t in pending)
+    if dry_run or not pending:
+        return RecoveryReport(prefix, dry_run, pending, actions)
+    with _locked(prefix, lock_timeout, on_event) as state:
+        for txid in pending_transactions(prefix):
+            problems, _ = _rollback(prefix, state.tx(txid), "recover after an interruption")
+            if problems:
+                raise TransactionFailed(
+                    f"could not restore transaction {txid}",
+                    context=problems,
+                    hint="fix the cause (space, permissions), then run cudafix recover again",
+                )
+            on_event(f"rolled back transaction {txid}")
+    return RecoveryReport(prefix, dry_run, pending, actions)
+
+
+# -- history, show, gc, undo ---------------------------------------------------------------
+
+
+def _state(records: list[dict[str, Any]]) -> str:
+    last = records[-1]["event"] if records else ""
+    return {"commit": "committed", "rolled-back": "rolled-back", "aborted": "aborted"}.get(
+        last, "pending"
+    )
+
+
+def _entry(tx: TxDir) -> HistoryEntry:
+    records = _records(tx)
+    head = records[0] if records else {}
+    plan = head.get("plan") or {}
+    error = next((r.get("reason") for r in records if r["event"] == "rollback-begin"), None)
+    return HistoryEntry(
+        txid=tx.txid,
+        time=float(head.get("time", 0.0)),
+        kind=str(head.get("kind", "apply")),
+        command=tuple(head.get("command", ())),
+        verdict=str(plan.get("verdict", "pass" if head.get("kind") == "undo" else "")),
+        state=_state(records),
+        removed=tuple(r["name"] for r in plan.get("remove", ())),
+        reinstalled=tuple(r["name"] for r in plan.get("reinstall", ())),
+        kept=tuple(plan.get("kept_paths", ())),
+        error=error,
+        snapshot=tx.snapshot.is_dir() and tx.manifest.is_file(),
+    )
+
+
+def history(prefix: Path) -> list[HistoryEntry]:
+    """Every transaction on ``prefix``, oldest first."""
+    state = StateDir(Path(prefix))
+    return [_entry(state.tx(t)) for t in state.transaction_ids()]
+
+
+def show(prefix: Path, txid: str) -> TransactionDetail:
+    """One transaction in full."""
+    tx = _existing(Path(prefix), txid)
+    paths = tuple(e.path for e in snapshot.load(tx).entries) if tx.manifest.is_file() else ()
+    return TransactionDetail(_entry(tx), tuple(_records(tx)), paths)
+
+
+def _existing(prefix: Path, txid: str) -> TxDir:
+    state = StateDir(prefix)
+    if txid not in state.transaction_ids():
+        raise UsageError(f"no transaction {txid!r} in {prefix}", hint=f"cudafix history {prefix}")
+    return state.tx(txid)
+
+
+def gc(prefix: Path, keep: int = DEFAULT_KEEP) -> list[str]:
+    """Delete snapshots of all but the newest ``keep`` committed transactions (journals stay)."""
+    entries = [e for e in history(Path(prefix)) if e.snapshot and e.state != "pending"]
+    committed = [e for e in entries if e.state == "committed"]
+    doomed = [e for e in entries if e.state != "committed"] + committed[
+        : max(0, len(committed) - keep)
+    ]
+    state = StateDir(Path(prefix))
+    for e in doomed:
+        shutil.rmtree(state.tx(e.txid).snapshot, ignore_errors=True)
+    return [e.txid for e in doomed]
+
+
+def _undo_conflicts(prefix: Path, old: TxDir) -> list[str]:
+    post: dict[str, list[Any]] = json.loads(old.post.read_text(encoding="utf-8"))
+    now = snapshot.lstat_state(prefix, post)
+    conflicts = [f"{p}: changed since the commit" for p in sorted(post) if now[p] != post[p]]
+    for e in snapshot.load(old).entries:
+        if e.kind == "file" and e.sha256 is None:
+            live = snapshot.Entry(**{**e.__dict__, "path": f"snapshot/{e.path}"})
+            if snapshot.mismatch(old.root, live) is not None:
+                conflicts.append(f"{e.path}: its snapshot was modified")
+    return conflicts
+
+
+def undo(
+    prefix: Path,
+    txid: str,
+    *,
+    probes: ProbeSpec = ProbeSpec(),  # noqa: B008 - frozen value
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    command: Sequence[str] = (),
+    on_event: OnEvent = _quiet,
+) -> TransactionResult:
+    """Restore a committed transaction's snapshot, itself as a new transaction."""
+    prefix = Path(prefix)
+    with _locked(prefix, lock_timeout, on_event) as state:
+        _require_no_pending(state)
+        old = _existing(prefix, txid)
+        entry = _entry(old)
+        if entry.state != "committed" or not entry.snapshot or not old.post.is_file():
+            raise UsageError(f"transaction {txid} is {entry.state} and has no snapshot to undo")
+        conflicts = _undo_conflicts(prefix, old)
+        if conflicts:
+            raise StalePlan(f"cannot undo {txid}: the environment changed since", context=conflicts)
+        paths = sorted(json.loads(old.post.read_text(encoding="utf-8")))
+        tx = _begin(state, {"kind": "undo", "undo": txid}, command)
+        manifest = _snapshot(prefix, tx, paths, [], on_event)
+        old_manifest = snapshot.load(old)
+
+        def apply() -> tuple[str, ...]:
+            journal.append(tx.journal, "undo-begin", {"from": txid})
+            problems = snapshot.restore(prefix, old, old_manifest)
+            if problems:
+                raise _StepFailed("undo did not restore: " + "; ".join(problems))
+            python = prefix / "bin" / "python"
+            return _probe(prefix, tx, python, probes, on_event)
+
+        passed = _execute(prefix, tx, manifest, apply, on_event)
+    return TransactionResult(
+        tx.txid, prefix, entry.reinstalled, entry.removed, (), passed, len(manifest.entries)
+    )

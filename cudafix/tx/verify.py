@@ -1,0 +1,50 @@
+"""After the backend ran: did it do what the planner predicted, and nothing else?"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from cudafix.env.inventory import installed_versions
+from cudafix.model.names import DistName, EnvPath
+from cudafix.model.plan import Plan
+
+
+def compare(
+    plan: Plan, installed: Mapping[DistName, str], exists: Callable[[str], bool]
+) -> list[str]:
+    """Differences between the planned after-state and what is there; empty when they agree."""
+    problems = [
+        f"{d.name} is still installed" for d in plan.remove if DistName(d.name) in installed
+    ]
+    for r in plan.reinstall:
+        version = installed.get(DistName(r.name))
+        if version is None:
+            problems.append(f"{r.name} was to be reinstalled but is not installed")
+        elif version != r.version:
+            problems.append(f"{r.name} is at {version}, not {r.version}")
+    expected = set(plan.preconditions.distributions) - {d.name for d in plan.remove}
+    problems += [f"{n} disappeared" for n in sorted(expected - set(installed))]
+    stays = set(plan.rewritten_paths) | set(plan.kept_paths)
+    problems += [
+        f"{p} should have been deleted" for p in plan.deleted_paths if p not in stays and exists(p)
+    ]
+    problems += [
+        f"{p} should be present"
+        for p in sorted(stays)
+        if not exists(p) and not _installer_metadata(p)
+    ]
+    return problems
+
+
+def prediction_mismatches(plan: Plan) -> list[str]:
+    """Look only at what the plan names (no full walk) and :func:`compare`."""
+    prefix = Path(plan.target.prefix)
+    sites = [EnvPath(s) for s in plan.target.site_packages]
+    return compare(plan, installed_versions(prefix, sites), lambda p: os.path.lexists(prefix / p))
+
+
+def _installer_metadata(path: str) -> bool:
+    """dist-info files each installer writes its own way (INSTALLER, uv_cache.json, ...)."""
+    return any(part.endswith(".dist-info") for part in path.split("/")[:-1])
