@@ -15,7 +15,14 @@ from filelock import FileLock
 from txhelp import B_BYTES, make_plan, remove_pa_plan, shared_pair, site_packages
 
 from cudafix.env.statedir import StateDir
-from cudafix.model.errors import LockedError, PlanRefused, StalePlan, TransactionFailed
+from cudafix.model.errors import (
+    ExitCode,
+    LockedError,
+    PlanRefused,
+    RollbackIncomplete,
+    StalePlan,
+    TransactionFailed,
+)
 from cudafix.model.plan import Plan
 from cudafix.tx import transaction as tx
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
@@ -309,9 +316,10 @@ def test_restore_failure_then_recover(
     prefix, wheels = venv
     before = fingerprint(prefix)
     monkeypatch.setenv(FAIL_ENV, f"restore:{code}")
-    with pytest.raises(TransactionFailed, match="rollback did not finish") as info:
+    with pytest.raises(RollbackIncomplete, match="rollback did not finish") as info:
         tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
-    assert info.value.hint is not None and "cudafix recover" in info.value.hint
+    assert info.value.exit_code == ExitCode.LOCKED
+    assert info.value.hint == f"cudafix recover --venv {prefix}"
     assert tx.pending_transactions(prefix)
     monkeypatch.delenv(FAIL_ENV)
     tx.recover(prefix)

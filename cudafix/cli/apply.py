@@ -13,28 +13,22 @@ documented ones (0 committed, 1 rolled back, 2 usage/input, 3 refused or stale, 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
-from click.core import ParameterSource
-from pydantic import ValidationError
 
+from cudafix import app
 from cudafix.cli.common import (
     EXIT_CODES_HELP,
-    _facts,
-    _target,
-    _warn_pending,
-    json_errors,
+    PlanFlags,
+    echo_err,
     plan_options,
     present_and_apply,
 )
-from cudafix.model.errors import (
-    InputError,
-)
-from cudafix.model.plan import PLAN_SCHEMA_VERSION, Plan
-from cudafix.plan.facts import Sources
-from cudafix.plan.preconditions import check, retarget
-from cudafix.plan.script import Overrides, compile_script, load_script, script_options
+from cudafix.model.errors import InputError
+
+if TYPE_CHECKING:
+    from cudafix.model.plan import Plan
 
 FileKind = Literal["plan", "script"]
 
@@ -47,40 +41,51 @@ def file_kind(path: Path, text: str) -> FileKind:
 @click.command("apply", epilog=EXIT_CODES_HELP)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @plan_options
-@click.pass_context
-@json_errors
-def apply(ctx: click.Context, /, file: Path, **kw: Any) -> None:
+def apply(file: Path, flags: PlanFlags) -> None:
     """Apply a cleanup script (TOML) or a saved plan (JSON) as ONE transaction.
 
     A script's steps become one plan: all removals simulated together, then reinstalls,
     installs and probes; any failure rolls everything back. A saved plan is checked against
     the environment first and refused (exit 3) with the differences when it is stale.
     """
-    present_and_apply(_plan_for(ctx, file, kw), kw)
+    present_and_apply(_plan_for(file, flags), flags)
 
 
-def _plan_for(ctx: click.Context, file: Path, kw: dict[str, Any]) -> Plan:
+def _plan_for(file: Path, flags: PlanFlags) -> Plan:
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read {file}: {exc}") from exc
+    backend = flags.backend if flags.backend_given else None
+    offline, find_links = flags.sources.offline, flags.sources.find_links
     if file_kind(file, text) == "plan":
-        return _saved_plan(ctx, file, text, kw)
-    loaded = load_script(file)
-    options = script_options(loaded, _overrides(ctx, kw))
-    target = _target(kw["venv"], kw["python"])
-    _warn_pending(target)
-    facts = _facts(kw, target, Sources(options.offline, tuple(options.find_links)))
-    return compile_script(loaded, facts, options)
-
-
-def _overrides(ctx: click.Context, kw: dict[str, Any]) -> Overrides:
-    explicit = ctx.get_parameter_source("backend") == ParameterSource.COMMANDLINE
-    return Overrides(kw["offline"], tuple(kw["find_links"]), kw["backend"] if explicit else None)
+        saved = read_plan(file, text)
+        return app.plan_saved(
+            flags.facts,
+            saved,
+            offline=offline,
+            find_links=find_links,
+            backend=backend,
+            mutating=flags.mutating,
+            on_event=echo_err,
+        )
+    return app.plan_script(
+        flags.facts,
+        file,
+        offline=offline,
+        find_links=find_links,
+        backend=backend,
+        mutating=flags.mutating,
+        on_event=echo_err,
+    )
 
 
 def read_plan(file: Path, text: str) -> Plan:
     """Parse a plan file, or raise :class:`InputError` (exit 2) saying what is wrong."""
+    from pydantic import ValidationError
+
+    from cudafix.model.plan import PLAN_SCHEMA_VERSION, Plan
+
     try:
         plan = Plan.model_validate_json(text)
     except ValidationError as exc:
@@ -95,29 +100,3 @@ def read_plan(file: Path, text: str) -> Plan:
             f"{file}: plan schema {plan.schema_version}; this cudafix reads {PLAN_SCHEMA_VERSION}"
         )
     return plan
-
-
-def _saved_plan(ctx: click.Context, file: Path, text: str, kw: dict[str, Any]) -> Plan:
-    """The saved plan, aimed at --venv/--python (else its own prefix), preconditions checked."""
-    plan = read_plan(file, text)
-    own = kw["venv"] is None and kw["python"] is None
-    target = _target(plan.target.prefix if own else kw["venv"], kw["python"])
-    _warn_pending(target)
-    plan = retarget(_with_overrides(ctx, plan, kw), target.prefix, target.python)
-    facts = _facts(kw, target, Sources(plan.options.offline, tuple(plan.options.find_links)))
-    check(plan, facts)
-    return plan
-
-
-def _with_overrides(ctx: click.Context, plan: Plan, kw: dict[str, Any]) -> Plan:
-    """--find-links replaces the plan's (the wheelhouse lives elsewhere on this node)."""
-    o = _overrides(ctx, kw)
-    links = [str(Path(p).absolute()) for p in o.find_links] or plan.options.find_links
-    options = plan.options.model_copy(
-        update={
-            "offline": plan.options.offline or o.offline,
-            "find_links": links,
-            "backend": o.backend or plan.options.backend,
-        }
-    )
-    return plan.model_copy(update={"options": options})

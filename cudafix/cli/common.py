@@ -1,34 +1,40 @@
-"""What every command shares: target and plan options, confirming, presenting and applying."""
+"""What every command shares: options parsed into typed values, confirming, presenting.
+
+Each option group is one decorator that hands the command a single typed value
+(:class:`cudafix.app.TargetArgs`, :class:`cudafix.app.FactArgs` or :class:`PlanFlags`)
+instead of a bag of keywords, so a command body reads as: call one flow, render it.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
+from click.core import ParameterSource
 
-from cudafix.cli.render import plain, render_plan
-from cudafix.env.target import TargetEnv, locate_target
+from cudafix import app
+from cudafix.cli.render import plain
 from cudafix.model.errors import (
     CudafixError,
     ExitCode,
     LockedError,
     PlanRefused,
+    RollbackIncomplete,
     StalePlan,
     TransactionFailed,
     UsageError,
 )
-from cudafix.model.plan import Plan
-from cudafix.plan.facts import Facts, Sources, gather
-from cudafix.plan.preconditions import quick_differences
-from cudafix.plan.script import probe_spec
-from cudafix.tx import transaction
-from cudafix.tx.verify import prediction_mismatches
+from cudafix.model.sources import Sources
+
+if TYPE_CHECKING:
+    from cudafix.model.plan import Plan
+    from cudafix.tx.transaction import TransactionResult
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok/healthy, 1 problems found or failed (rolled back), 2 usage or input "
@@ -38,70 +44,171 @@ EXIT_CODES_HELP = (
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _style(ctx_color: bool | None) -> Callable[..., str]:
-    return click.style if ctx_color else plain
+def style_for(stream_is_tty: bool) -> Callable[..., str]:
+    """Colour only a terminal."""
+    return click.style if stream_is_tty else plain
 
 
-def _echo_err(message: str) -> None:
+def echo_err(message: str) -> None:
+    """Progress and warnings go to stderr, so stdout stays the report (or the JSON)."""
     click.echo(message, err=True)
 
 
-def target_options(func: F) -> F:
-    """``--venv`` / ``--python``, as uv spells them."""
-    func = click.option("--python", "python", metavar="PATH", help="Target interpreter.")(func)
-    func = click.option(
-        "--venv", "venv", metavar="DIR", help="Target venv (default: $VIRTUAL_ENV, then ./.venv)."
-    )(func)
+def stdout_style() -> Callable[..., str]:
+    """The style for what goes to stdout."""
+    return style_for(sys.stdout.isatty())
+
+
+def _collect(func: F, names: tuple[str, ...], into: str, build: Callable[..., Any]) -> F:
+    """Wrap ``func`` so the options ``names`` arrive as one value, keyword ``into``."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        picked = {name: kw.pop(name) for name in names}
+        kw[into] = build(**picked)
+        return func(*args, **kw)
+
+    return cast(F, wrapper)
+
+
+def _decorate(func: F, options: list[Callable[[Any], Any]]) -> F:
+    for option in reversed(options):
+        func = option(func)
     return func
 
 
-def _target(venv: str | None, python: str | None) -> TargetEnv:
-    return locate_target(python, venv, os.environ, Path.cwd())
+def _target_option_list() -> list[Callable[[Any], Any]]:
+    return [
+        click.option(
+            "--venv",
+            "venv",
+            metavar="DIR",
+            help="Target venv (default: $VIRTUAL_ENV, then ./.venv).",
+        ),
+        click.option("--python", "python", metavar="PATH", help="Target interpreter."),
+    ]
 
 
-def _warn_pending(target: TargetEnv, *, mutating: bool = False) -> None:
-    """An unfinished transaction blocks changes (before any planning) and taints reads."""
-    pending = transaction.pending_transactions(target.prefix)
-    if not pending:
-        return
-    if transaction.lock_is_held(target.prefix):
-        _echo_err(f"another cudafix run is changing {target.prefix}; this one will wait for it")
-        return
-    what = f"unfinished transaction {pending[0]} in {target.prefix}"
-    if mutating:
-        raise LockedError(
-            f"{what}: the environment may be half-changed",
-            hint=f"cudafix recover --venv {target.prefix}  (add --dry-run to look first)",
-        )
-    _echo_err(f"warning: {what}; the environment may be half-changed. Run `cudafix recover`.")
+def _facts_option_list() -> list[Callable[[Any], Any]]:
+    return [
+        *_target_option_list(),
+        click.option(
+            "--dlopen-table",
+            "dlopen_tables",
+            multiple=True,
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help='Extra TOML table of dlopen-only edges: [dlopen] "libx.so.1" = ["libpart.so.1"].',
+        ),
+    ]
+
+
+def _target_args(venv: str | None, python: str | None) -> app.TargetArgs:
+    return app.TargetArgs(venv, python)
+
+
+def _fact_args(
+    venv: str | None, python: str | None, dlopen_tables: tuple[Path, ...]
+) -> app.FactArgs:
+    return app.FactArgs(app.TargetArgs(venv, python), tuple(dlopen_tables))
+
+
+def target_options(func: F) -> F:
+    """``--venv`` / ``--python``, as uv spells them; the command receives ``target``."""
+    func = _collect(func, ("venv", "python"), "target", _target_args)
+    return _decorate(func, _target_option_list())
 
 
 def facts_options(func: F) -> F:
-    """Target options plus what shapes the resolver: extra dlopen-only edges."""
-    func = click.option(
-        "--dlopen-table",
-        "dlopen_tables",
-        multiple=True,
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help='Extra TOML table of dlopen-only edges: [dlopen] "libx.so.1" = ["libpart.so.1"].',
-    )(func)
-    return target_options(func)
+    """Target options plus extra dlopen-only edges; the command receives ``facts``."""
+    func = _collect(func, ("venv", "python", "dlopen_tables"), "facts", _fact_args)
+    return _decorate(func, _facts_option_list())
 
 
-def _facts(kw: dict[str, Any], target: TargetEnv, sources: Sources = Sources()) -> Facts:  # noqa: B008
-    return gather(target, dlopen_tables=kw.get("dlopen_tables", ()), sources=sources)
+# -- plan and apply --------------------------------------------------------------------------
 
 
-def _tty() -> bool:
-    return sys.stdout.isatty()
+@dataclass(frozen=True)
+class PlanFlags:
+    """Every option of a command that plans and may apply, parsed."""
+
+    facts: app.FactArgs
+    sources: Sources
+    backend: app.Backend
+    backend_given: bool
+    """``--backend`` was on the command line (it then overrides a script's or plan's)."""
+    dry_run: bool
+    as_json: bool
+    out: Path | None
+    yes: bool
+    run: app.RunArgs
+
+    @property
+    def mutating(self) -> bool:
+        """The plan will be applied (a pending transaction then blocks, not warns)."""
+        return not self.dry_run
 
 
-# -- remove / repair -------------------------------------------------------------------------
+_PLAN_OPTION_NAMES = (
+    "venv",
+    "python",
+    "dlopen_tables",
+    "dry_run",
+    "as_json",
+    "out",
+    "offline",
+    "find_links",
+    "backend",
+    "yes",
+    "probe_code",
+    "probe_cmd",
+    "no_probe",
+    "probe_timeout",
+    "lock_timeout",
+    "force",
+)
+
+
+def _plan_flags(**kw: Any) -> PlanFlags:
+    ctx = click.get_current_context()
+    return PlanFlags(
+        facts=_fact_args(kw["venv"], kw["python"], kw["dlopen_tables"]),
+        sources=Sources(kw["offline"], tuple(kw["find_links"])),
+        backend=kw["backend"],
+        backend_given=ctx.get_parameter_source("backend") == ParameterSource.COMMANDLINE,
+        dry_run=kw["dry_run"],
+        as_json=kw["as_json"],
+        out=kw["out"],
+        yes=kw["yes"],
+        run=app.RunArgs(
+            auto_probes=not kw["no_probe"],
+            probe_code=tuple(kw["probe_code"]),
+            probe_commands=tuple(kw["probe_cmd"]),
+            probe_timeout=kw["probe_timeout"],
+            lock_timeout=kw["lock_timeout"],
+            force=kw["force"],
+            command=tuple(sys.argv),
+        ),
+    )
 
 
 def plan_options(func: F) -> F:
-    """Options shared by every command that plans and applies."""
+    """Options of every command that plans and applies; the command receives ``flags``.
+
+    With ``--json``, a failure is also one JSON object on stdout (for fleet controllers).
+    """
+
+    @functools.wraps(func)
+    def emitting_errors(*args: Any, **kw: Any) -> Any:
+        try:
+            return func(*args, **kw)
+        except CudafixError as err:
+            if kw["flags"].as_json:
+                emit_json_error(err)
+            raise
+
+    wrapped = _collect(cast(F, emitting_errors), _PLAN_OPTION_NAMES, "flags", _plan_flags)
     opts = [
+        *_facts_option_list(),
         click.option("--dry-run", is_flag=True, help="Show the plan; change nothing."),
         click.option("--json", "as_json", is_flag=True, help="Emit the plan (or result) as JSON."),
         click.option(
@@ -141,41 +248,29 @@ def plan_options(func: F) -> F:
             help="Apply a refused plan anyway; probes still decide commit or rollback.",
         ),
     ]
-    for opt in reversed(opts):
-        func = opt(func)
-    return facts_options(func)
+    return _decorate(wrapped, opts)
 
 
-def present_and_apply(plan: Plan, kw: dict[str, Any]) -> None:
+def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
     """Render (or emit) the plan; unless it is a dry run, confirm and run the transaction."""
-    if kw["out"]:
-        kw["out"].write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    if kw["as_json"] and kw["dry_run"]:
+    from cudafix.cli.render import render_plan
+
+    if flags.out:
+        try:
+            flags.out.write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write the plan to {flags.out}: {exc.strerror}") from exc
+    if flags.as_json and flags.dry_run:
         click.echo(plan.model_dump_json(indent=2))
-    elif not kw["as_json"]:
-        click.echo(render_plan(plan, _style(_tty()), dry_run=kw["dry_run"]))
-    if kw["dry_run"]:
+    elif not flags.as_json:
+        click.echo(render_plan(plan, stdout_style(), dry_run=flags.dry_run))
+    if flags.dry_run:
         raise click.exceptions.Exit(ExitCode.OK if plan.verdict == "pass" else ExitCode.REFUSED)
-    if plan.verdict == "refused" and not kw["force"]:
+    if plan.verdict == "refused" and not flags.run.force:
         raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
-    confirm(kw["yes"])
-    result = transaction.run_transaction(
-        plan,
-        probes=probe_spec(
-            plan,
-            auto=not kw["no_probe"],
-            code=kw["probe_code"],
-            commands=kw["probe_cmd"],
-            timeout=kw["probe_timeout"],
-        ),
-        lock_timeout=kw["lock_timeout"],
-        verify=functools.partial(prediction_mismatches, plan),
-        force=kw["force"],
-        command=sys.argv,
-        on_event=_echo_err,
-        precondition=functools.partial(quick_differences, plan),
-    )
-    if kw["as_json"]:
+    confirm(flags.yes)
+    result = app.execute(plan, flags.run, on_event=echo_err)
+    if flags.as_json:
         click.echo(json.dumps(result_json(plan, result), indent=2))
         return
     click.echo(
@@ -198,7 +293,7 @@ def confirm(yes: bool) -> None:
         raise UsageError("aborted; nothing was changed")
 
 
-def result_json(plan: Plan, result: transaction.TransactionResult) -> dict[str, Any]:
+def result_json(plan: Plan, result: TransactionResult) -> dict[str, Any]:
     """What a fleet controller aggregates from a node that committed."""
     return {
         "state": "committed",
@@ -217,17 +312,15 @@ _STATES: tuple[tuple[type[CudafixError], str], ...] = (
     (StalePlan, "stale"),
     (PlanRefused, "refused"),
     (LockedError, "locked"),
+    (RollbackIncomplete, "rollback-incomplete"),
     (TransactionFailed, "rolled-back"),
 )
 
 
 def error_json(err: CudafixError) -> dict[str, Any]:
     """What a fleet controller aggregates from a node that did not commit."""
-    state = next((s for kind, s in _STATES if isinstance(err, kind)), "error")
-    if state == "rolled-back" and err.hint and "recover" in err.hint:
-        state = "rollback-incomplete"
     return {
-        "state": state,
+        "state": next((s for kind, s in _STATES if isinstance(err, kind)), "error"),
         "exit_code": int(err.exit_code),
         "error": err.message,
         "context": list(err.context),
@@ -235,16 +328,6 @@ def error_json(err: CudafixError) -> dict[str, Any]:
     }
 
 
-def json_errors(func: F) -> F:
-    """With ``--json``, a failure is also one JSON object on stdout (for fleet controllers)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kw: Any) -> Any:
-        try:
-            return func(*args, **kw)
-        except CudafixError as err:
-            if kw.get("as_json"):
-                click.echo(json.dumps(error_json(err), indent=2))
-            raise
-
-    return wrapper  # type: ignore[return-value]
+def emit_json_error(err: CudafixError) -> None:
+    """One JSON object on stdout for a failure, beside the one-line message on stderr."""
+    click.echo(json.dumps(error_json(err), indent=2))

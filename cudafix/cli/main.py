@@ -11,40 +11,26 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import click
 
-from cudafix import __version__
+from cudafix import __version__, app
 from cudafix.cli.apply import apply as apply_command
 from cudafix.cli.common import (
     EXIT_CODES_HELP,
-    _echo_err,
-    _facts,
-    _style,
-    _target,
-    _tty,
-    _warn_pending,
+    PlanFlags,
     confirm,
+    echo_err,
+    emit_json_error,
     facts_options,
-    json_errors,
     plan_options,
     present_and_apply,
+    stdout_style,
+    style_for,
     target_options,
 )
-from cudafix.cli.render import render_error, render_report
-from cudafix.model.errors import (
-    CudafixError,
-    ExitCode,
-)
-from cudafix.model.plan import Options
-from cudafix.plan.doctor import diagnose, repair_candidates
-from cudafix.plan.facts import Sources
-from cudafix.plan.planner import Request, plan_removal
-from cudafix.plan.preconditions import strengthen
-from cudafix.plan.select import select
-from cudafix.tx import transaction
+from cudafix.model.errors import CudafixError, ExitCode
+from cudafix.tx import DEFAULT_KEEP
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
@@ -59,17 +45,24 @@ def cli() -> None:
 @cli.command(epilog=EXIT_CODES_HELP)
 @facts_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-@click.pass_context
-def doctor(ctx: click.Context, /, as_json: bool, **kw: Any) -> None:
+def doctor(facts: app.FactArgs, as_json: bool) -> None:
     """Diagnose missing files, clobbered shared paths, unresolved sonames, mixed CUDA majors."""
-    target = _target(kw["venv"], kw["python"])
-    _warn_pending(target)
-    report = diagnose(_facts(kw, target))
+    from cudafix.cli.render import render_report
+
+    try:
+        report = app.doctor(facts, on_event=echo_err)
+    except CudafixError as err:
+        if as_json:
+            emit_json_error(err)
+        raise
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:
-        click.echo(render_report(report, _style(_tty())))
-    ctx.exit(ExitCode.OK if report.healthy else ExitCode.FAILURE)
+        click.echo(render_report(report, stdout_style()))
+    raise click.exceptions.Exit(ExitCode.OK if report.healthy else ExitCode.FAILURE)
+
+
+# -- remove / repair -------------------------------------------------------------------------
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -85,50 +78,41 @@ def doctor(ctx: click.Context, /, as_json: bool, **kw: Any) -> None:
     "--allow-broken-requirements", is_flag=True, help="Do not refuse on broken Requires-Dist."
 )
 @plan_options
-@click.pass_context
-@json_errors
 def remove(
-    ctx: click.Context, /, selectors: tuple[str, ...], exclude: tuple[str, ...], **kw: Any
+    selectors: tuple[str, ...],
+    exclude: tuple[str, ...],
+    repair: bool,
+    keep_shared: bool,
+    allow_broken_requirements: bool,
+    flags: PlanFlags,
 ) -> None:
     """Remove distributions (names or globs like 'nvidia-*-cu13') without orphaning a soname."""
-    target = _target(kw["venv"], kw["python"])
-    _warn_pending(target, mutating=not kw["dry_run"])
-    options = _options(kw)
-    facts = _facts(kw, target, Sources(options.offline, tuple(options.find_links)))
-    names = select(facts.inventory.distributions, selectors, exclude)
-    plan = plan_removal(facts, Request(names, tuple(selectors), options))
-    facts.save_caches()
-    present_and_apply(strengthen(plan, facts), kw)
+    request = app.RemoveArgs(
+        tuple(selectors), tuple(exclude), repair, keep_shared, allow_broken_requirements
+    )
+    plan = app.plan_remove(
+        flags.facts,
+        request,
+        flags.sources,
+        flags.backend,
+        mutating=flags.mutating,
+        on_event=echo_err,
+    )
+    present_and_apply(plan, flags)
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @plan_options
-@click.pass_context
-@json_errors
-def repair(ctx: click.Context, /, **kw: Any) -> None:
+def repair(flags: PlanFlags) -> None:
     """Reinstall, at their recorded versions, distributions whose files are missing."""
-    target = _target(kw["venv"], kw["python"])
-    _warn_pending(target, mutating=not kw["dry_run"])
-    options = _options(kw)
-    facts = _facts(kw, target, Sources(options.offline, tuple(options.find_links)))
-    wanted = repair_candidates(facts.inventory)
-    if not wanted:
-        click.echo(f"Nothing to repair in {target.prefix}: no distribution has missing files.")
-        ctx.exit(ExitCode.OK)
-    plan = plan_removal(facts, Request((), (), options, reinstall=wanted))
-    facts.save_caches()
-    present_and_apply(strengthen(plan, facts), kw)
-
-
-def _options(kw: dict[str, Any]) -> Options:
-    return Options(
-        repair=bool(kw.get("repair", False)),
-        keep_shared=bool(kw.get("keep_shared", False)),
-        allow_broken_requirements=bool(kw.get("allow_broken_requirements", False)),
-        offline=kw["offline"],
-        find_links=[str(Path(p).absolute()) for p in kw["find_links"]],
-        backend=kw["backend"],
+    plan = app.plan_repair(
+        flags.facts, flags.sources, flags.backend, mutating=flags.mutating, on_event=echo_err
     )
+    if plan is None:
+        prefix = app.locate(flags.facts.target).prefix
+        click.echo(f"Nothing to repair in {prefix}: no distribution has missing files.")
+        raise click.exceptions.Exit(ExitCode.OK)
+    present_and_apply(plan, flags)
 
 
 # -- recover, history, show, undo, gc ----------------------------------------------------------
@@ -138,14 +122,11 @@ def _options(kw: dict[str, Any]) -> Options:
 @target_options
 @click.option("--dry-run", is_flag=True, help="Say what would be rolled back.")
 @click.option("--lock-timeout", type=float, default=60.0, show_default=True)
-def recover(venv: str | None, python: str | None, dry_run: bool, lock_timeout: float) -> None:
+def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
     """Roll back a transaction that was interrupted (killed, power loss)."""
-    target = _target(venv, python)
-    report = transaction.recover(
-        target.prefix, dry_run=dry_run, lock_timeout=lock_timeout, on_event=_echo_err
-    )
+    report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_err)
     if not report.transactions:
-        click.echo(f"No unfinished transaction in {target.prefix}.")
+        click.echo(f"No unfinished transaction in {report.prefix}.")
         return
     for action in report.actions:
         click.echo(("would: " if dry_run else "done: ") + action)
@@ -154,15 +135,14 @@ def recover(venv: str | None, python: str | None, dry_run: bool, lock_timeout: f
 @cli.command(epilog=EXIT_CODES_HELP)
 @target_options
 @click.option("--json", "as_json", is_flag=True)
-def history(venv: str | None, python: str | None, as_json: bool) -> None:
+def history(target: app.TargetArgs, as_json: bool) -> None:
     """List transactions: id, time, command, outcome, what changed."""
-    target = _target(venv, python)
-    entries = transaction.history(target.prefix)
+    prefix, entries = app.history(target)
     if as_json:
         click.echo(json.dumps([e.__dict__ for e in entries], indent=2, default=list))
         return
     if not entries:
-        click.echo(f"No transactions in {target.prefix}.")
+        click.echo(f"No transactions in {prefix}.")
     for e in entries:
         changed = ", ".join([*(f"-{n}" for n in e.removed), *(f"+{n}" for n in e.reinstalled)])
         click.echo(f"{e.txid}  {e.state:<11}  {changed or '-'}  {' '.join(e.command[1:])}")
@@ -173,10 +153,9 @@ def history(venv: str | None, python: str | None, as_json: bool) -> None:
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("txid")
 @target_options
-def show(txid: str, venv: str | None, python: str | None) -> None:
+def show(txid: str, target: app.TargetArgs) -> None:
     """Show one transaction: its journal and the paths it snapshotted."""
-    target = _target(venv, python)
-    detail = transaction.show(target.prefix, txid)
+    detail = app.show(target, txid)
     click.echo(
         json.dumps(
             {"entry": detail.entry.__dict__, "journal": detail.journal, "paths": detail.paths},
@@ -191,23 +170,20 @@ def show(txid: str, venv: str | None, python: str | None) -> None:
 @target_options
 @click.option("--yes", "-y", is_flag=True)
 @click.option("--lock-timeout", type=float, default=60.0, show_default=True)
-def undo(txid: str, venv: str | None, python: str | None, yes: bool, lock_timeout: float) -> None:
+def undo(txid: str, target: app.TargetArgs, yes: bool, lock_timeout: float) -> None:
     """Restore the state before a committed transaction, as a new transaction."""
-    target = _target(venv, python)
     confirm(yes)
-    result = transaction.undo(
-        target.prefix, txid, lock_timeout=lock_timeout, command=sys.argv, on_event=_echo_err
-    )
+    run = app.RunArgs(lock_timeout=lock_timeout, command=tuple(sys.argv))
+    result = app.undo(target, txid, run, on_event=echo_err)
     click.echo(f"Undid {txid} as transaction {result.txid}.")
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @target_options
-@click.option("--keep", type=int, default=transaction.DEFAULT_KEEP, show_default=True)
-def gc(venv: str | None, python: str | None, keep: int) -> None:
+@click.option("--keep", type=int, default=DEFAULT_KEEP, show_default=True)
+def gc(target: app.TargetArgs, keep: int) -> None:
     """Delete old snapshots, keeping the newest KEEP committed ones."""
-    target = _target(venv, python)
-    gone = transaction.gc(target.prefix, keep)
+    gone = app.gc(target, keep)
     click.echo(f"Deleted {len(gone)} snapshot(s).")
 
 
@@ -220,7 +196,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             standalone_mode=False,
         )
     except CudafixError as err:
-        _echo_err(render_error(err, _style(sys.stderr.isatty())))
+        from cudafix.cli.render import render_error
+
+        echo_err(render_error(err, style_for(sys.stderr.isatty())))
         sys.exit(int(err.exit_code))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -228,16 +206,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         exc.show()
         sys.exit(ExitCode.USAGE)
     except click.exceptions.Abort:
-        _echo_err("aborted; nothing was changed")
+        echo_err("aborted; nothing was changed")
         sys.exit(ExitCode.FAILURE)
     except KeyboardInterrupt:
-        _echo_err("interrupted")
+        echo_err("interrupted")
         sys.exit(130)
     except Exception as exc:  # a bug: one line by default, the traceback on request
         if os.environ.get("CUDAFIX_DEBUG"):
             raise
-        _echo_err(f"error: internal error: {type(exc).__name__}: {exc}")
-        _echo_err("hint: this is a bug in cudafix; rerun with CUDAFIX_DEBUG=1 for the traceback")
+        echo_err(f"error: internal error: {type(exc).__name__}: {exc}")
+        echo_err("hint: this is a bug in cudafix; rerun with CUDAFIX_DEBUG=1 for the traceback")
         sys.exit(ExitCode.FAILURE)
     sys.exit(code if isinstance(code, int) else ExitCode.OK)
 

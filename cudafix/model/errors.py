@@ -97,3 +97,10 @@ class TransactionFailed(CudafixError):
     """A transaction failed and was rolled back (or could not be)."""
 
     reference = "transaction-failed"
+
+
+class RollbackIncomplete(TransactionFailed):
+    """A transaction failed and its rollback did not finish: ``cudafix recover`` must run."""
+
+    reference = "rollback-incomplete"
+    exit_code = ExitCode.LOCKED

@@ -22,6 +22,7 @@ from cudafix.env.target import InterpreterInfo, TargetEnv, query_interpreter
 from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.model.sources import Sources
 from cudafix.process import run
 from cudafix.tx import backend
 
@@ -46,20 +47,12 @@ class Facts:
     """Persist what was hashed while planning (preconditions), for the next run."""
 
 
-@dataclass(frozen=True)
-class Sources:
-    """Where reinstalled wheels may come from (passed through to uv)."""
-
-    offline: bool = False
-    find_links: tuple[str, ...] = ()
-
-
 def gather(
     target: TargetEnv,
     *,
     dlopen_tables: Sequence[Path] = (),
     ld_library_path: str | None = None,
-    sources: Sources = Sources(),
+    sources: Sources = Sources(),  # noqa: B008 - a frozen value
 ) -> Facts:
     """Read the target; caches are saved only where cudafix may write (``.cudafix/``)."""
     info = query_interpreter(target)

@@ -24,6 +24,7 @@ from cudafix.env.statedir import StateDir, TxDir, new_txid, write_atomic
 from cudafix.model.errors import (
     LockedError,
     PlanRefused,
+    RollbackIncomplete,
     StalePlan,
     TargetError,
     TransactionFailed,
@@ -32,12 +33,11 @@ from cudafix.model.errors import (
 from cudafix.model.names import EnvPath, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.process import Completed
-from cudafix.tx import journal, snapshot
+from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
 from cudafix.tx.probe import ProbeSpec, run_probes
 
 DEFAULT_LOCK_TIMEOUT = 60.0
-DEFAULT_KEEP = 5
 Verify = Callable[[], list[str]]
 OnEvent = Callable[[str], None]
 
@@ -158,7 +158,7 @@ def _require_no_pending(state: StateDir) -> None:
         raise LockedError(
             f"an unfinished cudafix transaction holds {state.prefix}",
             context=[f"transaction {t}" for t in pending],
-            hint=f"cudafix recover {state.prefix}",
+            hint=f"cudafix recover --venv {state.prefix}",
         )
 
 
@@ -446,10 +446,10 @@ def _fail(prefix: Path, tx: TxDir, reason: str, exc: BaseException, on_event: On
     except OSError as err:
         problems, restored = [str(err)], 0
     if problems:
-        raise TransactionFailed(
+        raise RollbackIncomplete(
             f"{reason}; the rollback did not finish",
             context=problems,
-            hint=f"cudafix recover {prefix}",
+            hint=f"cudafix recover --venv {prefix}",
         ) from exc
     on_event(f"rolled back transaction {tx.txid}")
     raise TransactionFailed(
@@ -525,10 +525,11 @@ def recover(
         for txid in pending_transactions(prefix):
             problems, _ = _rollback(prefix, state.tx(txid), "recover after an interruption")
             if problems:
-                raise TransactionFailed(
+                raise RollbackIncomplete(
                     f"could not restore transaction {txid}",
                     context=problems,
-                    hint="fix the cause (space, permissions), then run cudafix recover again",
+                    hint="fix the cause (space, permissions), then run "
+                    f"cudafix recover --venv {prefix}",
                 )
             on_event(f"rolled back transaction {txid}")
     return RecoveryReport(prefix, dry_run, pending, actions)

@@ -1,0 +1,326 @@
+"""The flows a user runs (doctor, remove, repair, apply, and the transaction log), typed.
+
+Every command goes target -> facts -> plan -> (apply) in the same way here, so caches are
+saved, pending transactions checked and probes built identically whichever command asked.
+The CLI parses options into these values, calls one flow and renders what it returns; it
+holds no logic of its own. Nothing here prints: events go to an ``on_event`` callback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from cudafix.model.errors import LockedError, PlanRefused
+from cudafix.model.sources import Sources
+
+if TYPE_CHECKING:
+    from cudafix.env.target import TargetEnv
+    from cudafix.model.plan import Options, Plan
+    from cudafix.plan.doctor import DoctorReport
+    from cudafix.plan.facts import Facts
+    from cudafix.tx import transaction
+
+Backend = Literal["uv", "pip"]
+"""Which installer applies the plan."""
+
+OnEvent = Callable[[str], None]
+"""Where a flow reports progress and warnings (the CLI sends them to stderr)."""
+
+
+def _quiet(_message: str) -> None:
+    """The default ``on_event``: say nothing."""
+
+
+@dataclass(frozen=True)
+class TargetArgs:
+    """Which environment: ``--venv`` or ``--python``, else ``$VIRTUAL_ENV``, else ``./.venv``."""
+
+    venv: str | None = None
+    python: str | None = None
+
+
+@dataclass(frozen=True)
+class FactArgs:
+    """What shapes the facts read from the target."""
+
+    target: TargetArgs = TargetArgs()
+    dlopen_tables: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """How an approved plan is applied: probes, waiting for the lock, overriding a refusal."""
+
+    auto_probes: bool = True
+    probe_code: tuple[str, ...] = ()
+    probe_commands: tuple[str, ...] = ()
+    probe_timeout: float = 60.0
+    lock_timeout: float = 60.0
+    force: bool = False
+    command: tuple[str, ...] = ()
+    """The command line, recorded in the journal for ``history``."""
+
+
+@dataclass(frozen=True)
+class RemoveArgs:
+    """What ``cudafix remove`` was asked to remove, and how far it may go."""
+
+    selectors: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+    repair: bool = False
+    keep_shared: bool = False
+    allow_broken_requirements: bool = False
+
+
+def locate(target: TargetArgs) -> TargetEnv:
+    """The target environment, chosen the way uv chooses it."""
+    from cudafix.env.target import locate_target
+
+    return locate_target(target.python, target.venv, os.environ, Path.cwd())
+
+
+def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _quiet) -> None:
+    """An unfinished transaction blocks changes (before any planning) and taints reads."""
+    from cudafix.tx import transaction
+
+    pending = transaction.pending_transactions(target.prefix)
+    if not pending:
+        return
+    if transaction.lock_is_held(target.prefix):
+        on_event(f"another cudafix run is changing {target.prefix}; this one will wait for it")
+        return
+    what = f"unfinished transaction {pending[0]} in {target.prefix}"
+    recover = f"cudafix recover --venv {target.prefix}"
+    if mutating:
+        raise LockedError(
+            f"{what}: the environment may be half-changed",
+            hint=f"{recover}  (add --dry-run to look first)",
+        )
+    on_event(f"warning: {what}; the environment may be half-changed. Run `{recover}`.")
+
+
+def read_facts(args: FactArgs, target: TargetEnv, sources: Sources = Sources()) -> Facts:  # noqa: B008 - frozen value
+    """Everything planning and doctor read from the target, gathered once."""
+    from cudafix.plan.facts import gather
+
+    return gather(target, dlopen_tables=args.dlopen_tables, sources=sources)
+
+
+def _options(sources: Sources, backend: Backend, **policy: bool) -> Options:
+    from cudafix.model.plan import Options
+
+    return Options(
+        offline=sources.offline,
+        find_links=[str(Path(p).absolute()) for p in sources.find_links],
+        backend=backend,
+        **policy,
+    )
+
+
+def _finish(plan: Plan, facts: Facts) -> Plan:
+    """Every flow's last planning step: preconditions attached, hashes cached for next time."""
+    from cudafix.plan.preconditions import strengthen
+
+    final = strengthen(plan, facts)
+    facts.save_caches()
+    return final
+
+
+# -- the flows ------------------------------------------------------------------------------
+
+
+def doctor(args: FactArgs, on_event: OnEvent = _quiet) -> DoctorReport:
+    """Diagnose the target: what is broken, and the command to run next."""
+    from cudafix.plan.doctor import diagnose
+
+    target = locate(args.target)
+    check_pending(target, mutating=False, on_event=on_event)
+    facts = read_facts(args, target)
+    report = diagnose(facts)
+    facts.save_caches()
+    return report
+
+
+def plan_remove(
+    args: FactArgs,
+    request: RemoveArgs,
+    sources: Sources,
+    backend: Backend,
+    *,
+    mutating: bool,
+    on_event: OnEvent = _quiet,
+) -> Plan:
+    """The plan for removing what ``request`` selects (``mutating``: it will be applied)."""
+    from cudafix.plan.planner import Request, plan_removal
+    from cudafix.plan.select import select
+
+    target = locate(args.target)
+    check_pending(target, mutating=mutating, on_event=on_event)
+    facts = read_facts(args, target, sources)
+    names = select(facts.inventory.distributions, request.selectors, request.exclude)
+    options = _options(
+        sources,
+        backend,
+        repair=request.repair,
+        keep_shared=request.keep_shared,
+        allow_broken_requirements=request.allow_broken_requirements,
+    )
+    return _finish(plan_removal(facts, Request(names, request.selectors, options)), facts)
+
+
+def plan_repair(
+    args: FactArgs,
+    sources: Sources,
+    backend: Backend,
+    *,
+    mutating: bool,
+    on_event: OnEvent = _quiet,
+) -> Plan | None:
+    """The plan that reinstalls distributions whose files are missing (None: nothing to do)."""
+    from cudafix.plan.doctor import repair_candidates
+    from cudafix.plan.planner import Request, plan_removal
+
+    target = locate(args.target)
+    check_pending(target, mutating=mutating, on_event=on_event)
+    facts = read_facts(args, target, sources)
+    wanted = repair_candidates(facts.inventory)
+    if not wanted:
+        return None
+    request = Request((), (), _options(sources, backend), reinstall=wanted)
+    return _finish(plan_removal(facts, request), facts)
+
+
+def plan_script(
+    args: FactArgs,
+    file: Path,
+    *,
+    offline: bool,
+    find_links: tuple[str, ...],
+    backend: Backend | None,
+    mutating: bool,
+    on_event: OnEvent = _quiet,
+) -> Plan:
+    """A cleanup script (TOML) compiled into one plan; ``backend`` None keeps the script's."""
+    from cudafix.plan.script import Overrides, compile_script, load_script, script_options
+
+    loaded = load_script(file)
+    options = script_options(loaded, Overrides(offline, find_links, backend))
+    target = locate(args.target)
+    check_pending(target, mutating=mutating, on_event=on_event)
+    sources = Sources(options.offline, tuple(options.find_links))
+    facts = read_facts(args, target, sources)
+    return _finish(compile_script(loaded, facts, options), facts)
+
+
+def plan_saved(
+    args: FactArgs,
+    plan: Plan,
+    *,
+    offline: bool,
+    find_links: tuple[str, ...],
+    backend: Backend | None,
+    mutating: bool,
+    on_event: OnEvent = _quiet,
+) -> Plan:
+    """A saved plan aimed at the target (else its own prefix), refused when stale (exit 3)."""
+    from cudafix.plan.preconditions import check, retarget
+
+    own = args.target.venv is None and args.target.python is None
+    target = locate(TargetArgs(plan.target.prefix, None) if own else args.target)
+    check_pending(target, mutating=mutating, on_event=on_event)
+    links = [str(Path(p).absolute()) for p in find_links] or plan.options.find_links
+    options = plan.options.model_copy(
+        update={
+            "offline": plan.options.offline or offline,
+            "find_links": links,
+            "backend": backend or plan.options.backend,
+        }
+    )
+    plan = retarget(plan.model_copy(update={"options": options}), target.prefix, target.python)
+    sources = Sources(options.offline, tuple(options.find_links))
+    check(plan, read_facts(args, target, sources))
+    return plan
+
+
+def execute(plan: Plan, run: RunArgs, on_event: OnEvent = _quiet) -> transaction.TransactionResult:
+    """Apply an approved plan as one transaction: commit, or roll back and raise."""
+    from cudafix.plan.preconditions import quick_differences
+    from cudafix.plan.script import probe_spec
+    from cudafix.tx import transaction
+    from cudafix.tx.verify import prediction_mismatches
+
+    if plan.verdict == "refused" and not run.force:
+        raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
+    return transaction.run_transaction(
+        plan,
+        probes=probe_spec(
+            plan,
+            auto=run.auto_probes,
+            code=run.probe_code,
+            commands=run.probe_commands,
+            timeout=run.probe_timeout,
+        ),
+        lock_timeout=run.lock_timeout,
+        verify=functools.partial(prediction_mismatches, plan),
+        force=run.force,
+        command=run.command,
+        on_event=on_event,
+        precondition=functools.partial(quick_differences, plan),
+    )
+
+
+# -- the transaction log --------------------------------------------------------------------
+
+
+def recover(
+    target: TargetArgs, *, dry_run: bool, lock_timeout: float, on_event: OnEvent = _quiet
+) -> transaction.RecoveryReport:
+    """Roll back every interrupted transaction (``dry_run``: say what would be done)."""
+    from cudafix.tx import transaction
+
+    prefix = locate(target).prefix
+    return transaction.recover(
+        prefix, dry_run=dry_run, lock_timeout=lock_timeout, on_event=on_event
+    )
+
+
+def history(target: TargetArgs) -> tuple[Path, Sequence[transaction.HistoryEntry]]:
+    """The target's prefix and its transactions, oldest first."""
+    from cudafix.tx import transaction
+
+    prefix = locate(target).prefix
+    return prefix, transaction.history(prefix)
+
+
+def show(target: TargetArgs, txid: str) -> transaction.TransactionDetail:
+    """One transaction: its journal and the paths it snapshotted."""
+    from cudafix.tx import transaction
+
+    return transaction.show(locate(target).prefix, txid)
+
+
+def undo(
+    target: TargetArgs, txid: str, run: RunArgs, on_event: OnEvent = _quiet
+) -> transaction.TransactionResult:
+    """Restore the state before a committed transaction, as a new transaction."""
+    from cudafix.tx import transaction
+
+    return transaction.undo(
+        locate(target).prefix,
+        txid,
+        lock_timeout=run.lock_timeout,
+        command=run.command,
+        on_event=on_event,
+    )
+
+
+def gc(target: TargetArgs, keep: int) -> Sequence[str]:
+    """Delete old snapshots, keeping the newest ``keep`` committed ones."""
+    from cudafix.tx import transaction
+
+    return transaction.gc(locate(target).prefix, keep)
