@@ -5,11 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 from clihelp import as_json, assert_one_line_error, cudafix
 from conftest import ScenarioFactory
+from wheelhelp import make_wheel
 
 from scenarios import BuiltScenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint
@@ -221,14 +223,17 @@ def test_hostile_rollback_is_byte_identical(scenario: ScenarioFactory) -> None:
 def test_offline_repair_without_the_wheel_is_refused(
     scenario: ScenarioFactory, tmp_path: Path
 ) -> None:
-    """uv is asked (dry run, empty cache, no index) whether the reinstall can be had."""
+    """The reinstall is staged (empty cache, no index) while planning, and cannot be had."""
     built = scenario("incident")
     env = {"UV_CACHE_DIR": str(tmp_path / "empty-uv-cache")}
     proc = cudafix(
         "remove", SELECT, "--venv", built.venv, "--repair", "--offline", "--dry-run", env=env
     )
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "no wheel for nvidia-cudnn-cu12==9.10.2.21 is available offline" in proc.stdout
+    assert (
+        "no wheel for nvidia-cudnn-cu12==9.10.2.21 can be had from uv's cache (offline)"
+        in proc.stdout
+    )
     found = cudafix(
         "remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--dry-run", env=env
     )
@@ -262,3 +267,37 @@ def test_concurrent_runs_wait_or_fail_cleanly(scenario: ScenarioFactory) -> None
     states = [e.split()[1] for e in cudafix("history", "--venv", built.venv).stdout.splitlines()]
     assert states[0] == "committed" and "pending" not in states
     assert cudafix("doctor", "--venv", built.venv).returncode == 0
+
+
+def _rebuilt_cudnn12(built: BuiltScenario, where: Path) -> Path:
+    """A wheel of the installed nvidia-cudnn-cu12 name and version holding other bytes."""
+    original = next(built.wheelhouse.glob("nvidia_cudnn_cu12-*.whl"))
+    version = original.name.split("-")[1]
+    with zipfile.ZipFile(original) as zf:
+        files = {n: zf.read(n) for n in zf.namelist() if ".dist-info/" not in n}
+    files["nvidia/cudnn/include/cudnn_version.h"] = b"#define CUDNN_CUDA 12 /* rebuilt */\n"
+    make_wheel(where, "nvidia-cudnn-cu12", version, files)
+    return where
+
+
+def test_a_same_version_wheel_of_another_build_is_refused_at_plan_time(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    built = scenario("incident")
+    before = fingerprint(built.venv)
+    other = _rebuilt_cudnn12(built, tmp_path / "rebuilt")
+    for mode in ("--dry-run", "--yes"):
+        proc = cudafix(
+            "remove", SELECT, "--venv", built.venv, "--repair", "--offline",
+            "--find-links", other, mode,
+        )  # fmt: skip
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert "nvidia-cudnn-cu12==" in proc.stdout and "is another build" in proc.stdout
+        assert str(other) in proc.stdout and "cudnn_version.h" in proc.stdout
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+    unchecked = cudafix(
+        "remove", SELECT, "--venv", built.venv, "--repair", "--offline", "--find-links", other,
+        "--dry-run", "--no-fetch",
+    )  # fmt: skip
+    assert unchecked.returncode == 0, unchecked.stdout + unchecked.stderr
+    assert "not fetched (--no-fetch)" in unchecked.stdout

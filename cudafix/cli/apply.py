@@ -76,6 +76,7 @@ def _plan_for(file: Path, flags: PlanFlags) -> Plan:
         find_links=find_links,
         backend=backend,
         mutating=flags.mutating,
+        fetch=flags.sources.fetch,
         on_event=echo_err,
     )
 
