@@ -35,6 +35,7 @@ from cudafix.model.plan import Plan
 from cudafix.process import Completed
 from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
+from cudafix.tx.journal import Event
 from cudafix.tx.probe import ProbeSpec, run_probes
 
 DEFAULT_LOCK_TIMEOUT = 60.0
@@ -278,7 +279,7 @@ def run_transaction(
 def _begin(state: StateDir, what: dict[str, Any], command: Sequence[str]) -> TxDir:
     tx = state.tx(new_txid())
     tx.root.mkdir(parents=True)
-    journal.append(tx.journal, "plan", {**what, "command": list(command)})
+    journal.append(tx.journal, Event.PLAN, {**what, "command": list(command)})
     return tx
 
 
@@ -286,17 +287,17 @@ def _snapshot(
     prefix: Path, tx: TxDir, paths: list[str], rewritten: list[str], on_event: OnEvent
 ) -> snapshot.Manifest:
     """Snapshot, or refuse having changed nothing (the env is not touched before this is done)."""
-    journal.append(tx.journal, "snapshot-begin", {"paths": paths})
+    journal.append(tx.journal, Event.SNAPSHOT_BEGIN, {"paths": paths})
     try:
         manifest = snapshot.take(prefix, tx, paths, rewritten)
     except OSError as exc:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
-        journal.append(tx.journal, "aborted", {"error": str(exc)})
+        journal.append(tx.journal, Event.ABORTED, {"error": str(exc)})
         raise TransactionFailed(
             f"could not snapshot {prefix}: {exc}; nothing was changed",
             hint="free space or fix permissions under the environment, then retry",
         ) from exc
-    journal.append(tx.journal, "snapshot-done", {"entries": len(manifest.entries)})
+    journal.append(tx.journal, Event.SNAPSHOT_DONE, {"entries": len(manifest.entries)})
     on_event(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}")
     return manifest
 
@@ -304,7 +305,7 @@ def _snapshot(
 def _backend_step(tx: TxDir, what: str, done: Completed) -> None:
     journal.append(
         tx.journal,
-        "backend",
+        Event.BACKEND,
         {
             "step": what,
             "argv": list(done.argv),
@@ -330,7 +331,7 @@ def _apply_plan(
 ) -> tuple[str, ...]:
     """Detach, uninstall, reinstall, keep, verify, probe; raise on the first failure."""
     detached = [e.path for e in manifest.entries if e.detach]
-    journal.append(tx.journal, "detach-begin", {"paths": detached})
+    journal.append(tx.journal, Event.DETACH_BEGIN, {"paths": detached})
     snapshot.detach(prefix, manifest)
     python = Path(plan.target.python or prefix / "bin" / "python")
     opts = plan.options
@@ -338,18 +339,18 @@ def _apply_plan(
     _strip_refused(prefix, tx, plan)
     if plan.remove:
         names = [r.name for r in plan.remove]
-        journal.append(tx.journal, "uninstall-begin", {"names": names})
+        journal.append(tx.journal, Event.UNINSTALL_BEGIN, {"names": names})
         on_event(f"uninstalling {', '.join(names)}")
         _backend_step(tx, f"{opts.backend} uninstall", backend.uninstall(names))
     if plan.reinstall:
         pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
-        journal.append(tx.journal, "reinstall-begin", {"pins": pins})
+        journal.append(tx.journal, Event.REINSTALL_BEGIN, {"pins": pins})
         on_event(f"reinstalling {', '.join(pins)}")
         _backend_step(tx, f"{opts.backend} reinstall", backend.reinstall(pins))
     if plan.kept_paths:
-        journal.append(tx.journal, "keep-begin", {"paths": plan.kept_paths})
+        journal.append(tx.journal, Event.KEEP_BEGIN, {"paths": plan.kept_paths})
         snapshot.put_back(prefix, tx, manifest, plan.kept_paths)
-    journal.append(tx.journal, "verify-begin")
+    journal.append(tx.journal, Event.VERIFY_BEGIN)
     problems = _builtin_verify(prefix, plan, manifest) + (verify() if verify else [])
     if problems:
         raise _StepFailed("the result differs from the plan: " + "; ".join(problems))
@@ -361,7 +362,7 @@ def _apply_plan(
 def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: OnEvent) -> None:
     """Install the exact pins (after verify: they may re-create paths the removal deleted)."""
     pins = [f"{i.name}=={i.version}" for i in plan.install]
-    journal.append(tx.journal, "install-begin", {"pins": pins})
+    journal.append(tx.journal, Event.INSTALL_BEGIN, {"pins": pins})
     on_event(f"installing {', '.join(pins)}")
     _backend_step(tx, f"{plan.options.backend} install", backend.reinstall(pins))
     absent = [
@@ -387,7 +388,7 @@ def _strip_refused(prefix: Path, tx: TxDir, plan: Plan) -> None:
         if not entries:
             continue
         journal.append(
-            tx.journal, "sanitize-record", {"dist": dist.name, "entries": sorted(entries)}
+            tx.journal, Event.SANITIZE_RECORD, {"dist": dist.name, "entries": sorted(entries)}
         )
         record = prefix / dist.dist_info / "RECORD"
         write_atomic(record, without_entries(record.read_text(encoding="utf-8"), entries))
@@ -412,10 +413,10 @@ def _builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> li
 def _probe(
     prefix: Path, tx: TxDir, python: Path, spec: ProbeSpec, on_event: OnEvent
 ) -> tuple[str, ...]:
-    journal.append(tx.journal, "probe-begin")
+    journal.append(tx.journal, Event.PROBE_BEGIN)
     on_event("probing the environment")
     results = run_probes(prefix, python, spec, tx.root)
-    journal.append(tx.journal, "probe-done", {"results": [r.__dict__ for r in results]})
+    journal.append(tx.journal, Event.PROBE_DONE, {"results": [r.__dict__ for r in results]})
     failed = [f"{r.label}: {r.error}" for r in results if not r.ok]
     if failed:
         raise _StepFailed("probe failed: " + "; ".join(failed))
@@ -461,18 +462,18 @@ def _fail(prefix: Path, tx: TxDir, reason: str, exc: BaseException, on_event: On
 def _rollback(prefix: Path, tx: TxDir, reason: str) -> tuple[list[str], int]:
     """Restore the snapshot (idempotent, restartable); return (what still differs, entries)."""
     records = _records(tx)
-    journal.append(tx.journal, "rollback-begin", {"reason": reason})
-    if journal.find(records, "snapshot-done") is None:
+    journal.append(tx.journal, Event.ROLLBACK_BEGIN, {"reason": reason})
+    if journal.find(records, Event.SNAPSHOT_DONE) is None:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
-        journal.append(tx.journal, "aborted", {"error": reason})
+        journal.append(tx.journal, Event.ABORTED, {"error": reason})
         return [], 0
     manifest = snapshot.load(tx)
-    journal.append(tx.journal, "restore-begin", {"entries": len(manifest.entries)})
+    journal.append(tx.journal, Event.RESTORE_BEGIN, {"entries": len(manifest.entries)})
     problems = snapshot.restore(prefix, tx, manifest)
     if problems:
-        journal.append(tx.journal, "rollback-incomplete", {"problems": problems})
+        journal.append(tx.journal, Event.ROLLBACK_INCOMPLETE, {"problems": problems})
         return problems, len(manifest.entries)
-    journal.append(tx.journal, "rolled-back")
+    journal.append(tx.journal, Event.ROLLED_BACK)
     shutil.rmtree(tx.snapshot, ignore_errors=True)
     return [], len(manifest.entries)
 
@@ -489,9 +490,9 @@ def _after_paths(prefix: Path, manifest: snapshot.Manifest) -> list[str]:
 
 
 def _commit(prefix: Path, tx: TxDir, manifest: snapshot.Manifest) -> None:
-    journal.append(tx.journal, "commit-begin")
+    journal.append(tx.journal, Event.COMMIT_BEGIN)
     snapshot.write_json(tx.post, snapshot.lstat_state(prefix, _after_paths(prefix, manifest)))
-    journal.append(tx.journal, "commit")
+    journal.append(tx.journal, Event.COMMIT)
     gc(prefix, keep=DEFAULT_KEEP)
 
 
@@ -501,7 +502,7 @@ def _commit(prefix: Path, tx: TxDir, manifest: snapshot.Manifest) -> None:
 def _describe(tx: TxDir) -> str:
     records = _records(tx)
     last = records[-1]["event"] if records else "start"
-    if journal.find(records, "snapshot-done") is None:
+    if journal.find(records, Event.SNAPSHOT_DONE) is None:
         return f"{tx.txid}: interrupted at '{last}' before anything changed; discard it"
     entries = len(snapshot.load(tx).entries)
     return f"{tx.txid}: interrupted at '{last}'; restore {entries} paths from its snapshot"
@@ -549,7 +550,7 @@ def _entry(tx: TxDir) -> HistoryEntry:
     records = _records(tx)
     head = records[0] if records else {}
     plan = head.get("plan") or {}
-    error = next((r.get("reason") for r in records if r["event"] == "rollback-begin"), None)
+    error = next((r.get("reason") for r in records if r["event"] == Event.ROLLBACK_BEGIN), None)
     return HistoryEntry(
         txid=tx.txid,
         time=float(head.get("time", 0.0)),
@@ -636,7 +637,7 @@ def undo(
         old_manifest = snapshot.load(old)
 
         def apply() -> tuple[str, ...]:
-            journal.append(tx.journal, "undo-begin", {"from": txid})
+            journal.append(tx.journal, Event.UNDO_BEGIN, {"from": txid})
             problems = snapshot.restore(prefix, old, old_manifest)
             if problems:
                 raise _StepFailed("undo did not restore: " + "; ".join(problems))
