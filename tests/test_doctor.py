@@ -10,6 +10,7 @@ from typing import Any
 from clihelp import as_json, cudafix
 from conftest import ScenarioFactory
 
+from cudafix.tx.probe import ProbeSpec, run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
 
@@ -274,3 +275,20 @@ def test_the_mixed_cuda_hint_names_the_major_nothing_loaded_needs(
             if f["message"].startswith("distributions for more than one CUDA major")
         ]
         assert f"cudafix remove 'nvidia-*-{leftover}' --repair --dry-run --venv " in mixed["hint"]
+
+
+def test_a_load_probe_failing_only_on_the_driver_passes_with_a_note(tmp_path: Path) -> None:
+    """The transaction's dlopen probe grades like doctor: no driver is a CPU box, not a break."""
+    built = build_spec(Scenario.model_validate(tomllib.loads(CPU_BOX)), tmp_path / "venv")
+    lib = _site(built.venv) / "gpukit" / "lib"
+    driver_only = ProbeSpec(libraries=(str(lib / "libkernels.so"),))
+    [result] = run_probes(built.venv, built.python, driver_only, tmp_path)
+    assert result.ok, result
+    assert "needs libcuda.so.1 (the NVIDIA driver)" in result.note
+    spec = CPU_BOX.replace('needed = ["libucp.so.0", ', "needed = [")
+    built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "other")
+    broken = ProbeSpec(
+        libraries=(str(_site(built.venv) / "gpukit/lib/plugins/libtransport_ucx.so"),)
+    )
+    [result] = run_probes(built.venv, built.python, broken, tmp_path)
+    assert not result.ok and "libcudafix_nowhere.so.7" in result.error

@@ -6,30 +6,23 @@ says what is wrong, where, and the next command.
 
 from __future__ import annotations
 
-import functools
 import posixpath
 import re
-import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from cudafix.env.inventory import Inventory, SharedPath
 from cudafix.linker.elfindex import EnvironmentView
+from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
 from cudafix.linker.loader import LoadTree, Step, expand_entry
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers
 from cudafix.plan.requirements import check_requirements, requirement_closure
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 DOCTOR_SCHEMA_VERSION = 1
 _CUDA_SUFFIX = re.compile(r"-cu(\d+)$")
@@ -296,14 +289,6 @@ def _unresolved(
             if claimants
             else f"install the distribution that provides {e.need}",
         )
-
-
-@functools.cache
-def provided_by_system() -> Mapping[str, str]:
-    """Shipped table (``cudafix/data/system.toml``): soname -> what provides it."""
-    text = resources.files("cudafix").joinpath("data/system.toml").read_text()
-    table = tomllib.loads(text).get("provided-by", {})
-    return {str(k): str(v) for k, v in table.items()}
 
 
 _EXTENSION = re.compile(r"\.(cpython-[^/]*|abi3)\.so$")

@@ -417,6 +417,8 @@ def _probe(
     on_event("probing the environment")
     results = run_probes(prefix, python, spec, tx.root)
     journal.append(tx.journal, Event.PROBE_DONE, {"results": [r.__dict__ for r in results]})
+    for note in (r.note for r in results if r.note):
+        on_event(f"probe note: {note}")
     failed = [f"{r.label}: {r.error}" for r in results if not r.ok]
     if failed:
         raise _StepFailed("probe failed: " + "; ".join(failed))
