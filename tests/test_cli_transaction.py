@@ -301,3 +301,50 @@ def test_a_same_version_wheel_of_another_build_is_refused_at_plan_time(
     )  # fmt: skip
     assert unchecked.returncode == 0, unchecked.stdout + unchecked.stderr
     assert "not fetched (--no-fetch)" in unchecked.stdout
+
+
+def _site_state(built: BuiltScenario) -> dict[str, tuple[object, ...]]:
+    """The site-packages part of a fingerprint, without installer-specific bin/ and config."""
+    return {p: v for p, v in fingerprint(built.venv).items() if "/site-packages/" in p}
+
+
+def test_the_post_state_does_not_depend_on_what_the_backend_deletes(
+    scenario: ScenarioFactory,
+) -> None:
+    """uv and pip are handed RECORDs without the shared rows; the transaction deletes and
+    keeps shared paths itself, so both backends commit the same bytes."""
+    states = []
+    for backend in ("uv", "pip"):
+        built = scenario("incident")
+        proc = cudafix(
+            "remove", SELECT, "--venv", built.venv, "--keep-shared", "--no-probe",
+            "--backend", backend, "--yes",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        kept = built.venv.glob("lib/python3*/site-packages/nvidia/cudnn/lib/libcudnn.so.9")
+        assert list(kept), "a kept shared path must survive whatever the backend does"
+        states.append(_site_state(built))
+    assert diff_fingerprints(states[0], states[1]) == []
+
+
+def test_a_reinstalled_co_owner_never_deletes_through_a_symlink_out(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    """A co-owner's RECORD names a file behind a symlinked directory that leaves the venv;
+    --repair reinstalls that co-owner, and its backend must not be shown the row."""
+    built = scenario("incident")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_text("not the venv's\n")
+    [site] = built.venv.glob("lib/python3*/site-packages")
+    (site / "nvidia" / "linkout").symlink_to(outside)
+    [info] = site.glob("nvidia_cudnn_cu12-*.dist-info")
+    with (info / "RECORD").open("a") as fh:
+        fh.write("nvidia/linkout/victim,,\n")
+    proc = cudafix(
+        "remove", "nvidia-cudnn-cu13", "--venv", built.venv, *_repair_flags(built), "--yes"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nvidia-cudnn-cu12" in proc.stdout
+    assert victim.read_text() == "not the venv's\n"

@@ -111,10 +111,11 @@ def _simulate(
     lost, switches, touched = _linkage(facts, view, gone, changed)
     installs = _installs(facts, request.installs)
     breaks = _requirement_breaks(facts, remaining, [w for _, w in installs if w])
+    backend_reads = removed | {DistName(r.name) for r in reinstall}
     refused = [
         P.RefusedPath(distribution=u.distribution, entry=u.raw, reason=u.reason)
         for u in inv.unsafe
-        if u.distribution in removed
+        if u.distribution in backend_reads
     ]
     fate: Fate = "kept" if request.options.keep_shared else "deleted"
     restored = set(rewritten)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import posixpath
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -336,12 +337,13 @@ def _apply_plan(
     python = Path(plan.target.python or prefix / "bin" / "python")
     opts = plan.options
     backend = make_backend(opts.backend, python, offline=opts.offline, find_links=opts.find_links)
-    _strip_refused(prefix, tx, plan)
+    _sanitize_records(prefix, tx, plan)
     if plan.remove:
         names = [r.name for r in plan.remove]
         journal.append(tx.journal, Event.UNINSTALL_BEGIN, {"names": names})
         on_event(f"uninstalling {', '.join(names)}")
         _backend_step(tx, f"{opts.backend} uninstall", backend.uninstall(names))
+        _complete_deletions(prefix, plan, manifest)
     if plan.reinstall:
         pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
         journal.append(tx.journal, Event.REINSTALL_BEGIN, {"pins": pins})
@@ -374,24 +376,83 @@ def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: On
         raise _StepFailed("not installed after the install step: " + ", ".join(absent))
 
 
-def _strip_refused(prefix: Path, tx: TxDir, plan: Plan) -> None:
-    """Drop RECORD lines that leave the environment, so the backend never acts on them.
+def _sanitize_records(prefix: Path, tx: TxDir, plan: Plan) -> None:
+    """Rewrite the RECORDs the backend reads so the outcome does not depend on the backend.
 
-    The RECORD is in the snapshot (its dist-info is), and it is replaced by rename, so the
-    hard-linked snapshot keeps the original bytes for a rollback.
+    Dropped before the backend runs: rows that leave the environment, in the RECORD of every
+    distribution the backend uninstalls or reinstalls (a reinstall uninstalls first); and,
+    for removed distributions, rows of paths a remaining distribution also claims. uv and pip
+    delete every RECORD row today, a change proposed to uv would keep shared ones; here
+    neither is relied on: :func:`_complete_deletions` then deletes what the plan deletes
+    and ``--keep-shared`` keeps what it keeps. The RECORDs are in the snapshot (their
+    dist-info is) and replaced by rename, so a rollback gets the original bytes back.
     """
     refused: dict[str, set[str]] = {}
-    for r in plan.refused_paths:
-        refused.setdefault(normalize_name(r.distribution), set()).add(r.entry)
-    for dist in plan.remove:
-        entries = refused.get(normalize_name(dist.name))
-        if not entries:
+    for bad in plan.refused_paths:
+        refused.setdefault(normalize_name(bad.distribution), set()).add(bad.entry)
+    shared = {EnvPath(s.path) for s in plan.shared_paths}
+    touched = [(d.name, d.dist_info, True) for d in plan.remove]
+    for again in plan.reinstall:
+        info = _dist_info(prefix, plan, again.name, again.version)
+        if info is not None:
+            touched.append((again.name, info, False))
+    for name, info, removed in touched:
+        record = prefix / info / "RECORD"
+        if not record.is_file() or record.is_symlink():
             continue
-        journal.append(
-            tx.journal, Event.SANITIZE_RECORD, {"dist": dist.name, "entries": sorted(entries)}
-        )
-        record = prefix / dist.dist_info / "RECORD"
-        write_atomic(record, without_entries(record.read_text(encoding="utf-8"), entries))
+        text = record.read_text(encoding="utf-8")
+        drop = set(refused.get(normalize_name(name), ()))
+        if removed:
+            site = EnvPath(posixpath.dirname(info))
+            drop |= {
+                e.path
+                for e in parse_record(text).entries
+                if resolve_record_path(site, e.path) in shared
+            }
+        if drop:
+            journal.append(
+                tx.journal, Event.SANITIZE_RECORD, {"dist": name, "entries": sorted(drop)}
+            )
+            write_atomic(record, without_entries(text, drop))
+
+
+def _complete_deletions(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> None:
+    """Delete what the plan deletes and the backend left (shared rows it was not shown).
+
+    Only files and symlinks, never through a symlinked directory (each parent must resolve
+    inside the prefix); kept paths stay; directories left empty are removed.
+    """
+    entries = manifest.by_path()
+    kept = set(plan.kept_paths)
+    real_prefix = os.path.realpath(prefix)
+    for path in plan.deleted_paths:
+        entry = entries.get(path)
+        if path in kept or (entry is not None and entry.kind == "dir"):
+            continue
+        live = prefix / path
+        if not os.path.lexists(live) or (live.is_dir() and not live.is_symlink()):
+            continue
+        parent = os.path.realpath(live.parent)
+        if parent != real_prefix and not parent.startswith(real_prefix + os.sep):
+            continue
+        live.unlink()
+    _prune_empty_parents(prefix, plan)
+
+
+def _prune_empty_parents(prefix: Path, plan: Plan) -> None:
+    """Remove directories the deletions left empty, up to site-packages, as uv does (pip
+    leaves some), so the post-state is the same whichever backend ran."""
+    stops = {"", *plan.target.site_packages}
+    for path in sorted(plan.deleted_paths, key=lambda p: -p.count("/")):
+        parent = posixpath.dirname(path)
+        while parent not in stops and not (prefix / parent).is_symlink():
+            here = prefix / parent
+            if here.is_dir():
+                try:
+                    here.rmdir()
+                except OSError:  # not empty
+                    break
+            parent = posixpath.dirname(parent)
 
 
 def _builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[str]:
