@@ -179,7 +179,7 @@ def _clobbered(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
             severity="warning" if differ else "info",
             message=f"{len(paths)} path(s) are claimed by {' and '.join(owners)}"
             + (f"; {len(differ)} hold bytes an owner's RECORD does not list" if differ else ""),
-            details=[f"{_show(inv, s.path)}: {_holds(s)}" for s in paths],
+            details=[f"{_show(inv, s.path)}: {_holds(inv, s)}" for s in paths],
             paths=[s.path for s in paths],
             owners=list(owners),
             hint=(
@@ -240,9 +240,11 @@ def _foreign_bytes(facts: Facts, cmd: _Commands) -> Iterable[Finding]:
         )
 
 
-def _holds(s: SharedPath) -> str:
+def _holds(inv: Inventory, s: SharedPath) -> str:
     if s.missing:
         return "missing"
+    if not _disagrees(inv, s) and not s.matching:
+        return "no owner's RECORD has its hash (bytecode pip compiled), so none disagrees"
     if len(s.matching) > 1:
         return "identical bytes in " + ", ".join(s.matching)
     return f"holds {s.holder}'s bytes" if s.holder else "holds bytes no owner's RECORD matches"

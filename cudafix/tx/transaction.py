@@ -33,7 +33,7 @@ from cudafix.model.errors import (
 )
 from cudafix.model.names import EnvPath, normalize_name
 from cudafix.model.plan import Plan
-from cudafix.process import Completed
+from cudafix.process import Completed, run
 from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
 from cudafix.tx.journal import Event
@@ -229,7 +229,27 @@ def _touched(prefix: Path, plan: Plan) -> tuple[list[str], list[str]]:
             paths.add(info)
             rewritten.update(_record_paths(prefix, info))
     detach = {p for p in rewritten if not any(c.endswith(".dist-info") for c in p.split("/"))}
+    paths |= _backend_side_effects(prefix, paths | rewritten)
     return sorted(paths | rewritten), sorted(detach)
+
+
+UV_LOCK = ".lock"
+"""The file uv creates at the prefix to lock the environment."""
+
+
+def _backend_side_effects(prefix: Path, touched: set[str]) -> set[str]:
+    """What a backend changes beyond RECORD rows, so a rollback is byte-identical: the
+    ``__pycache__`` next to every touched ``.py`` (uv and pip delete bytecode of the sources
+    they remove) and uv's lock file (absent ones are removed on rollback)."""
+    caches = {
+        f"{posixpath.dirname(p)}/__pycache__" if "/" in p else "__pycache__"
+        for p in touched
+        if p.endswith(".py")
+    }
+    return {
+        *(c for c in caches if snapshot.check_path(prefix, c) is None and (prefix / c).is_dir()),
+        UV_LOCK,
+    }
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -352,6 +372,7 @@ def _apply_plan(
     if plan.kept_paths:
         journal.append(tx.journal, Event.KEEP_BEGIN, {"paths": plan.kept_paths})
         snapshot.put_back(prefix, tx, manifest, plan.kept_paths)
+    _recompile(prefix, python, manifest)
     journal.append(tx.journal, Event.VERIFY_BEGIN)
     problems = _builtin_verify(prefix, plan, manifest) + (verify() if verify else [])
     if problems:
@@ -359,6 +380,35 @@ def _apply_plan(
     if plan.install:
         _install(prefix, tx, plan, backend, on_event)
     return _probe(prefix, tx, python, probes, on_event)
+
+
+_COMPILE = """\
+import py_compile, sys
+args = sys.argv[1:]
+for source, cfile, level in zip(args[0::3], args[1::3], args[2::3]):
+    py_compile.compile(source, cfile=cfile, optimize=int(level), doraise=False)
+"""
+
+
+def _recompile(prefix: Path, python: Path, manifest: snapshot.Manifest) -> None:
+    """Write again the bytecode that was there and the backend deleted (reinstalls run with
+    ``--no-compile``), with the target interpreter, so the post-state has it as before."""
+    args: list[str] = []
+    for e in manifest.entries:
+        head, name = posixpath.split(e.path)
+        if (
+            e.kind != "file"
+            or posixpath.basename(head) != "__pycache__"
+            or not name.endswith(".pyc")
+        ):
+            continue
+        source = prefix / posixpath.dirname(head) / (name.split(".", 1)[0] + ".py")
+        if os.path.lexists(prefix / e.path) or not source.is_file():
+            continue
+        level = name.split(".opt-")[1].split(".")[0] if ".opt-" in name else "0"
+        args += [str(source), str(prefix / e.path), level]
+    if args:
+        run([python, "-c", _COMPILE, *args], timeout=600)
 
 
 def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: OnEvent) -> None:
