@@ -20,6 +20,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from cudafix.env.hashing import hash_path
 from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
 from cudafix.env.statedir import StateDir, TxDir, new_txid, write_atomic
 from cudafix.model.errors import (
@@ -368,13 +369,16 @@ def _apply_plan(
         pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
         journal.append(tx.journal, Event.REINSTALL_BEGIN, {"pins": pins})
         on_event(f"reinstalling {', '.join(pins)}")
-        _backend_step(tx, f"{opts.backend} reinstall", backend.reinstall(pins))
+        # Co-owners of one path in one backend call race for it: one call each, in order.
+        for batch in [[p] for p in pins] if plan.holders_after else [pins]:
+            _backend_step(tx, f"{opts.backend} reinstall", backend.reinstall(batch))
     if plan.kept_paths:
         journal.append(tx.journal, Event.KEEP_BEGIN, {"paths": plan.kept_paths})
         snapshot.put_back(prefix, tx, manifest, plan.kept_paths)
     _recompile(prefix, python, manifest)
     journal.append(tx.journal, Event.VERIFY_BEGIN)
-    problems = _builtin_verify(prefix, plan, manifest) + (verify() if verify else [])
+    problems = _builtin_verify(prefix, plan, manifest) + _holders_verify(prefix, plan)
+    problems += verify() if verify else []
     if problems:
         raise _StepFailed("the result differs from the plan: " + "; ".join(problems))
     if plan.install:
@@ -518,6 +522,24 @@ def _builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> li
     for path in plan.kept_paths:
         if (why := snapshot.mismatch(prefix, entries[path])) is not None:
             problems.append(f"kept {why}")
+    return problems
+
+
+def _holders_verify(prefix: Path, plan: Plan) -> list[str]:
+    """Each path several reinstalled distributions claim holds its planned holder's bytes."""
+    problems = []
+    for holder in sorted(set(plan.holders_after.values())):
+        version = next(r.version for r in plan.reinstall if r.name == holder)
+        info = _dist_info(prefix, plan, holder, version)
+        if info is None:
+            continue  # the version check reports it
+        site = EnvPath(posixpath.dirname(info))
+        record = parse_record((prefix / info / "RECORD").read_text(encoding="utf-8"))
+        want = {resolve_record_path(site, e.path): e.sha256 for e in record.entries}
+        for path, who in plan.holders_after.items():
+            expected = want.get(EnvPath(path)) if who == holder else None
+            if expected and hash_path(prefix / path) != expected:
+                problems.append(f"{path} should hold {holder}'s bytes")
     return problems
 
 
