@@ -32,7 +32,7 @@ from cudafix.model.errors import (
     TransactionFailed,
     UsageError,
 )
-from cudafix.model.names import EnvPath, normalize_name
+from cudafix.model.names import EnvPath, normalize_name, split_dist_info_name
 from cudafix.model.plan import Plan
 from cudafix.process import Completed, run
 from cudafix.tx import DEFAULT_KEEP, journal, snapshot
@@ -194,8 +194,8 @@ def _check_plan(plan: Plan, force: bool) -> Path:
 def _dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
     for sp in plan.target.site_packages:
         for info in sorted((prefix / sp).glob("*.dist-info")):
-            dist, _, ver = info.name[: -len(".dist-info")].partition("-")
-            if normalize_name(dist) == normalize_name(name) and ver == version:
+            split = split_dist_info_name(info.name)
+            if split and normalize_name(split[0]) == normalize_name(name) and split[1] == version:
                 return f"{sp}/{info.name}"
     return None
 
