@@ -266,11 +266,13 @@ def run_transaction(
     command: Sequence[str] = (),
     on_event: OnEvent = _quiet,
     precondition: Verify | None = None,
+    backend: Backend | None = None,
 ) -> TransactionResult:
     """Apply ``plan``; commit when verify and probes pass, else roll back and raise.
 
     ``precondition`` runs under the lock, before anything changes: a plan made while
     another run was changing the environment is refused there, not applied stale.
+    ``backend`` defaults to the one the plan names (``plan.options.backend``).
     """
     prefix = _check_plan(plan, force)
     with _locked(prefix, lock_timeout, on_event) as state:
@@ -284,7 +286,7 @@ def run_transaction(
         paths, rewritten = _touched(prefix, plan)
         tx = _begin(state, {"kind": "apply", "plan": plan.model_dump(mode="json")}, command)
         manifest = _snapshot(prefix, tx, paths, rewritten, on_event)
-        apply = partial(_apply_plan, prefix, tx, plan, manifest, probes, verify, on_event)
+        apply = partial(_apply_plan, prefix, tx, plan, manifest, probes, verify, on_event, backend)
         passed = _execute(prefix, tx, manifest, apply, on_event)
     return TransactionResult(
         tx.txid,
@@ -350,6 +352,7 @@ def _apply_plan(
     probes: ProbeSpec,
     verify: Verify | None,
     on_event: OnEvent,
+    backend: Backend | None = None,
 ) -> tuple[str, ...]:
     """Detach, uninstall, reinstall, keep, verify, probe; raise on the first failure."""
     detached = [e.path for e in manifest.entries if e.detach]
@@ -357,7 +360,10 @@ def _apply_plan(
     snapshot.detach(prefix, manifest)
     python = Path(plan.target.python or prefix / "bin" / "python")
     opts = plan.options
-    backend = make_backend(opts.backend, python, offline=opts.offline, find_links=opts.find_links)
+    if backend is None:
+        backend = make_backend(
+            opts.backend, python, offline=opts.offline, find_links=opts.find_links
+        )
     _sanitize_records(prefix, tx, plan)
     if plan.remove:
         names = [r.name for r in plan.remove]
