@@ -205,33 +205,30 @@ def plan_repair(
 def plan_script(
     args: FactArgs,
     file: Path,
-    *,
-    offline: bool,
-    find_links: tuple[str, ...],
+    sources: Sources,
     backend: Backend | None,
+    *,
     mutating: bool,
-    fetch: bool = True,
     on_event: OnEvent = _quiet,
 ) -> Plan:
     """A cleanup script (TOML) compiled into one plan; ``backend`` None keeps the script's."""
-    from cudafix.plan.script import Overrides, load_script, script_options, script_request
+    from cudafix.plan.script import load_script, script_options, script_request
 
     loaded = load_script(file)
-    options = script_options(loaded, Overrides(offline, find_links, backend))
+    options = script_options(loaded, sources, backend)
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
     facts = read_facts(args, target)
-    sources = Sources(options.offline, tuple(options.find_links), fetch)
+    sources = Sources(options.offline, tuple(options.find_links), sources.fetch)
     return _plan(facts, script_request(loaded, facts, options), sources)
 
 
 def plan_saved(
     args: FactArgs,
     plan: Plan,
-    *,
-    offline: bool,
-    find_links: tuple[str, ...],
+    sources: Sources,
     backend: Backend | None,
+    *,
     mutating: bool,
     on_event: OnEvent = _quiet,
 ) -> Plan:
@@ -242,10 +239,10 @@ def plan_saved(
     own = args.target.venv is None and args.target.python is None
     target = locate(TargetArgs(plan.target.prefix, None) if own else args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    links = [str(Path(p).absolute()) for p in find_links] or plan.options.find_links
+    links = [str(Path(p).absolute()) for p in sources.find_links] or plan.options.find_links
     options = plan.options.model_copy(
         update={
-            "offline": plan.options.offline or offline,
+            "offline": plan.options.offline or sources.offline,
             "find_links": links,
             "backend": backend or plan.options.backend,
         }
