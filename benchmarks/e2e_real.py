@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,6 +250,11 @@ def judge_doctor(run: Run, what: str, label: str, venv: Path, extras: Sequence[s
     detail += (
         f" ({len(aside)} unmet requirement(s) of {', '.join(extras)} set aside)" if aside else ""
     )
+    kinds = Counter(f["kind"] for f in left)
+    missing = [d for f in left if f["kind"] == "missing-files" for d in f["details"]]
+    pyc = sum(d.endswith(".pyc") for d in missing)
+    detail += f"; by kind {dict(kinds)}" if left else ""
+    detail += f"; missing files {len(missing)}, of which .pyc {pyc}" if missing else ""
     shown = [f"{f['severity']} [{f['kind']}] {f['message'][:140]}" for f in left[:8]]
     detail += (
         ": " + "; ".join(shown) + (f"; ... {len(left) - 8} more" if len(left) > 8 else "")

@@ -5,6 +5,7 @@ with ``pip --no-deps``, bytecode compiled as pip does. Plain ``uv pip uninstall`
 four breaks ``import torch`` and deletes ``__pycache__`` files cu12 RECORDs list. ``doctor``
 must say so (exit 1) and print a command that, pasted into a shell with no venv activated,
 repairs the venv: ``import torch`` loads the cu12 build's cuDNN again and ``doctor`` exits 0.
+The planned way, ``remove 'nvidia-*-cu13' --repair --yes``, must end in the same state.
 """
 
 from __future__ import annotations
@@ -76,9 +77,28 @@ def test_doctor_printed_repair_restores_the_cu12_build_after_plain_uv(
         done = run_words(applying(words), tmp_path, env)
         assert done.returncode == 0, done.stdout + done.stderr
 
-    loaded = subprocess.run([built.python, "-c", _LOADED], capture_output=True, text=True)
-    assert loaded.returncode == 0, loaded.stderr
-    assert b"nvidia-cudnn-cu12 9.10.2.21" in Path(loaded.stdout.strip()).read_bytes()
+    assert_cu12_cudnn_loads(built)
     assert pyc.is_file(), "bytecode pip compiled is back"
     after = run_words(["cudafix", "doctor", "--venv", str(built.venv)], tmp_path, env)
     assert after.returncode == 0, after.stdout
+
+
+def test_remove_cu13_with_repair_commits_and_doctor_is_clean(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    """The planned way out of the same venv: ``remove 'nvidia-*-cu13' --repair --yes``."""
+    built = scenario("incident-pip")
+    env = user_shell(built)
+    words = ["cudafix", "remove", "nvidia-*-cu13", "--venv", str(built.venv), "--repair", "--yes"]
+    done = run_words(words, tmp_path, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_cu12_cudnn_loads(built)
+    after = run_words(["cudafix", "doctor", "--venv", str(built.venv)], tmp_path, env)
+    assert after.returncode == 0, after.stdout
+
+
+def assert_cu12_cudnn_loads(built: BuiltScenario) -> None:
+    """``import torch`` works and the real loader mapped the cu12 wheel's ``libcudnn.so.9``."""
+    loaded = subprocess.run([built.python, "-c", _LOADED], capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr
+    assert b"nvidia-cudnn-cu12 9.10.2.21" in Path(loaded.stdout.strip()).read_bytes()
