@@ -5,7 +5,7 @@ runs in its own process so module-level memos (ld.so.cache, system libraries) st
 exactly as in the CLI; only interpreter start-up and imports are left out.
 
 OP is ``walk`` (the baseline: ``os.walk`` plus a 4-byte ELF-magic sniff of every file),
-``doctor`` (gather + diagnose) or ``plan`` (gather + select + plan_removal, as
+``doctor`` (gather + diagnose) or ``plan`` (gather + select + build_plan, as
 ``cudafix remove SELECTOR --dry-run`` does).
 """
 
@@ -53,12 +53,12 @@ def _doctor(venv: Path) -> dict[str, Any]:
 
 def _plan(venv: Path, selector: str) -> dict[str, Any]:
     from cudafix.model.plan import Options
-    from cudafix.plan.planner import Request, plan_removal
+    from cudafix.plan.planner import Request, build_plan
     from cudafix.plan.select import select
 
     facts = _gather(venv)
     names = select(facts.inventory.distributions, [selector])
-    plan = plan_removal(facts, Request(names, (selector,), Options()))
+    plan = build_plan(facts, Request(names, (selector,), Options()))
     return _facts_summary(facts) | {"verdict": plan.verdict}
 
 

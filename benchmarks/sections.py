@@ -477,7 +477,7 @@ def scaling(env: Env, venvs: Mapping[int, Path]) -> Section:
         "warm plan / baseline",
     ]
     notes = [
-        "plan = in-process gather + select + plan_removal for `remove nvidia-cudnn-cu12` "
+        "plan = in-process gather + select + build_plan for `remove nvidia-cudnn-cu12` "
         "(fresh interpreter per run, imports excluded); ELF object count fixed, files vary.",
     ]
     return Section("4. Scaling: plan time by file count", table(header, rows), data, notes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from cudafix.model.plan import Options, Plan
     from cudafix.plan.doctor import DoctorReport
     from cudafix.plan.facts import Facts
+    from cudafix.plan.planner import Request
     from cudafix.tx import transaction
 
 Backend = Literal["uv", "pip"]
@@ -84,6 +86,14 @@ def locate(target: TargetArgs) -> TargetEnv:
     return locate_target(target.python, target.venv, os.environ, Path.cwd())
 
 
+def target_flags(args: TargetArgs, target: TargetEnv) -> str:
+    """How a printed next command names this target, so it runs as printed from anywhere:
+    the interpreter if the user named one, else the environment's prefix."""
+    if args.python is not None and target.python is not None:
+        return f"--python {shlex.quote(str(target.python))}"
+    return f"--venv {shlex.quote(str(target.prefix))}"
+
+
 def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _quiet) -> None:
     """An unfinished transaction blocks changes (before any planning) and taints reads."""
     from cudafix.tx import transaction
@@ -104,11 +114,11 @@ def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _qui
     on_event(f"warning: {what}; the environment may be half-changed. Run `{recover}`.")
 
 
-def read_facts(args: FactArgs, target: TargetEnv, sources: Sources = Sources()) -> Facts:  # noqa: B008 - frozen value
+def read_facts(args: FactArgs, target: TargetEnv) -> Facts:
     """Everything planning and doctor read from the target, gathered once."""
     from cudafix.plan.facts import gather
 
-    return gather(target, dlopen_tables=args.dlopen_tables, sources=sources)
+    return gather(target, dlopen_tables=args.dlopen_tables)
 
 
 def _options(sources: Sources, backend: Backend, **policy: bool) -> Options:
@@ -122,13 +132,13 @@ def _options(sources: Sources, backend: Backend, **policy: bool) -> Options:
     )
 
 
-def _finish(plan: Plan, facts: Facts) -> Plan:
-    """Every flow's last planning step: preconditions attached, hashes cached for next time."""
-    from cudafix.plan.preconditions import strengthen
+def _plan(facts: Facts, request: Request, sources: Sources) -> Plan:
+    """Every flow's planning: stage the wheels the plan needs, then plan once on the data."""
+    from cudafix.plan.facts import with_staging
+    from cudafix.plan.planner import build_plan, wheels_needed
 
-    final = strengthen(plan, facts)
-    facts.save_caches()
-    return final
+    staged = with_staging(facts, wheels_needed(facts, request), sources)
+    return build_plan(staged, request)
 
 
 # -- the flows ------------------------------------------------------------------------------
@@ -140,10 +150,7 @@ def doctor(args: FactArgs, on_event: OnEvent = _quiet) -> DoctorReport:
 
     target = locate(args.target)
     check_pending(target, mutating=False, on_event=on_event)
-    facts = read_facts(args, target)
-    report = diagnose(facts)
-    facts.save_caches()
-    return report
+    return diagnose(read_facts(args, target), target_flags(args.target, target))
 
 
 def plan_remove(
@@ -156,12 +163,12 @@ def plan_remove(
     on_event: OnEvent = _quiet,
 ) -> Plan:
     """The plan for removing what ``request`` selects (``mutating``: it will be applied)."""
-    from cudafix.plan.planner import Request, plan_removal
+    from cudafix.plan.planner import Request
     from cudafix.plan.select import select
 
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target, sources)
+    facts = read_facts(args, target)
     names = select(facts.inventory.distributions, request.selectors, request.exclude)
     options = _options(
         sources,
@@ -170,7 +177,7 @@ def plan_remove(
         keep_shared=request.keep_shared,
         allow_broken_requirements=request.allow_broken_requirements,
     )
-    return _finish(plan_removal(facts, Request(names, request.selectors, options)), facts)
+    return _plan(facts, Request(names, request.selectors, options), sources)
 
 
 def plan_repair(
@@ -183,67 +190,65 @@ def plan_repair(
 ) -> Plan | None:
     """The plan that reinstalls distributions whose files are missing (None: nothing to do)."""
     from cudafix.plan.doctor import repair_candidates
-    from cudafix.plan.planner import Request, plan_removal
+    from cudafix.plan.planner import Request
 
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target, sources)
-    wanted = repair_candidates(facts.inventory)
+    facts = read_facts(args, target)
+    wanted = repair_candidates(facts)
     if not wanted:
         return None
     request = Request((), (), _options(sources, backend), reinstall=wanted)
-    return _finish(plan_removal(facts, request), facts)
+    return _plan(facts, request, sources)
 
 
 def plan_script(
     args: FactArgs,
     file: Path,
-    *,
-    offline: bool,
-    find_links: tuple[str, ...],
+    sources: Sources,
     backend: Backend | None,
+    *,
     mutating: bool,
     on_event: OnEvent = _quiet,
 ) -> Plan:
     """A cleanup script (TOML) compiled into one plan; ``backend`` None keeps the script's."""
-    from cudafix.plan.script import Overrides, compile_script, load_script, script_options
+    from cudafix.plan.script import load_script, script_options, script_request
 
     loaded = load_script(file)
-    options = script_options(loaded, Overrides(offline, find_links, backend))
+    options = script_options(loaded, sources, backend)
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    sources = Sources(options.offline, tuple(options.find_links))
-    facts = read_facts(args, target, sources)
-    return _finish(compile_script(loaded, facts, options), facts)
+    facts = read_facts(args, target)
+    sources = Sources(options.offline, tuple(options.find_links), sources.fetch)
+    return _plan(facts, script_request(loaded, facts, options), sources)
 
 
 def plan_saved(
     args: FactArgs,
     plan: Plan,
-    *,
-    offline: bool,
-    find_links: tuple[str, ...],
+    sources: Sources,
     backend: Backend | None,
+    *,
     mutating: bool,
     on_event: OnEvent = _quiet,
 ) -> Plan:
     """A saved plan aimed at the target (else its own prefix), refused when stale (exit 3)."""
-    from cudafix.plan.preconditions import check, retarget
+    from cudafix.plan.facts import with_hashes
+    from cudafix.plan.preconditions import assumed_paths, check, retarget
 
     own = args.target.venv is None and args.target.python is None
     target = locate(TargetArgs(plan.target.prefix, None) if own else args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    links = [str(Path(p).absolute()) for p in find_links] or plan.options.find_links
+    links = [str(Path(p).absolute()) for p in sources.find_links] or plan.options.find_links
     options = plan.options.model_copy(
         update={
-            "offline": plan.options.offline or offline,
+            "offline": plan.options.offline or sources.offline,
             "find_links": links,
             "backend": backend or plan.options.backend,
         }
     )
     plan = retarget(plan.model_copy(update={"options": options}), target.prefix, target.python)
-    sources = Sources(options.offline, tuple(options.find_links))
-    check(plan, read_facts(args, target, sources))
+    check(plan, with_hashes(read_facts(args, target), assumed_paths(plan)))
     return plan
 
 

@@ -1,4 +1,4 @@
-"""The planner and selection as pure functions, over facts read from real scenario venvs."""
+"""The planner over facts read from real scenario venvs (pure tests: test_planner_pure.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from cudafix.model.errors import UsageError
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options
 from cudafix.plan.facts import Facts, gather, own_dependencies
-from cudafix.plan.planner import Request, plan_removal
+from cudafix.plan.planner import Request, build_plan
 from cudafix.plan.select import select
+from cudafix.plan.staging import Staging
 from cudafix.tx.verify import compare
+
+PIN = (DistName("nvidia-cudnn-cu12"), "9.10.2.21")
 
 
 def _facts(built_venv: Path) -> Facts:
@@ -44,7 +47,7 @@ def test_removing_cudafix_own_dependencies_from_inside_is_refused(
 ) -> None:
     facts = _facts(scenario("incident").venv)
     facts = dataclasses.replace(facts, self_dependencies=frozenset({DistName("nvidia-nvtx-cu13")}))
-    plan = plan_removal(
+    plan = build_plan(
         facts, Request((DistName("nvidia-nvtx-cu13"),), ("nvidia-nvtx-cu13",), Options())
     )
     assert plan.verdict == "refused"
@@ -59,12 +62,13 @@ def test_self_dependencies_are_known_only_inside_the_target(tmp_path: Path) -> N
 
 def test_offline_repair_without_a_wheel_is_refused(scenario: ScenarioFactory) -> None:
     facts = dataclasses.replace(
-        _facts(scenario("incident").venv), wheel_available=lambda _n, _v: False
+        _facts(scenario("incident").venv),
+        staging=Staging(fetched=True, problems={PIN: "not in the cache"}, source="uv's cache"),
     )
     names = (DistName("nvidia-cudnn-cu13"),)
-    plan = plan_removal(facts, Request(names, names, Options(repair=True, offline=True)))
+    plan = build_plan(facts, Request(names, names, Options(repair=True, offline=True)))
     assert plan.verdict == "refused"
-    assert any("no wheel for nvidia-cudnn-cu12==" in r and "offline" in r for r in plan.reasons)
+    assert any("no wheel for nvidia-cudnn-cu12==" in r and "uv's cache" in r for r in plan.reasons)
 
 
 def test_keep_shared_keeps_claimed_paths_and_warns_about_foreign_bytes(
@@ -72,7 +76,7 @@ def test_keep_shared_keeps_claimed_paths_and_warns_about_foreign_bytes(
 ) -> None:
     facts = _facts(scenario("incident").venv)
     names = (DistName("nvidia-cudnn-cu13"),)
-    plan = plan_removal(facts, Request(names, names, Options(keep_shared=True)))
+    plan = build_plan(facts, Request(names, names, Options(keep_shared=True)))
     assert plan.verdict == "pass"
     assert any(p.endswith("nvidia/cudnn/lib/libcudnn.so.9") for p in plan.kept_paths)
     assert all(p in plan.deleted_paths for p in plan.kept_paths)
@@ -82,7 +86,7 @@ def test_keep_shared_keeps_claimed_paths_and_warns_about_foreign_bytes(
 def test_repair_probes_the_consumer_of_rewritten_libraries(scenario: ScenarioFactory) -> None:
     facts = _facts(scenario("incident").venv)
     names = (DistName("nvidia-cudnn-cu13"),)
-    plan = plan_removal(facts, Request(names, names, Options(repair=True)))
+    plan = build_plan(facts, Request(names, names, Options(repair=True)))
     assert "torch" in plan.probe_modules
     assert any(p.endswith("torch/lib/libtorch_cuda.so") for p in plan.probe_libraries)
 
@@ -92,7 +96,7 @@ def test_verify_names_every_way_the_result_differs_from_the_plan(
 ) -> None:
     facts = _facts(scenario("incident").venv)
     names = (DistName("nvidia-cudnn-cu13"),)
-    plan = plan_removal(facts, Request(names, names, Options(repair=True)))
+    plan = build_plan(facts, Request(names, names, Options(repair=True)))
     versions = {n: d.version for n, d in facts.inventory.distributions.items()}
     as_planned = {n: v for n, v in versions.items() if n not in names}
     rewritten = set(plan.rewritten_paths)

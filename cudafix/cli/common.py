@@ -157,6 +157,7 @@ _PLAN_OPTION_NAMES = (
     "out",
     "offline",
     "find_links",
+    "no_fetch",
     "backend",
     "yes",
     "probe_code",
@@ -172,7 +173,7 @@ def _plan_flags(**kw: Any) -> PlanFlags:
     ctx = click.get_current_context()
     return PlanFlags(
         facts=_fact_args(kw["venv"], kw["python"], kw["dlopen_tables"]),
-        sources=Sources(kw["offline"], tuple(kw["find_links"])),
+        sources=Sources(kw["offline"], tuple(kw["find_links"]), fetch=not kw["no_fetch"]),
         backend=kw["backend"],
         backend_given=ctx.get_parameter_source("backend") == ParameterSource.COMMANDLINE,
         dry_run=kw["dry_run"],
@@ -221,6 +222,12 @@ def plan_options(func: F) -> F:
         ),
         click.option(
             "--find-links", multiple=True, metavar="DIR", help="Extra wheel source for reinstalls."
+        ),
+        click.option(
+            "--no-fetch",
+            is_flag=True,
+            help="Do not stage (download) wheels while planning; the plan says it did not "
+            "check them. For air-gapped dry runs.",
         ),
         click.option(
             "--backend", type=click.Choice(["uv", "pip"]), default="uv", show_default=True

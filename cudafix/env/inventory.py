@@ -12,18 +12,15 @@ import posixpath
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from email.message import Message
-from email.parser import HeaderParser
 from functools import cached_property
 from pathlib import Path
 
+from cudafix.env.distinfo import CoreMetadata, parse_metadata
 from cudafix.env.hashing import HashCache
 from cudafix.env.record import ParsedRecord, RawEntry, Refusal, parse_record, resolve_record_path
+from cudafix.env.statedir import STATE_DIR_NAME
 from cudafix.model.errors import InputError, TargetError
-from cudafix.model.names import DistName, EnvPath, normalize_name
-
-STATE_DIR = ".cudafix"
-"""cudafix's own state under the prefix (lock, journal, hash cache): not part of the view."""
+from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
 
 Hasher = Callable[[EnvPath], "str | None"]
 """RECORD-encoded sha256 of the bytes at an EnvPath, or None (see ``hashing.HashCache``)."""
@@ -104,6 +101,9 @@ class FileStat:
     ino: int
     mtime_ns: int
     link_target: str | None = None
+    ctime_ns: int = 0
+    """Inode change time: a hard link (uv's default install mode) or an overwrite sets it,
+    so a file changed after its distribution's RECORD was written is newer than it."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,34 @@ class Inventory:
                 key = posixpath.join(posixpath.dirname(head), name.split(".", 1)[0])
                 index.setdefault(key, []).append(p)
         return {k: tuple(v) for k, v in index.items()}
+
+
+def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvPath]:
+    """Files of ``names`` whose inode changed after their RECORD was written: the ones worth
+    hashing to learn whether another install overwrote them.
+
+    An installer writes RECORD last, so its own files are no newer than it; a later install
+    over them (a copy, or uv's hard link) is. Sizes that already disagree with RECORD, and
+    bytecode, need no hash.
+    """
+    out: list[EnvPath] = []
+    for name in names:
+        dist = inv.distributions[name]
+        record = inv.files.get(EnvPath(f"{dist.dist_info}/RECORD"))
+        if record is None:
+            continue
+        for e in dist.files:
+            st = inv.files.get(e.path)
+            if st is None or st.kind != "file" or not e.sha256 or is_bytecode(e.path):
+                continue
+            if (e.size is None or e.size == st.size) and st.ctime_ns > record.ctime_ns:
+                out.append(e.path)
+    return out
+
+
+def is_bytecode(path: str) -> bool:
+    """``.pyc`` files and anything under ``__pycache__``: written by compileall or import."""
+    return path.endswith(".pyc") or "__pycache__/" in path
 
 
 def _pyc_stem(py: EnvPath) -> str:
@@ -304,7 +332,7 @@ def _visit(
     path = rel + entry.name
     try:
         if entry.is_dir(follow_symlinks=False):
-            if path != STATE_DIR:
+            if path != STATE_DIR_NAME:  # cudafix's own state is not the venv's
                 stack.append((path + "/", entry.path))
             return
         st = entry.stat(follow_symlinks=False)
@@ -321,7 +349,9 @@ def _file_stat(st: os.stat_result, link: str | None) -> FileStat:
         kind = "file"
     else:
         kind = "other"
-    return FileStat(kind, st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns, link)
+    return FileStat(
+        kind, st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns, link, st.st_ctime_ns
+    )
 
 
 @dataclass
@@ -360,10 +390,10 @@ def installed_versions(prefix: Path, sites: Sequence[EnvPath]) -> dict[DistName,
         for name, is_dir in _listdir(prefix / site):
             managed = os.path.lexists(prefix / site / name / "RECORD")  # as in read_inventory
             if is_dir and name.endswith(".dist-info") and managed:
-                fallback_name, fallback_version = _split_dist_info_name(name)
+                fallback_name, fallback_version = split_dist_info_name(name) or ("", "")
                 meta = _read_metadata(prefix / site / name / "METADATA")
-                dist = normalize_name(meta.get("Name") or fallback_name)
-                found.setdefault(dist, meta.get("Version") or fallback_version)
+                dist = normalize_name(meta.name or fallback_name)
+                found.setdefault(dist, meta.version or fallback_version)
     return found
 
 
@@ -377,13 +407,13 @@ def _listdir(path: Path) -> list[tuple[str, bool]]:
 
 def _read_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard, read: _Read) -> None:
     full = prefix / info
-    fallback_name, fallback_version = _split_dist_info_name(posixpath.basename(info))
+    fallback_name, fallback_version = split_dist_info_name(posixpath.basename(info)) or ("", "")
     if not os.path.lexists(full / "RECORD"):
         read.unmanaged.append(Unmanaged(info, fallback_name, "no-record"))
         return
     record = parse_record(_read_text(full / "RECORD", "RECORD"))
     meta = _read_metadata(full / "METADATA")
-    name = normalize_name(meta.get("Name") or fallback_name)
+    name = normalize_name(meta.name or fallback_name)
     if name in read.distributions:
         read.unmanaged.append(Unmanaged(info, name, "duplicate"))
         return
@@ -391,20 +421,14 @@ def _read_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard, r
     read.issues.extend(RecordIssue(name, p.line, p.row, p.reason) for p in record.problems)
     read.distributions[name] = Distribution(
         name=name,
-        version=meta.get("Version") or fallback_version,
+        version=meta.version or fallback_version,
         dist_info=info,
         site_packages=site,
         installer=_read_optional(full / "INSTALLER"),
-        requires=tuple(meta.get_all("Requires-Dist") or ()),
+        requires=meta.requires,
         files=entries,
         top_level=_top_level(full / "top_level.txt", record.entries),
     )
-
-
-def _split_dist_info_name(dirname: str) -> tuple[str, str]:
-    stem = dirname[: -len(".dist-info")]
-    name, _, version = stem.partition("-")
-    return name, version
 
 
 def _read_text(path: Path, what: str) -> str:
@@ -422,10 +446,10 @@ def _read_text(path: Path, what: str) -> str:
         ) from e
 
 
-def _read_metadata(path: Path) -> Message:
+def _read_metadata(path: Path) -> CoreMetadata:
     if not os.path.lexists(path):
-        return Message()
-    return HeaderParser().parsestr(_read_text(path, "METADATA"))
+        return CoreMetadata()
+    return parse_metadata(_read_text(path, "METADATA"))
 
 
 def _read_optional(path: Path) -> str | None:
@@ -486,14 +510,20 @@ def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, .
 def _missing(
     prefix: Path, dists: Iterable[Distribution], files: Mapping[EnvPath, FileStat]
 ) -> dict[DistName, tuple[EnvPath, ...]]:
-    """RECORD paths absent from disk (``lexists`` settles paths the walk could not see)."""
+    """RECORD paths absent from disk (``lexists`` settles paths the walk could not see).
+
+    Bytecode is derived data, not missing files: pip lists the ``.pyc`` it compiled, uv's
+    uninstall of a co-owner deletes them, and Python writes them again on import.
+    """
     out: dict[DistName, tuple[EnvPath, ...]] = {}
     for dist in dists:
         gone = sorted(
             {
                 e.path
                 for e in dist.files
-                if e.path not in files and not os.path.lexists(prefix / e.path)
+                if e.path not in files
+                and not is_bytecode(e.path)
+                and not os.path.lexists(prefix / e.path)
             }
         )
         if gone:

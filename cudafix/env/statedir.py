@@ -72,6 +72,16 @@ class StateDir:
     def cache(self) -> Path:
         return self.root / "cache"
 
+    @property
+    def hash_cache(self) -> Path:
+        """sha256 of files by stat key (:class:`cudafix.env.hashing.HashCache`)."""
+        return self.cache / "hash-cache.json"
+
+    @property
+    def elf_cache(self) -> Path:
+        """Parsed ELF dynamic sections by stat key (:mod:`cudafix.linker.elfindex`)."""
+        return self.cache / "elf-cache.json"
+
     def tx(self, txid: str) -> TxDir:
         return TxDir(self.transactions / txid)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env.inventory import FileStat
-from cudafix.env.statedir import save_cache_file
+from cudafix.env.statedir import STATE_DIR_NAME, save_cache_file
 from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf
 from cudafix.model.names import EnvPath, Soname
 
@@ -28,7 +28,6 @@ log = logging.getLogger("cudafix.linker.elfindex")
 
 CACHE_FORMAT = "cudafix-elf-cache"
 CACHE_VERSION = 1
-CACHE_DIR = ".cudafix"
 _NOT_ELF = ("not-elf", "linker-script")
 
 Reader = Callable[[Path], "ElfInfo | ElfProblem"]
@@ -78,7 +77,7 @@ def index_environment(
     fresh: dict[str, tuple[Key, Verdict]] = {}
     parsed = 0
     for rel, stat in files.items():
-        if stat.kind != "file" or rel.startswith(CACHE_DIR + "/"):
+        if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/"):
             continue
         key = (stat.dev, stat.ino, stat.size, stat.mtime_ns)
         hit = cached.get(rel)

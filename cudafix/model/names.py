@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import NewType
+
+from packaging.utils import canonicalize_name
 
 DistName = NewType("DistName", str)
 """A PEP 503 normalised distribution name (``nvidia-cudnn-cu12``)."""
@@ -16,12 +17,24 @@ EnvPath = NewType("EnvPath", str)
 """A POSIX path relative to the environment prefix, lexically normalised, never escaping it
 (``lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9``)."""
 
-_NORMALIZE = re.compile(r"[-_.]+")
+DIST_INFO_SUFFIX = ".dist-info"
 
 
 def normalize_name(name: str) -> DistName:
     """PEP 503 normalisation: selectors and RECORD owners compare on this form."""
-    return DistName(_NORMALIZE.sub("-", name).lower())
+    return DistName(canonicalize_name(name))
+
+
+def split_dist_info_name(dirname: str) -> tuple[str, str] | None:
+    """``name``, ``version`` of a ``name-version.dist-info`` directory name, as written.
+
+    None when ``dirname`` is not a dist-info name. The name is not normalised here, so a
+    caller can tell an odd-case directory from a canonical one.
+    """
+    if not dirname.endswith(DIST_INFO_SUFFIX):
+        return None
+    name, sep, version = dirname[: -len(DIST_INFO_SUFFIX)].partition("-")
+    return (name, version) if sep and name and version else None
 
 
 def site_relative(path: str, site_packages: Sequence[str], prefix: str = "") -> str:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Sources:
-    """``--offline`` and ``--find-links``: the wheel sources a plan may use."""
+    """``--offline``, ``--find-links``, ``--no-fetch``: the wheel sources a plan may use."""
 
     offline: bool = False
     find_links: tuple[str, ...] = ()
+    fetch: bool = True
+    """Stage (download) reinstalled and installed wheels while planning; off: ``--no-fetch``."""

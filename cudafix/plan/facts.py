@@ -1,30 +1,31 @@
-"""Read everything the planner and doctor need, once, into one frozen value.
+"""Read everything the planner and doctor need, once, into one value of plain data.
 
 This is the only read-side orchestration: the target's interpreter is asked once, the tree
 is walked once, ELF objects and hashes come from caches under ``.cudafix/`` when unchanged.
+Anything that needs I/O (hashes for preconditions, staged wheels) is gathered here or by
+:func:`with_staging` before planning, so the planner is a function of data.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
 
 from cudafix.env.hashing import HashCache
-from cudafix.env.inventory import Inventory, read_inventory
+from cudafix.env.inventory import Inventory, changed_since_record, read_inventory
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import InterpreterInfo, TargetEnv, query_interpreter
 from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.model.sources import Sources
-from cudafix.process import run
-from cudafix.tx import backend
+from cudafix.plan.staging import Pin, Staging, stage
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,12 @@ class Facts:
     marker_env: Mapping[str, str]
     self_dependencies: frozenset[DistName] = frozenset()
     """Distributions cudafix needs while it runs inside the target (empty when outside)."""
-    hash_of: Callable[[EnvPath], str | None] = lambda _p: None
-    """RECORD-style sha256 of a path on disk, for preconditions."""
-    wheel_available: Callable[[DistName, str], bool] = lambda _n, _v: True
-    """Whether a wheel for a reinstall can be had under the plan's options."""
+    path_hashes: Mapping[EnvPath, str | None] = field(default_factory=dict)
+    """RECORD-style sha256 of paths a plan may assume (shared paths, install targets) and of
+    files of ELF-providing distributions changed since their install (for doctor)."""
     interpreter: InterpreterInfo | None = None
-    save_caches: Callable[[], object] = lambda: None
-    """Persist what was hashed while planning (preconditions), for the next run."""
+    staging: Staging = field(default_factory=Staging)
+    """The wheels the plan reinstalls or installs, fetched outside the environment."""
 
 
 def gather(
@@ -52,16 +52,16 @@ def gather(
     *,
     dlopen_tables: Sequence[Path] = (),
     ld_library_path: str | None = None,
-    sources: Sources = Sources(),  # noqa: B008 - a frozen value
 ) -> Facts:
     """Read the target; caches are saved only where cudafix may write (``.cudafix/``)."""
     info = query_interpreter(target)
     state = StateDir(target.prefix)
-    hashes = HashCache.load(target.prefix, state.cache / "hash-cache.json")
+    hashes = HashCache.load(target.prefix, state.hash_cache)
     inventory = read_inventory(target.prefix, info.site_packages, target.python, hasher=hashes)
-    elf = index_environment(target.prefix, inventory.files, state.cache / "elf-cache.json")
-    hash_file = state.cache / "hash-cache.json"
-    hashes.save(hash_file)
+    elf = index_environment(target.prefix, inventory.files, state.elf_cache)
+    suspects = changed_since_record(inventory, elf_providers(inventory, elf))
+    path_hashes = {p: hashes(p) for p in [*(s.path for s in inventory.shared), *suspects]}
+    hashes.save(state.hash_cache)
     table = DlopenTable.default()
     for extra in dlopen_tables:
         table = table.merged(DlopenTable.load(extra))
@@ -73,11 +73,39 @@ def gather(
         dlopen=table,
         marker_env=dict(info.marker_env),
         self_dependencies=own_dependencies(target.prefix),
-        hash_of=hashes,
-        wheel_available=_wheel_probe(target, sources),
+        path_hashes=path_hashes,
         interpreter=info,
-        save_caches=lambda: hashes.save(hash_file),
     )
+
+
+def elf_providers(inventory: Inventory, elf: ElfIndex) -> list[DistName]:
+    """Distributions that own a shared object: where another build's bytes break loading."""
+    return sorted({o for p in elf.objects for o in inventory.owners.get(p, ())})
+
+
+def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:
+    """``facts`` that also know the sha256 of ``paths`` (cached by stat under ``.cudafix/``)."""
+    wanted = [p for p in paths if p not in facts.path_hashes]
+    if not wanted:
+        return facts
+    prefix = facts.inventory.prefix
+    cache = StateDir(prefix).hash_cache
+    hashes = HashCache.load(prefix, cache)
+    known = {**facts.path_hashes, **{p: hashes(p) for p in wanted}}
+    hashes.save(cache)
+    return replace(facts, path_hashes=known)
+
+
+def with_staging(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Facts:
+    """``facts`` with ``pins`` staged (unless ``sources.fetch`` is off) and the paths the
+    staged wheels would overwrite hashed, for the plan's preconditions."""
+    if not sources.fetch:
+        return replace(facts, staging=Staging(fetched=False))
+    inv = facts.inventory
+    python = inv.python or inv.prefix / "bin" / "python"
+    staging = stage(python, pins, sources, inv.site_packages[0])
+    overwritten = [p for w in staging.wheels.values() for p in w.files if p in inv.files]
+    return replace(with_hashes(facts, overwritten), staging=staging)
 
 
 def own_dependencies(prefix: Path) -> frozenset[DistName]:
@@ -100,27 +128,3 @@ def own_dependencies(prefix: Path) -> frozenset[DistName]:
             if req.marker is None or req.marker.evaluate({"extra": ""}):
                 todo.append(req.name)
     return frozenset(seen)
-
-
-def _wheel_probe(target: TargetEnv, sources: Sources) -> Callable[[DistName, str], bool]:
-    """Ask uv, without installing, whether ``name==version`` can be had as configured."""
-    if not sources.offline and not sources.find_links:
-        return lambda _n, _v: True
-    memo: dict[tuple[DistName, str], bool] = {}
-
-    def available(name: DistName, version: str) -> bool:
-        if (name, version) not in memo:
-            done = run(
-                _dry_reinstall_argv(target, f"{name}=={version}", sources),
-                timeout=120,
-            )
-            memo[(name, version)] = done.returncode == 0
-        return memo[(name, version)]
-
-    return available
-
-
-def _dry_reinstall_argv(target: TargetEnv, pin: str, sources: Sources) -> list[str]:
-    python = target.python or target.prefix / "bin" / "python"
-    uv = backend.UvBackend(python, sources.offline, sources.find_links)
-    return uv.reinstall_argv([pin], dry_run=True)

@@ -1,8 +1,10 @@
-"""Simulate a removal against the environment and decide whether cudafix allows it.
+"""Simulate a change (removals, reinstalls, installs) and decide whether cudafix allows it.
 
-Pure: it reads only the frozen facts it is given (:class:`Facts`) and returns a
-:class:`~cudafix.model.plan.Plan`. The prediction mirrors what uv and pip really do: they delete
-every path in a removed distribution's RECORD, including paths other distributions claim.
+Pure: it reads only the facts it is given (:class:`Facts`, plain data, staged wheels
+included) and returns the whole :class:`~cudafix.model.plan.Plan` in one pass, verdict and
+preconditions included: :func:`build_plan` is the one entry point. The prediction mirrors
+what uv and pip really do: they delete every path in a removed distribution's RECORD,
+including paths other distributions claim.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from cudafix.linker.linkage import diff_edges, env_roots, resolve_edges, to_env_
 from cudafix.model import plan as P
 from cudafix.model.names import DistName, EnvPath, site_relative
 from cudafix.plan.facts import Facts
-from cudafix.plan.requirements import check_requirements
+from cudafix.plan.preconditions import record_digest
+from cudafix.plan.requirements import Declared, check_requirements
+from cudafix.plan.staging import Pin, StagedWheel, wheel_differences
 
 
 @dataclass(frozen=True)
@@ -29,9 +33,31 @@ class Request:
     options: P.Options
     reinstall: Mapping[DistName, str] = field(default_factory=dict)
     """Distributions to reinstall whatever the options say, with the reason (``cudafix repair``)."""
+    installs: tuple[Pin, ...] = ()
+    """Exact pins installed ``--no-deps`` after removals and reinstalls (cleanup scripts)."""
+    probes: P.Probes = field(default_factory=P.Probes)
+    source: str | None = None
+    """The script the request came from, if any."""
 
 
-def plan_removal(facts: Facts, request: Request) -> P.Plan:
+def wheels_needed(facts: Facts, request: Request) -> tuple[Pin, ...]:
+    """The wheels to stage before :func:`build_plan`: its reinstalls and installs.
+
+    With local sources (``--offline`` or ``--find-links``) the reinstalls of the
+    ``--repair`` alternative too, so a suggested command is known to pass; from an index
+    they are not fetched just to be suggested (their own run stages and checks them).
+    """
+    inv = facts.inventory
+    deleted = frozenset(_deleted_paths(inv, request.names))
+    options = request.options
+    local = options.offline or bool(options.find_links)
+    repair = options.repair or (local and not options.keep_shared)
+    why = _reinstall_reasons(inv, deleted, request, repair=repair)
+    pins = [(n, inv.distributions[n].version) for n in sorted(why)]
+    return (*pins, *request.installs)
+
+
+def build_plan(facts: Facts, request: Request) -> P.Plan:
     """The plan for ``request``, with safe alternatives when it is refused."""
     view = EnvironmentView(facts.inventory.prefix, facts.elf, facts.inventory.files)
     deleted = frozenset(_deleted_paths(facts.inventory, request.names))
@@ -73,8 +99,7 @@ def _simulate(
     remaining = {n: d for n, d in inv.distributions.items() if n not in removed}
     shared = _shared_losses(inv, deleted, removed)
     kept: list[str] = sorted(s.path for s in shared) if request.options.keep_shared else []
-    why = _reinstalls(inv, shared, remaining) if request.options.repair else {}
-    why = {**request.reinstall, **why}
+    why = _reinstall_reasons(inv, deleted, request, repair=request.options.repair)
     reinstall = [
         P.Reinstall(name=n, version=remaining[n].version, reason=why[n]) for n in sorted(why)
     ]
@@ -84,11 +109,13 @@ def _simulate(
     gone = frozenset(p for p in deleted if p not in set(kept) | set(rewritten))
     changed = frozenset(deleted) | {EnvPath(p) for p in rewritten}
     lost, switches, touched = _linkage(facts, view, gone, changed)
-    breaks = _requirement_breaks(facts, remaining)
+    installs = _installs(facts, request.installs)
+    breaks = _requirement_breaks(facts, remaining, [w for _, w in installs if w])
+    backend_reads = removed | {DistName(r.name) for r in reinstall}
     refused = [
         P.RefusedPath(distribution=u.distribution, entry=u.raw, reason=u.reason)
         for u in inv.unsafe
-        if u.distribution in removed
+        if u.distribution in backend_reads
     ]
     fate: Fate = "kept" if request.options.keep_shared else "deleted"
     restored = set(rewritten)
@@ -115,22 +142,50 @@ def _simulate(
         deleted_paths=sorted(deleted),
         kept_paths=kept,
         rewritten_paths=rewritten,
+        holders_after=_holders_after(inv, reinstall),
         shared_paths=shared_out,
         lost=lost,
         switches=switches,
         requirement_breaks=breaks,
         refused_paths=refused,
         self_dependencies=sorted(removed & facts.self_dependencies),
-        probe_modules=_probe_modules(inv, remaining, touched, {r.name for r in reinstall}),
+        probe_modules=sorted(
+            {
+                *_probe_modules(inv, remaining, touched, {r.name for r in reinstall}),
+                *(t for _, w in installs if w for t in w.top_level),
+            }
+        ),
         probe_libraries=sorted(touched),
-        warnings=_warnings(shared, request.options, switches, refused),
+        warnings=[
+            *_warnings(shared, request.options, switches, refused),
+            *_unchecked(facts, reinstall, installs),
+        ],
         verdict="pass",
         reasons=[],
         alternatives=[],
-        preconditions=_preconditions(facts, sorted({*deleted, *map(EnvPath, rewritten)})),
+        install=[i for i, _ in installs],
+        probes=request.probes,
+        source=request.source,
+        preconditions=_preconditions(
+            facts,
+            sorted({*deleted, *map(EnvPath, rewritten)}),
+            [*request.names, *(DistName(r.name) for r in reinstall)],
+            [EnvPath(p) for i, _ in installs for p in i.paths],
+        ),
     )
     reasons = _reasons(plan, facts, request.options)
     return plan.model_copy(update={"verdict": "refused" if reasons else "pass", "reasons": reasons})
+
+
+def _holders_after(inv: Inventory, reinstall: Sequence[P.Reinstall]) -> dict[str, str]:
+    """Paths several reinstalled distributions claim, and the last one to write them."""
+    writers: dict[str, str] = {}
+    claims: dict[str, int] = {}
+    for r in reinstall:
+        for e in inv.distributions[DistName(r.name)].files:
+            writers[e.path] = r.name
+            claims[e.path] = claims.get(e.path, 0) + 1
+    return {p: writers[p] for p in sorted(writers) if claims[p] > 1}
 
 
 def _deleted_paths(inv: Inventory, names: Sequence[DistName]) -> set[EnvPath]:
@@ -160,7 +215,20 @@ def _shared_losses(
     return out
 
 
-def _reinstalls(
+def _reinstall_reasons(
+    inv: Inventory, deleted: frozenset[EnvPath], request: Request, *, repair: bool
+) -> dict[DistName, str]:
+    """What the plan reinstalls, with why: the request's own, and with ``repair`` the
+    remaining co-owners of deleted paths and remaining owners holding foreign bytes."""
+    if not repair:
+        return dict(request.reinstall)
+    removed = set(request.names)
+    remaining = {n: d for n, d in inv.distributions.items() if n not in removed}
+    found = _repairs(inv, _shared_losses(inv, deleted, removed), remaining)
+    return {**request.reinstall, **found}
+
+
+def _repairs(
     inv: Inventory, shared: Sequence[_Shared], remaining: Mapping[DistName, Distribution]
 ) -> dict[DistName, str]:
     """Remaining co-owners of deleted paths, and remaining owners holding foreign bytes."""
@@ -256,13 +324,49 @@ def _owner(inv: Inventory, prefix: str, path: str) -> str | None:
 
 
 def _requirement_breaks(
-    facts: Facts, remaining: Mapping[DistName, Distribution]
+    facts: Facts, remaining: Mapping[DistName, Distribution], installs: Sequence[StagedWheel]
 ) -> list[P.RequirementBreak]:
+    """Requires-Dist the after-state (remaining plus installs) leaves unmet, that hold today."""
     before = set(check_requirements(facts.inventory.distributions, facts.marker_env))
+    after: dict[DistName, Declared] = {**remaining, **{w.name: w for w in installs}}
     return [
         P.RequirementBreak(distribution=p.distribution, requirement=p.requirement, reason=p.reason)
-        for p in check_requirements(remaining, facts.marker_env)
+        for p in check_requirements(after, facts.marker_env)
         if p not in before
+    ]
+
+
+def _installs(facts: Facts, pins: Sequence[Pin]) -> list[tuple[P.Install, StagedWheel | None]]:
+    """Each install as staged (its files, version and requirements), or bare when unstaged."""
+    out: list[tuple[P.Install, StagedWheel | None]] = []
+    for name, version in pins:
+        wheel = facts.staging.wheels.get((name, version))
+        if wheel is None:
+            out.append((P.Install(name=name, version=version), None))
+            continue
+        install = P.Install(
+            name=name,
+            version=wheel.version,
+            paths=sorted(wheel.files),
+            requires=list(wheel.requires),
+        )
+        out.append((install, wheel))
+    return out
+
+
+def _unchecked(
+    facts: Facts,
+    reinstall: Sequence[P.Reinstall],
+    installs: Sequence[tuple[P.Install, StagedWheel | None]],
+) -> list[str]:
+    if facts.staging.fetched or not (reinstall or installs):
+        return []
+    pins = [f"{r.name}=={r.version}" for r in reinstall] + [
+        f"{i.name}=={i.version}" for i, _ in installs
+    ]
+    return [
+        f"wheels not fetched (--no-fetch): not checked that {', '.join(pins)} can be had, "
+        "or that they hold the files the plan assumes"
     ]
 
 
@@ -308,12 +412,44 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
     reasons += [
         f"cudafix runs inside the target and needs {name}" for name in plan.self_dependencies
     ]
+    reasons += _wheel_reasons(plan, facts)
+    have = {n for n in facts.inventory.distributions if n not in {r.name for r in plan.remove}}
     reasons += [
-        f"no wheel for {r.name}=={r.version} is available" + (" offline" if options.offline else "")
-        for r in plan.reinstall
-        if not facts.wheel_available(DistName(r.name), r.version)
+        f"{i.name} is installed ({facts.inventory.distributions[DistName(i.name)].version}); "
+        f"remove it in a step before installing {i.name}=={i.version}"
+        for i in plan.install
+        if i.name in have
     ]
     return reasons
+
+
+def _wheel_reasons(plan: P.Plan, facts: Facts) -> list[str]:
+    """Wheels that cannot be had, and reinstalls whose wheel is another build than installed."""
+    staging = facts.staging
+    where = staging.source or "the configured sources"
+    out = []
+    pins = [(DistName(r.name), r.version) for r in plan.reinstall]
+    pins += [(DistName(i.name), i.version) for i in plan.install]
+    for pin in pins:
+        if pin in staging.problems:
+            out.append(
+                f"no wheel for {pin[0]}=={pin[1]} can be had from {where}: {staging.problems[pin]}"
+            )
+    for name, version in pins[: len(plan.reinstall)]:
+        wheel = staging.wheels.get((name, version))
+        if wheel is None:
+            continue
+        diffs = wheel_differences(facts.inventory.distributions[name], wheel)
+        if diffs:
+            sites = plan.target.site_packages
+            shown = "; ".join(site_relative(d, sites) for d in diffs[:3])
+            more = f" and {len(diffs) - 3} more" if len(diffs) > 3 else ""
+            out.append(
+                f"the wheel for {name}=={version} from {where} is another build than the "
+                f"installed one ({len(diffs)} path(s) differ: {shown}{more}); reinstalling it "
+                "would not bring the installed files back"
+            )
+    return out
 
 
 def _removed(inv: Inventory, dist: Distribution) -> P.RemovedDistribution:
@@ -327,10 +463,20 @@ def _removed(inv: Inventory, dist: Distribution) -> P.RemovedDistribution:
     )
 
 
-def _preconditions(facts: Facts, paths: Sequence[EnvPath]) -> P.Precondition:
+def _preconditions(
+    facts: Facts,
+    touched: Sequence[EnvPath],
+    affected: Sequence[DistName],
+    installed_over: Sequence[EnvPath],
+) -> P.Precondition:
+    """What the plan assumes: versions, the bytes at shared and overwritten paths it
+    touches, and the RECORDs of the distributions it removes or reinstalls."""
     inv = facts.inventory
     shared = {s.path for s in inv.shared}
+    paths = [p for p in touched if p in shared]
+    paths += [p for p in installed_over if p in inv.files]
     return P.Precondition(
         distributions={n: d.version for n, d in sorted(inv.distributions.items())},
-        path_hashes={p: facts.hash_of(p) for p in paths if p in shared},
+        path_hashes={p: facts.path_hashes.get(p) for p in sorted(set(paths))},
+        records={n: record_digest(inv.distributions[n]) for n in affected},
     )

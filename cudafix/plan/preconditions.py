@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from cudafix.env.distinfo import is_installer_file
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Distribution, installed_versions
 from cudafix.env.statedir import StateDir
@@ -23,35 +24,21 @@ from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Plan, Target
 from cudafix.plan.facts import Facts
 
-INSTALLER_FILES = frozenset(
-    {"INSTALLER", "REQUESTED", "RECORD", "RECORD.jws", "RECORD.p7s"}
-    | {"direct_url.json", "uv_cache.json"}
-)
-"""dist-info files an installer writes (uv's cache file holds a timestamp): not the wheel's."""
-
 
 def record_digest(dist: Distribution) -> str:
     """sha256 over a distribution's RECORD rows, installer-written files left out."""
-    installer = {f"{dist.dist_info}/{n}" for n in INSTALLER_FILES}
     rows = sorted(
         f"{e.path}\0{e.sha256 or ''}\0{e.size if e.size is not None else ''}"
         for e in dist.files
-        if e.path not in installer
+        if not is_installer_file(e.path, dist.dist_info)
     )
     return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 
-def strengthen(plan: Plan, facts: Facts) -> Plan:
-    """Add RECORD digests of removed/reinstalled distributions and hashes of clobbered paths."""
-    dists = facts.inventory.distributions
-    affected = [*(r.name for r in plan.remove), *(r.name for r in plan.reinstall)]
-    records = {n: record_digest(dists[DistName(n)]) for n in affected if DistName(n) in dists}
-    existing = [p for i in plan.install for p in i.paths if EnvPath(p) in facts.inventory.files]
-    hashes = {**plan.preconditions.path_hashes, **{p: facts.hash_of(EnvPath(p)) for p in existing}}
-    pre = plan.preconditions.model_copy(
-        update={"records": {**plan.preconditions.records, **records}, "path_hashes": hashes}
-    )
-    return plan.model_copy(update={"preconditions": pre})
+def assumed_paths(plan: Plan) -> list[EnvPath]:
+    """Paths whose bytes ``plan`` assumes: hash them (:func:`cudafix.plan.facts.with_hashes`)
+    before :func:`check`."""
+    return [EnvPath(p) for p in plan.preconditions.path_hashes]
 
 
 def differences(plan: Plan, facts: Facts) -> list[str]:
@@ -60,7 +47,7 @@ def differences(plan: Plan, facts: Facts) -> list[str]:
     return [
         *_layout(plan, facts),
         *_distributions(plan, have),
-        *_hashes(plan, facts.hash_of),
+        *_hashes(plan, lambda p: facts.path_hashes.get(p)),
         *_records(plan, facts),
     ]
 
@@ -73,7 +60,7 @@ def quick_differences(plan: Plan) -> list[str]:
     """
     prefix = Path(plan.target.prefix)
     sites = [EnvPath(s) for s in plan.target.site_packages]
-    hashes = HashCache.load(prefix, StateDir(prefix).cache / "hash-cache.json")
+    hashes = HashCache.load(prefix, StateDir(prefix).hash_cache)
     return [*_distributions(plan, installed_versions(prefix, sites)), *_hashes(plan, hashes)]
 
 

@@ -6,15 +6,28 @@ an extra is ignored; prereleases satisfy a specifier when they are what is insta
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from cudafix.env.inventory import Distribution
 from cudafix.model.names import DistName, normalize_name
+
+
+class Declared(Protocol):
+    """A distribution as far as requirements go: installed, or staged to be installed."""
+
+    @property
+    def name(self) -> DistName: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def requires(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -28,10 +41,14 @@ class RequirementProblem:
 
 
 def check_requirements(
-    distributions: Mapping[DistName, Distribution],
+    distributions: Mapping[DistName, Declared],
     marker_env: Mapping[str, str],
 ) -> tuple[RequirementProblem, ...]:
-    """Every Requires-Dist, of every distribution, that the installed set does not satisfy."""
+    """Every Requires-Dist, of every distribution, that the set does not satisfy.
+
+    The set may be an after-state (remaining plus staged installs): that is how a plan
+    judges what it leaves behind.
+    """
     problems: list[RequirementProblem] = []
     for name in sorted(distributions):
         for raw in distributions[name].requires:
@@ -42,7 +59,7 @@ def check_requirements(
 
 
 def _unsatisfied(
-    raw: str, distributions: Mapping[DistName, Distribution], marker_env: Mapping[str, str]
+    raw: str, distributions: Mapping[DistName, Declared], marker_env: Mapping[str, str]
 ) -> str | None:
     try:
         req = Requirement(raw)
@@ -60,7 +77,7 @@ def _unsatisfied(
     return _version_mismatch(req, dep)
 
 
-def _version_mismatch(req: Requirement, dep: Distribution) -> str | None:
+def _version_mismatch(req: Requirement, dep: Declared) -> str | None:
     if not req.specifier:
         return None
     try:
@@ -70,3 +87,35 @@ def _version_mismatch(req: Requirement, dep: Distribution) -> str | None:
     if req.specifier.contains(version, prereleases=True):
         return None
     return f"{dep.name} {dep.version} is installed, {req.specifier} is required"
+
+
+def requirement_closure(
+    distributions: Mapping[DistName, Declared],
+    roots: Iterable[DistName],
+    marker_env: Mapping[str, str],
+) -> frozenset[DistName]:
+    """``roots`` and every installed distribution their Requires-Dist reach, transitively.
+
+    What a consumer was built to load: its own distribution and what that one pulls in.
+    """
+    seen: set[DistName] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in distributions:
+            continue
+        seen.add(name)
+        for raw in distributions[name].requires:
+            try:
+                req = Requirement(raw)
+                if req.marker is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
+                    continue
+            except (
+                InvalidRequirement,
+                InvalidMarker,
+                UndefinedComparison,
+                UndefinedEnvironmentName,
+            ):
+                continue
+            todo.append(normalize_name(req.name))
+    return frozenset(seen)

@@ -1,9 +1,10 @@
 """Cleanup scripts: a TOML file of ordered steps and probes, compiled into ONE plan.
 
-Why one plan: a script is all or nothing. Its removals go through the planner together
-(one simulation sees every removal at once, so no step can orphan a soname another step
-still needs), its reinstalls and installs are appended, and ``cudafix apply`` runs the
-result as one transaction: uninstall -> reinstall -> install -> probes, or roll back.
+Why one plan: a script is all or nothing. It becomes one planner request
+(:func:`script_request`): one simulation sees every removal at once, so no step can orphan
+a soname another step still needs, and requirements are judged on the after-state the
+installs make. ``cudafix apply`` runs the result as one transaction: uninstall -> reinstall
+-> install -> probes, or roll back.
 
 Schema (version 1; keys are kebab-case; unknown keys are errors, reported with their line)::
 
@@ -50,34 +51,27 @@ from __future__ import annotations
 
 import re
 import sys
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from email.parser import Parser
 from pathlib import Path
 from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
 from cudafix.model.names import DistName, normalize_name
+from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
-from cudafix.plan.planner import Request, plan_removal
-from cudafix.plan.preconditions import strengthen
+from cudafix.plan.planner import Request
 from cudafix.plan.select import select
-from cudafix.process import run
-from cudafix.tx.backend import UvBackend
 from cudafix.tx.probe import ProbeSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-
-STAGE_TIMEOUT = 600.0
 
 
 def _kebab(name: str) -> str:
@@ -282,43 +276,39 @@ def locate(source: str, loc: Sequence[str | int]) -> int | None:
 # -- compiling -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Overrides:
-    """Command-line flags that add to a script's policy."""
-
-    offline: bool = False
-    find_links: tuple[str, ...] = ()
-    backend: Literal["uv", "pip"] | None = None
-
-
-def script_options(loaded: LoadedScript, overrides: Overrides = Overrides()) -> P.Options:
-    """The one set of options the whole plan runs with (policy, any step's flags, the CLI)."""
+def script_options(
+    loaded: LoadedScript,
+    sources: Sources = Sources(),  # noqa: B008 - a frozen value
+    backend: Literal["uv", "pip"] | None = None,
+) -> P.Options:
+    """The one set of options the whole plan runs with (policy, any step's flags, the CLI):
+    the command line's ``sources`` add to the policy's, its ``backend`` replaces it."""
     s, base = loaded.script, loaded.path.parent
     removes = [st for st in s.steps if st.remove]
     links = [p if "://" in p else str((base / p).absolute()) for p in s.policy.find_links]
-    links += [str(Path(p).absolute()) for p in overrides.find_links]
+    links += [str(Path(p).absolute()) for p in sources.find_links]
     return P.Options(
         repair=s.policy.repair or any(st.repair for st in removes),
         keep_shared=s.policy.keep_shared or any(st.keep_shared for st in removes),
         allow_broken_requirements=s.policy.allow_broken_requirements,
-        offline=s.policy.offline or overrides.offline,
+        offline=s.policy.offline or sources.offline,
         find_links=list(dict.fromkeys(links)),
-        backend=overrides.backend or s.policy.backend,
+        backend=backend or s.policy.backend,
     )
 
 
-def compile_script(loaded: LoadedScript, facts: Facts, options: P.Options) -> P.Plan:
-    """The script as one plan: removals simulated together, then reinstalls and installs."""
+def script_request(loaded: LoadedScript, facts: Facts, options: P.Options) -> Request:
+    """The script as one planner request: removals together, then reinstalls and installs."""
     names, selectors = _removals(loaded, facts)
-    reinstall = _reinstalls(loaded, facts, set(names))
-    plan = plan_removal(facts, Request(names, selectors, options, reinstall=reinstall))
-    pins = [parse_pin(p) for st in loaded.script.steps for p in st.install or ()]
-    staged = stage_installs(plan, pins) if pins else Staged((), ())
-    plan = _with_installs(plan, facts, set(names), staged)
-    plan = plan.model_copy(
-        update={"probes": _probes(loaded.script), "source": str(loaded.path.absolute())}
+    return Request(
+        names,
+        selectors,
+        options,
+        reinstall=_reinstalls(loaded, facts, set(names)),
+        installs=tuple(parse_pin(p) for st in loaded.script.steps for p in st.install or ()),
+        probes=_probes(loaded.script),
+        source=str(loaded.path.absolute()),
     )
-    return strengthen(plan, facts)
 
 
 def _removals(loaded: LoadedScript, facts: Facts) -> tuple[tuple[DistName, ...], tuple[str, ...]]:
@@ -355,121 +345,6 @@ def _reinstalls(loaded: LoadedScript, facts: Facts, removed: set[DistName]) -> d
                 raise UsageError(f"{where}: {name} is reinstalled, but a remove step removes it")
             out[name] = f"step {i + 1} of the script reinstalls it"
     return out
-
-
-# -- installs ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Staged:
-    """What a staging install (``uv pip install --target``) learnt, or why it failed."""
-
-    installs: tuple[tuple[P.Install, tuple[str, ...]], ...]
-    """Each install with its importable top-level names."""
-    problems: tuple[str, ...]
-
-
-def stage_installs(plan: P.Plan, pins: Sequence[tuple[DistName, str]]) -> Staged:
-    """Install ``pins`` into a scratch directory to learn their files, versions, requirements.
-
-    Outside the environment and deleted after; it also proves, before anything changes,
-    that every wheel can be had under the plan's offline/find-links options.
-    """
-    python = Path(plan.target.python or Path(plan.target.prefix) / "bin" / "python")
-    uv = UvBackend(python, plan.options.offline, tuple(plan.options.find_links))
-    texts = [f"{n}=={v}" for n, v in pins]
-    with tempfile.TemporaryDirectory(prefix="cudafix-stage-") as tmp:
-        done = run([*uv.reinstall_argv(texts), "--target", tmp], timeout=STAGE_TIMEOUT)
-        if done.returncode != 0:
-            lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
-            said = lines[-1] if lines else f"exit status {done.returncode}"
-            fallback = tuple((P.Install(name=n, version=v), ()) for n, v in pins)
-            return Staged(fallback, (f"cannot install {', '.join(texts)}: {said}",))
-        site = plan.target.site_packages[0]
-        return Staged(tuple(_staged(Path(tmp), site, n, v) for n, v in pins), ())
-
-
-def _staged(
-    root: Path, site: str, name: DistName, pinned: str
-) -> tuple[P.Install, tuple[str, ...]]:
-    info = next(
-        (d for d in root.glob("*.dist-info") if normalize_name(d.name.split("-")[0]) == name), None
-    )
-    if info is None:
-        return P.Install(name=name, version=pinned), ()
-    version = info.name[: -len(".dist-info")].split("-", 1)[1]
-    record = (info / "RECORD").read_text(encoding="utf-8").splitlines()
-    rows = [r.split(",")[0] for r in record if r.strip()]
-    paths = sorted({_env_path(site, r) for r in rows if not r.startswith(("/", "../"))})
-    meta = Parser().parsestr((info / "METADATA").read_text(encoding="utf-8"), headersonly=True)
-    top = info / "top_level.txt"
-    tops = tuple(t for t in top.read_text().split() if t) if top.is_file() else ()
-    requires = list(meta.get_all("Requires-Dist") or [])
-    return P.Install(name=name, version=version, paths=paths, requires=requires), tops
-
-
-def _env_path(site: str, row: str) -> str:
-    """Where a ``--target`` RECORD row lands in the real environment (scripts go to bin/)."""
-    return row if row.startswith("bin/") else f"{site}/{row}"
-
-
-def _with_installs(plan: P.Plan, facts: Facts, removed: set[DistName], staged: Staged) -> P.Plan:
-    """Append installs; re-judge requirements against the after-state the installs make."""
-    installs = [i for i, _ in staged.installs]
-    before = plan.preconditions.distributions
-    after = {DistName(n): v for n, v in before.items() if n not in removed}
-    clash = [
-        f"{i.name} is installed ({after[DistName(i.name)]}); remove it in a step before installing"
-        f" {i.name}=={i.version}"
-        for i in installs
-        if DistName(i.name) in after
-    ]
-    after.update({DistName(i.name): i.version for i in installs})
-    breaks = [b for b in plan.requirement_breaks if _unmet(b.requirement, after, facts.marker_env)]
-    breaks += [
-        P.RequirementBreak(distribution=i.name, requirement=r, reason=why)
-        for i in installs
-        for r in i.requires
-        if (why := _unmet(r, after, facts.marker_env))
-    ]
-    old = {_break_reason(b) for b in plan.requirement_breaks}
-    reasons = [r for r in plan.reasons if r not in old] + list(staged.problems) + clash
-    if not plan.options.allow_broken_requirements:
-        reasons += [_break_reason(b) for b in breaks]
-    modules = {*plan.probe_modules, *(t for _, tops in staged.installs for t in tops)}
-    return plan.model_copy(
-        update={
-            "install": installs,
-            "requirement_breaks": breaks,
-            "reasons": reasons,
-            "verdict": "refused" if reasons else "pass",
-            "probe_modules": sorted(modules),
-        }
-    )
-
-
-def _break_reason(b: P.RequirementBreak) -> str:
-    """Worded as the planner words it, so a break an install mends is dropped by equality."""
-    return f"{b.distribution} requires {b.requirement}: {b.reason}"
-
-
-def _unmet(raw: str, after: Mapping[DistName, str], marker_env: Mapping[str, str]) -> str | None:
-    """Why ``raw`` is unsatisfied by the after-state's versions, or None."""
-    try:
-        req = Requirement(raw)
-        if req.marker is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
-            return None
-    except (InvalidRequirement, ValueError) as exc:
-        return f"cannot be evaluated: {exc}"
-    have = after.get(normalize_name(req.name))
-    if have is None:
-        return f"{normalize_name(req.name)} is not installed"
-    try:
-        ok = req.specifier.contains(Version(have), prereleases=True)
-    except InvalidVersion:
-        return f"{req.name} {have} is not a valid version"
-    name = normalize_name(req.name)
-    return None if ok else f"{name} {have} is installed, {req.specifier} is required"
 
 
 # -- probes --------------------------------------------------------------------------------

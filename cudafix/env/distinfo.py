@@ -1,0 +1,44 @@
+"""What a ``*.dist-info`` directory says besides RECORD: core metadata, installer files.
+
+Shared by the inventory (installed distributions) and staging (wheels unpacked outside the
+environment), so both read a distribution the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.metadata import parse_email
+
+INSTALLER_FILES = frozenset(
+    {"INSTALLER", "REQUESTED", "RECORD", "RECORD.jws", "RECORD.p7s"}
+    | {"direct_url.json", "uv_cache.json"}
+)
+"""dist-info files an installer writes its own way (uv's cache file holds a timestamp), not
+the wheel: two installs of one wheel may differ in them and still be the same build."""
+
+
+@dataclass(frozen=True)
+class CoreMetadata:
+    """The METADATA fields cudafix uses; empty strings when the file does not say."""
+
+    name: str = ""
+    version: str = ""
+    requires: tuple[str, ...] = ()
+
+
+def parse_metadata(text: str) -> CoreMetadata:
+    """METADATA headers, read leniently (``packaging.metadata``): a malformed field is dropped,
+    never fatal, since pip and uv install such wheels too."""
+    raw, _unparsed = parse_email(text)
+    return CoreMetadata(
+        name=raw.get("name", ""),
+        version=raw.get("version", ""),
+        requires=tuple(raw.get("requires_dist", ())),
+    )
+
+
+def is_installer_file(path: str, dist_info: str) -> bool:
+    """Whether ``path`` is one of ``dist_info``'s installer-written files."""
+    head, _, base = path.rpartition("/")
+    return head == dist_info and base in INSTALLER_FILES

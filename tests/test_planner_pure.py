@@ -1,0 +1,113 @@
+"""The planner over hand-made facts: no venv, no uv, only data in and a plan out."""
+
+from __future__ import annotations
+
+from handfacts import Dist, Lib, env, facts, wheel_of
+
+from cudafix.model.names import DistName
+from cudafix.model.plan import Options
+from cudafix.plan.planner import Request, build_plan, wheels_needed
+from cudafix.plan.staging import Staging
+
+CUDNN = "nvidia/cudnn/lib/libcudnn.so.9"
+TORCH_LIB = "torch/lib/libtorch_cuda.so"
+TORCH = Dist(
+    "torch",
+    "2.9.0",
+    {"torch/__init__.py": "torch-init", TORCH_LIB: "torch-lib"},
+    requires=("nvidia-cudnn-cu12==9.10.2.21",),
+    top_level=("torch",),
+)
+CU12 = Dist("nvidia-cudnn-cu12", "9.10.2.21", {"nvidia/__init__.py": "", CUDNN: "cudnn-12"})
+CU13 = Dist("nvidia-cudnn-cu13", "9.13.0.50", {"nvidia/__init__.py": "", CUDNN: "cudnn-13"})
+LIBS = {
+    TORCH_LIB: Lib(
+        "libtorch_cuda.so", ("libcudnn.so.9",), rpath=("$ORIGIN/../../nvidia/cudnn/lib",)
+    ),
+    CUDNN: Lib("libcudnn.so.9"),
+}
+DROP_CU13 = (DistName("nvidia-cudnn-cu13"),)
+PIN12 = (DistName("nvidia-cudnn-cu12"), "9.10.2.21")
+
+
+def _request(**options: bool) -> Request:
+    return Request(DROP_CU13, ("nvidia-cudnn-cu13",), Options(**options))
+
+
+def _incident(staging: Staging | None = None):  # type: ignore[no-untyped-def]
+    """cu13 installed over cu12: the shared library holds cu13's bytes."""
+    return facts([TORCH, CU12, CU13], LIBS, staging=staging)
+
+
+def test_removing_a_co_owner_orphans_the_soname_and_offers_what_passes() -> None:
+    plan = build_plan(_incident(), _request())
+    assert plan.verdict == "refused"
+    assert [(lost.consumer, lost.need) for lost in plan.lost] == [(env(TORCH_LIB), "libcudnn.so.9")]
+    assert {a.command for a in plan.alternatives} == {"--repair", "--keep-shared"}
+    assert plan.preconditions.path_hashes[env(CUDNN)] == "cudnn-13"
+    assert set(plan.preconditions.records) == {"nvidia-cudnn-cu13"}
+
+
+def test_repair_reinstalls_the_co_owner_when_its_staged_wheel_is_the_installed_build() -> None:
+    staged = Staging(fetched=True, wheels={PIN12: wheel_of(CU12)}, source="find-links W")
+    incident = _incident(staged)
+    assert wheels_needed(incident, _request(repair=True)) == (PIN12,)
+    plan = build_plan(incident, _request(repair=True))
+    assert plan.verdict == "pass", plan.reasons
+    assert [(r.name, r.version) for r in plan.reinstall] == [PIN12]
+    assert set(plan.preconditions.records) == {"nvidia-cudnn-cu13", "nvidia-cudnn-cu12"}
+    assert "torch" in plan.probe_modules
+
+
+def test_a_staged_wheel_of_another_build_refuses_at_plan_time_naming_source_and_path() -> None:
+    other = wheel_of(CU12, changed={CUDNN: "cudnn-12-rebuilt"})
+    plan = build_plan(
+        _incident(Staging(fetched=True, wheels={PIN12: other}, source="the index X")),
+        _request(repair=True),
+    )
+    assert plan.verdict == "refused"
+    [reason] = plan.reasons
+    assert "nvidia-cudnn-cu12==9.10.2.21 from the index X is another build" in reason
+    assert CUDNN in reason
+
+
+def test_a_wheel_that_cannot_be_had_refuses_with_uvs_words() -> None:
+    staged = Staging(fetched=True, problems={PIN12: "no matching distribution"}, source="cache")
+    plan = build_plan(_incident(staged), _request(repair=True))
+    assert plan.verdict == "refused"
+    assert any("can be had from cache: no matching distribution" in r for r in plan.reasons)
+
+
+def test_without_fetching_the_plan_says_it_did_not_check() -> None:
+    plan = build_plan(_incident(Staging(fetched=False)), _request(repair=True))
+    assert plan.verdict == "pass"
+    assert any(
+        "not fetched (--no-fetch)" in w and "nvidia-cudnn-cu12==" in w for w in plan.warnings
+    )
+
+
+def test_requirements_are_judged_on_the_after_state_installs_make() -> None:
+    """Removing cu12 breaks torch's pin; installing the same pin in one plan mends it."""
+    env12 = facts([TORCH, CU12], LIBS)
+    drop12 = (DistName("nvidia-cudnn-cu12"),)
+    alone = build_plan(env12, Request(drop12, (), Options()))
+    assert any("torch requires nvidia-cudnn-cu12" in r for r in alone.reasons)
+    staged = Staging(fetched=True, wheels={PIN12: wheel_of(CU12)})
+    mended = build_plan(
+        facts([TORCH, CU12], LIBS, staging=staged),
+        Request(drop12, (), Options(), installs=(PIN12,)),
+    )
+    assert mended.requirement_breaks == []
+    assert [i.name for i in mended.install] == ["nvidia-cudnn-cu12"]
+    assert env(CUDNN) in mended.install[0].paths
+
+
+def test_installing_what_is_installed_without_removing_it_is_refused() -> None:
+    staged = Staging(fetched=True, wheels={PIN12: wheel_of(CU12)})
+    plan = build_plan(
+        facts([TORCH, CU12], LIBS, staging=staged), Request((), (), Options(), installs=(PIN12,))
+    )
+    assert plan.verdict == "refused"
+    assert any(
+        "remove it in a step before installing nvidia-cudnn-cu12==" in r for r in plan.reasons
+    )
