@@ -367,8 +367,8 @@ def run_command(
     target = locate(args.target)
     check_pending(target, mutating=True, on_event=on_event)
     flags = target_flags(args.target, target)
-    before = diagnose(read_facts(args, target), flags)
-    known = {(f.kind, f.message) for f in before.findings}
+    facts = read_facts(args, target)
+    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
 
     def judge() -> list[str]:
         after = diagnose(read_facts(args, target), flags)
@@ -378,7 +378,6 @@ def run_command(
             if f.severity != "info" and (f.kind, f.message) not in known
         ]
 
-    facts = read_facts(args, target)
     roots = [*facts.inventory.site_packages, "bin"]
     probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
     return transaction.run_guarded(
