@@ -104,3 +104,22 @@ class RollbackIncomplete(TransactionFailed):
 
     reference = "rollback-incomplete"
     exit_code = ExitCode.LOCKED
+
+
+class UnsafeState(TargetError):
+    """cudafix's state directory is a symlink, not a directory, or cannot be created."""
+
+    reference = "unsafe-state"
+
+
+class DamagedState(CudafixError):
+    """A transaction's journal or manifest is unreadable: nothing is acted on from it."""
+
+    reference = "damaged-state"
+    exit_code = ExitCode.LOCKED
+
+
+class EnvironmentFault(CudafixError):
+    """The machine failed an operation (no space, read-only, permission): not a cudafix bug."""
+
+    reference = "os-error"
