@@ -31,6 +31,8 @@ class CudafixError(Exception):
 
     reference = "cudafix-error"
     exit_code = ExitCode.FAILURE
+    json_emitted = False
+    """Set once its JSON object was written (so ``--json`` prints exactly one)."""
 
     def __init__(
         self,

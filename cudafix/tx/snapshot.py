@@ -427,8 +427,17 @@ def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
         attempt(e.path, partial(restore_entry, prefix, tx, e))
     for e in dirs:
         attempt(e.path, partial(set_dir_mode, prefix / e.path, e.mode))
-    left = verify(prefix, manifest)
-    return [*failed.values(), *(p for p in left if not any(p.startswith(f) for f in failed))]
+    left = [p for p in verify(prefix, manifest) if not _explained(p, failed)]
+    return [*failed.values(), *left]
+
+
+def _explained(problem: str, failed: Mapping[str, str]) -> bool:
+    """Whether a verify line only repeats a path whose restore failure is already reported."""
+    where, _, what = problem.partition(": ")
+    if where in failed or any(where.startswith(f + "/") for f in failed):
+        return True
+    names = what.removeprefix("missing ").split(", ") if what.startswith("missing ") else []
+    return bool(names) and all(f"{where}/{n}" in failed for n in names)
 
 
 def put_back(prefix: Path, tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> None:
