@@ -129,8 +129,8 @@ def _state_split(path: Path) -> tuple[Path, tuple[str, ...]]:
 
 def _unsafe(path: Path, exc: OSError) -> UnsafeState:
     return UnsafeState(
-        f"{path} is a symlink or not a directory; cudafix keeps its lock, journal and "
-        "snapshots only in a real directory inside the environment",
+        f"{path} is a symlink, or not the directory cudafix expects; cudafix keeps its "
+        "lock, journal and snapshots only in real files and directories inside the environment",
         context=[f"{exc.strerror}: {path}"],
         hint=f"remove {path} (cudafix did not make it), then retry",
     )
