@@ -12,27 +12,57 @@ and again, cheaply (:func:`quick_differences`), under the transaction lock.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from cudafix.env.distinfo import is_installer_file
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Distribution, installed_versions
+from cudafix.env.record import Refusal, parse_record, resolve_record_path
 from cudafix.env.statedir import StateDir
 from cudafix.model.errors import StalePlan
-from cudafix.model.names import DistName, EnvPath
+from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
 from cudafix.model.plan import Plan, Target
 from cudafix.plan.facts import Facts
 
 
 def record_digest(dist: Distribution) -> str:
     """sha256 over a distribution's RECORD rows, installer-written files left out."""
-    rows = sorted(
-        f"{e.path}\0{e.sha256 or ''}\0{e.size if e.size is not None else ''}"
-        for e in dist.files
-        if not is_installer_file(e.path, dist.dist_info)
+    return _digest(dist.dist_info, ((e.path, e.sha256, e.size) for e in dist.files))
+
+
+def _digest(dist_info: str, rows: Iterable[tuple[str, str | None, int | None]]) -> str:
+    lines = sorted(
+        f"{path}\0{sha or ''}\0{size if size is not None else ''}"
+        for path, sha, size in rows
+        if not is_installer_file(path, dist_info)
     )
-    return hashlib.sha256("\n".join(rows).encode()).hexdigest()
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _live_record_digest(prefix: Path, plan: Plan, name: str) -> str | None:
+    """The RECORD digest of installed ``name`` read from disk now (None: no such RECORD)."""
+    want = plan.preconditions.distributions.get(DistName(name))
+    for site in plan.target.site_packages:
+        try:
+            listing = sorted(p.name for p in (prefix / site).iterdir())
+        except OSError:
+            continue
+        for entry in listing:
+            split = split_dist_info_name(entry) if entry.endswith(".dist-info") else None
+            if split is None or normalize_name(split[0]) != name or split[1] != want:
+                continue
+            info = EnvPath(f"{site}/{entry}")
+            try:
+                text = (prefix / info / "RECORD").read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                return None
+            rows = parse_record(text).entries
+            resolved = ((resolve_record_path(EnvPath(site), r.path), r) for r in rows)
+            return _digest(
+                info, ((p, r.sha256, r.size) for p, r in resolved if not isinstance(p, Refusal))
+            )
+    return None
 
 
 def assumed_paths(plan: Plan) -> list[EnvPath]:
@@ -53,7 +83,7 @@ def differences(plan: Plan, facts: Facts) -> list[str]:
 
 
 def quick_differences(plan: Plan) -> list[str]:
-    """Versions and shared-path hashes only, read without a full walk.
+    """Versions, shared-path hashes and RECORD digests, read without a full walk.
 
     Run under the transaction lock just before applying: cheap enough to always do, and
     it catches another run having changed the environment since planning.
@@ -61,7 +91,16 @@ def quick_differences(plan: Plan) -> list[str]:
     prefix = Path(plan.target.prefix)
     sites = [EnvPath(s) for s in plan.target.site_packages]
     hashes = HashCache.load(prefix, StateDir(prefix).hash_cache)
-    return [*_distributions(plan, installed_versions(prefix, sites)), *_hashes(plan, hashes)]
+    records = [
+        f"{n}: its RECORD changed since the plan was made"
+        for n, want in sorted(plan.preconditions.records.items())
+        if _live_record_digest(prefix, plan, n) != want
+    ]
+    return [
+        *_distributions(plan, installed_versions(prefix, sites)),
+        *_hashes(plan, hashes),
+        *records,
+    ]
 
 
 def _layout(plan: Plan, facts: Facts) -> list[str]:
