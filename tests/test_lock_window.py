@@ -89,3 +89,38 @@ def test_a_change_made_while_waiting_for_the_lock_is_refused(
     assert proc.returncode == 3, proc.stderr
     assert "changed since this plan was made" in proc.stderr
     assert (sp / "pa_mod.py").exists()
+
+
+def test_a_concurrent_uv_install_waits_and_is_not_wiped(
+    venv: tuple[Path, Path], tmp_path: Path
+) -> None:
+    import uv
+    from txhelp import make_wheel, uv_env
+
+    prefix, wheels = venv
+    sp = prefix / site_packages(prefix)
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
+    started = tmp_path / "probe-started"
+    probe = f"touch {started}; sleep 4; exit 1"
+    argv = [sys.executable, "-m", "cudafix", "remove", "pa", "--venv", str(prefix), "--repair",
+            "--yes", "--offline", "--find-links", str(wheels), "--probe-cmd", probe]  # fmt: skip
+    run = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    import time
+
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    install = subprocess.Popen(
+        [uv.find_uv_bin(), "pip", "install", "-q", "--python", str(prefix / "bin" / "python"),
+         "--offline", "--no-index", "--find-links", str(wheels), "--no-deps", "pc==1.0"],
+        env=uv_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 1, err
+    assert "rolled back" in err
+    said = install.communicate(timeout=120)
+    assert install.returncode == 0, said
+    assert (sp / "pc_mod.py").read_bytes() == b"C = 1\n"
+    assert (sp / "pa_mod.py").exists()

@@ -108,8 +108,17 @@ class _StepFailed(Exception):
 # -- locking and pending transactions ------------------------------------------------------
 
 
+INSTALLER_LOCK = ".lock"
+"""uv's environment lock (``<venv>/.lock``, an exclusive flock for every ``uv pip`` change)."""
+
+
 @contextlib.contextmanager
 def _locked(prefix: Path, timeout: float, on_event: OnEvent) -> Iterator[StateDir]:
+    """cudafix's lock, then uv's, for the whole run (see :func:`_backend_runs`).
+
+    Holding uv's own lock makes a concurrent ``uv pip install`` wait until the transaction
+    has committed or rolled back, instead of being wiped by the rollback.
+    """
     state = StateDir(prefix)
     ensure_dir(state.transactions)
     lock = Lock(state.lock)
@@ -121,9 +130,40 @@ def _locked(prefix: Path, timeout: float, on_event: OnEvent) -> Iterator[StateDi
             hint="wait for it to finish, then retry",
         )
     try:
-        yield state
+        installer = Lock(prefix / INSTALLER_LOCK)
+        said = f"waiting for uv, which is changing {prefix} (lock {installer.path})"
+        if not installer.acquire(timeout, on_wait=partial(on_event, said)):
+            raise LockedError(
+                f"uv is changing {prefix}",
+                context=[f"lock file: {installer.path}", f"waited {timeout:g} s"],
+                hint="wait for it to finish, then retry",
+            )
+        _INSTALLER_LOCKS[prefix] = installer
+        try:
+            yield state
+        finally:
+            _INSTALLER_LOCKS.pop(prefix, None)
+            installer.release()
     finally:
         lock.release()
+
+
+_INSTALLER_LOCKS: dict[Path, Lock] = {}
+"""uv's lock held by this process, per environment, while a run holds cudafix's lock."""
+
+
+@contextlib.contextmanager
+def _backend_runs(prefix: Path) -> Iterator[None]:
+    """Hand uv's lock to our own backend call (uv waits for it), and take it back after."""
+    installer = _INSTALLER_LOCKS.get(prefix)
+    if installer is None or not installer.held:
+        yield
+        return
+    installer.release()
+    try:
+        yield
+    finally:
+        installer.acquire(DEFAULT_LOCK_TIMEOUT * 5)
 
 
 def lock_is_held(prefix: Path) -> bool:
@@ -364,12 +404,16 @@ def _apply_plan(
         names = [r.name for r in plan.remove]
         journal.append(tx.journal, "uninstall-begin", {"names": names})
         on_event(f"uninstalling {', '.join(names)}")
-        _backend_step(tx, f"{opts.backend} uninstall", backend.uninstall(names))
+        with _backend_runs(prefix):
+            done = backend.uninstall(names)
+        _backend_step(tx, f"{opts.backend} uninstall", done)
     if plan.reinstall:
         pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
         journal.append(tx.journal, "reinstall-begin", {"pins": pins})
         on_event(f"reinstalling {', '.join(pins)}")
-        _backend_step(tx, f"{opts.backend} reinstall", backend.reinstall(pins))
+        with _backend_runs(prefix):
+            done = backend.reinstall(pins)
+        _backend_step(tx, f"{opts.backend} reinstall", done)
     if plan.kept_paths:
         journal.append(tx.journal, "keep-begin", {"paths": plan.kept_paths})
         snapshot.put_back(prefix, tx, manifest, plan.kept_paths)
@@ -387,7 +431,9 @@ def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: On
     pins = [f"{i.name}=={i.version}" for i in plan.install]
     journal.append(tx.journal, "install-begin", {"pins": pins})
     on_event(f"installing {', '.join(pins)}")
-    _backend_step(tx, f"{plan.options.backend} install", backend.reinstall(pins))
+    with _backend_runs(prefix):
+        done = backend.reinstall(pins)
+    _backend_step(tx, f"{plan.options.backend} install", done)
     absent = [
         f"{i.name}=={i.version}"
         for i in plan.install
