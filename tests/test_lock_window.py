@@ -117,7 +117,7 @@ def test_a_concurrent_uv_install_waits_and_is_not_wiped(
          "--offline", "--no-index", "--find-links", str(wheels), "--no-deps", "pc==1.0"],
         env=uv_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    out, err = run.communicate(timeout=300)
+    _out, err = run.communicate(timeout=300)
     assert run.returncode == 1, err
     assert "rolled back" in err
     said = install.communicate(timeout=120)

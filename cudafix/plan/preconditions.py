@@ -12,15 +12,14 @@ and again, cheaply (:func:`quick_differences`), under the transaction lock.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cudafix.env.distinfo import is_installer_file
 from cudafix.env.hashing import HashCache
-from cudafix.env.inventory import Distribution, installed_versions
-from cudafix.env.record import Refusal, parse_record, resolve_record_path
+from cudafix.env.inventory import Distribution, installed_versions, read_distribution
 from cudafix.env.statedir import StateDir
-from cudafix.model.errors import StalePlan
+from cudafix.model.errors import CudafixError, StalePlan
 from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
 from cudafix.model.plan import Plan, Target
 from cudafix.plan.facts import Facts
@@ -28,16 +27,12 @@ from cudafix.plan.facts import Facts
 
 def record_digest(dist: Distribution) -> str:
     """sha256 over a distribution's RECORD rows, installer-written files left out."""
-    return _digest(dist.dist_info, ((e.path, e.sha256, e.size) for e in dist.files))
-
-
-def _digest(dist_info: str, rows: Iterable[tuple[str, str | None, int | None]]) -> str:
-    lines = sorted(
-        f"{path}\0{sha or ''}\0{size if size is not None else ''}"
-        for path, sha, size in rows
-        if not is_installer_file(path, dist_info)
+    rows = sorted(
+        f"{e.path}\0{e.sha256 or ''}\0{e.size if e.size is not None else ''}"
+        for e in dist.files
+        if not is_installer_file(e.path, dist.dist_info)
     )
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 
 def _live_record_digest(prefix: Path, plan: Plan, name: str) -> str | None:
@@ -52,16 +47,11 @@ def _live_record_digest(prefix: Path, plan: Plan, name: str) -> str | None:
             split = split_dist_info_name(entry) if entry.endswith(".dist-info") else None
             if split is None or normalize_name(split[0]) != name or split[1] != want:
                 continue
-            info = EnvPath(f"{site}/{entry}")
             try:
-                text = (prefix / info / "RECORD").read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
+                dist = read_distribution(prefix, EnvPath(site), EnvPath(f"{site}/{entry}"))
+            except CudafixError:
                 return None
-            rows = parse_record(text).entries
-            resolved = ((resolve_record_path(EnvPath(site), r.path), r) for r in rows)
-            return _digest(
-                info, ((p, r.sha256, r.size) for p, r in resolved if not isinstance(p, Refusal))
-            )
+            return record_digest(dist) if dist is not None else None
     return None
 
 
