@@ -355,7 +355,8 @@ def _snapshot(
         shutil.rmtree(tx.snapshot, ignore_errors=True)
         with contextlib.suppress(OSError):
             tx.manifest.unlink()
-        _note(tx, "aborted", {"error": str(exc)})
+        if _note(tx, "aborted", {"error": str(exc)}) is not None:
+            shutil.rmtree(tx.root, ignore_errors=True)  # nothing changed: nothing to keep
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise TransactionFailed(
             f"could not snapshot {prefix}: {why}; nothing was changed",
@@ -584,9 +585,11 @@ def _rollback(prefix: Path, tx: TxDir, reason: str, manifest: snapshot.Manifest 
     """
     unwritten = [m for m in [_note(tx, "rollback-begin", {"reason": reason})] if m]
     if _untouched(tx, manifest, prefix):
-        if (m := _note(tx, "aborted", {"error": reason})) is None:
+        if _note(tx, "aborted", {"error": reason}) is None:
             shutil.rmtree(tx.snapshot, ignore_errors=True)
-        return _Outcome([], 0, [*unwritten, *([m] if m else [])])
+        else:  # the journal cannot say so, and nothing changed: keep nothing that blocks
+            shutil.rmtree(tx.root, ignore_errors=True)
+        return _Outcome([], 0, [])
     if manifest is None:
         raise DamagedState(
             f"transaction {tx.txid} changed the environment, but its snapshot manifest "
