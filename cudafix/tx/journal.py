@@ -16,6 +16,7 @@ Test-only hooks (never set them outside tests):
 
 from __future__ import annotations
 
+import enum
 import errno
 import fnmatch
 import json
@@ -33,7 +34,41 @@ CRASH_ENV = "CUDAFIX_TEST_CRASH_AFTER"
 FAIL_ENV = "CUDAFIX_TEST_FAIL"
 FILL_ENV = "CUDAFIX_TEST_FILL_AT"
 
-DONE_EVENTS = frozenset({"commit", "rolled-back", "aborted"})
+
+class Event(str, enum.Enum):
+    """Every step a journal records, in the order a transaction takes them.
+
+    A str enum: records stay plain JSON strings and compare equal to them, so journals
+    written by older runs read the same.
+    """
+
+    PLAN = "plan"
+    SNAPSHOT_BEGIN = "snapshot-begin"
+    SNAPSHOT_DONE = "snapshot-done"
+    ABORTED = "aborted"
+    BACKEND = "backend"
+    SANITIZE_RECORD = "sanitize-record"
+    DETACH_BEGIN = "detach-begin"
+    UNINSTALL_BEGIN = "uninstall-begin"
+    REINSTALL_BEGIN = "reinstall-begin"
+    KEEP_BEGIN = "keep-begin"
+    VERIFY_BEGIN = "verify-begin"
+    INSTALL_BEGIN = "install-begin"
+    PROBE_BEGIN = "probe-begin"
+    PROBE_DONE = "probe-done"
+    ROLLBACK_BEGIN = "rollback-begin"
+    RESTORE_BEGIN = "restore-begin"
+    ROLLBACK_INCOMPLETE = "rollback-incomplete"
+    ROLLED_BACK = "rolled-back"
+    COMMIT_BEGIN = "commit-begin"
+    COMMIT = "commit"
+    UNDO_BEGIN = "undo-begin"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+DONE_EVENTS = frozenset({Event.COMMIT, Event.ROLLED_BACK, Event.ABORTED})
 """A transaction whose journal ends in one of these needs nothing more."""
 
 
@@ -70,20 +105,21 @@ def fail_point(op: str, subject: str = "") -> None:
             raise OSError(num, f"{os.strerror(num)} (injected at {op})", subject or None)
 
 
-def append(path: Path, event: str, data: Mapping[str, Any] | None = None) -> None:
+def append(path: Path, event: Event | str, data: Mapping[str, Any] | None = None) -> None:
     """Durably append one step; fsync the file, and the directory when the file is new.
 
     A line torn by an earlier failed write is ended first, so it can never swallow this
     record; the file is opened without following symlinks.
     """
-    record = {"event": event, "time": time.time(), **(data or {})}
+    name = str(event)
+    record = {"event": name, "time": time.time(), **(data or {})}
     line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     fd = open_file(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
-        fail_point("journal", event)
+        fail_point("journal", name)
         view = memoryview(line)
         while view:
             view = view[os.write(fd, view) :]
@@ -92,7 +128,7 @@ def append(path: Path, event: str, data: Mapping[str, Any] | None = None) -> Non
         os.close(fd)
     if size == 0:
         fsync_dir(path.parent)
-    crash_point(event)
+    crash_point(name)
 
 
 @dataclass(frozen=True)
