@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from cudafix.model.errors import LockedError, PlanRefused
+from cudafix.model.errors import CudafixError, LockedError, PlanRefused
 from cudafix.model.sources import Sources
 
 if TYPE_CHECKING:
@@ -76,6 +76,14 @@ class RemoveArgs:
     exclude: tuple[str, ...] = ()
     repair: bool = False
     keep_shared: bool = False
+    allow_broken_requirements: bool = False
+
+
+@dataclass(frozen=True)
+class InstallArgs:
+    """What ``cudafix install`` was asked to install (requirement specifiers, as for uv)."""
+
+    specs: tuple[str, ...]
     allow_broken_requirements: bool = False
 
 
@@ -201,6 +209,66 @@ def plan_repair(
         return None
     request = Request((), (), _options(sources, backend), reinstall=wanted)
     return _plan(facts, request, sources)
+
+
+def plan_install(
+    args: FactArgs,
+    request: InstallArgs,
+    sources: Sources,
+    backend: Backend,
+    *,
+    mutating: bool,
+    on_event: OnEvent = _quiet,
+) -> Plan:
+    """The plan for ``uv pip install SPEC...`` simulated on the after-state; when refused,
+    with the matching-major installs that pass when planned the same way."""
+    import shlex
+
+    from cudafix.model.plan import Alternative
+    from cudafix.plan.install import matching_builds
+
+    target = locate(args.target)
+    check_pending(target, mutating=mutating, on_event=on_event)
+    facts = read_facts(args, target)
+    plan = _install_plan(facts, request, sources, backend)
+    if plan.verdict == "pass":
+        return plan
+    alternatives = []
+    for specs in matching_builds(plan, request.specs):
+        try:
+            alt = _install_plan(
+                facts, InstallArgs(specs, request.allow_broken_requirements), sources, backend
+            )
+        except CudafixError:
+            continue
+        if alt.verdict != "pass":
+            continue
+        words = ["cudafix", "install", *specs, "--venv", str(target.prefix)]
+        words += ["--offline"] if sources.offline else []
+        words += [w for link in sources.find_links for w in ("--find-links", link)]
+        pins = ", ".join(f"{i.name}=={i.version}" for i in alt.install)
+        summary = (
+            f"install {pins}, the build the consumers load today"
+            if pins
+            else "already satisfied: the build the consumers load today is installed"
+        )
+        alternatives.append(Alternative(command=shlex.join([*words, "--dry-run"]), summary=summary))
+    return plan.model_copy(update={"alternatives": alternatives})
+
+
+def _install_plan(facts: Facts, request: InstallArgs, sources: Sources, backend: Backend) -> Plan:
+    """Resolve with uv (what it would install and uninstall), stage, plan the after-state."""
+    from cudafix.plan.install import resolve
+    from cudafix.plan.planner import Request
+
+    inv = facts.inventory
+    python = inv.python or inv.prefix / "bin" / "python"
+    resolution = resolve(str(python), request.specs, sources)
+    options = _options(
+        sources, backend, allow_broken_requirements=request.allow_broken_requirements
+    )
+    planned = Request(resolution.replaced, request.specs, options, installs=resolution.installs)
+    return _plan(facts, planned, sources)
 
 
 def plan_script(

@@ -30,6 +30,7 @@ from cudafix.cli.common import (
     style_for,
     target_options,
 )
+from cudafix.cli.install import install as install_command
 from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, UsageError
 from cudafix.tx import DEFAULT_KEEP
 
@@ -250,3 +251,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 cli.add_command(apply_command)
+cli.add_command(install_command)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NewType
 
@@ -18,6 +19,14 @@ EnvPath = NewType("EnvPath", str)
 (``lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9``)."""
 
 DIST_INFO_SUFFIX = ".dist-info"
+
+_CUDA_SUFFIX = re.compile(r"-cu(\d+)$")
+
+
+def cuda_major(name: str) -> int | None:
+    """The CUDA major a ``*-cuNN`` distribution is built for (``nvidia-cudnn-cu12`` -> 12)."""
+    m = _CUDA_SUFFIX.search(normalize_name(name))
+    return int(m.group(1)) if m else None
 
 
 def normalize_name(name: str) -> DistName:

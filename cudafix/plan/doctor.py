@@ -20,12 +20,11 @@ from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
 from cudafix.linker.loader import LoadTree, Step, expand_entry
-from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
+from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers
 from cudafix.plan.requirements import check_requirements, requirement_closure
 
 DOCTOR_SCHEMA_VERSION = 1
-_CUDA_SUFFIX = re.compile(r"-cu(\d+)$")
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
 
 Severity = Literal["error", "warning", "info"]
@@ -309,8 +308,8 @@ def _claimants(inv: Inventory, soname: str) -> list[str]:
 
 
 def _cuda_major(name: str) -> str | None:
-    m = _CUDA_SUFFIX.search(name)
-    return m.group(1) if m else None
+    major = cuda_major(name)
+    return None if major is None else str(major)
 
 
 def _mixed_cuda(

@@ -39,6 +39,7 @@ from cudafix.tx.backend import Backend, make_backend
 from cudafix.tx.journal import Event
 from cudafix.tx.lock import Lock, is_held
 from cudafix.tx.probe import ProbeSpec, run_probes
+from cudafix.tx.verify import install_mismatches
 
 DEFAULT_LOCK_TIMEOUT = 60.0
 Verify = Callable[[], list[str]]
@@ -504,13 +505,12 @@ def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: On
     with _backend_runs(prefix):
         done = backend.reinstall(pins)
     _backend_step(tx, f"{plan.options.backend} install", done)
-    absent = [
-        f"{i.name}=={i.version}"
-        for i in plan.install
-        if _dist_info(prefix, plan, i.name, i.version) is None
-    ]
-    if absent:
-        raise _StepFailed("not installed after the install step: " + ", ".join(absent))
+    problems = install_mismatches(plan)
+    if problems:
+        more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise _StepFailed(
+            "the install differs from the staged wheels: " + "; ".join(problems[:5]) + more
+        )
 
 
 def _sanitize_records(prefix: Path, tx: TxDir, plan: Plan) -> None:
