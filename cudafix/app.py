@@ -348,6 +348,52 @@ def execute(plan: Plan, run: RunArgs, on_event: OnEvent = _quiet) -> transaction
     )
 
 
+def run_command(
+    args: FactArgs,
+    argv: Sequence[str],
+    run: RunArgs,
+    *,
+    accept: bool = False,
+    on_event: OnEvent = _quiet,
+) -> transaction.GuardedRun:
+    """Run any command that changes the environment (``uv pip install -U torch``,
+    ``pip install -r req.txt``) as a transaction: the whole site-packages and ``bin/`` are
+    snapshotted by hard link, the environment is diagnosed again after, and the run is rolled
+    back when it introduced a problem doctor reports (``accept``: commit anyway) or a probe
+    fails."""
+    from cudafix.plan.doctor import diagnose
+    from cudafix.tx import transaction
+    from cudafix.tx.probe import ProbeSpec
+
+    target = locate(args.target)
+    check_pending(target, mutating=True, on_event=on_event)
+    flags = target_flags(args.target, target)
+    facts = read_facts(args, target)
+    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
+
+    def judge() -> list[str]:
+        after = diagnose(read_facts(args, target), flags)
+        return [
+            f"[{f.kind}] {f.message}"
+            for f in after.findings
+            if f.severity != "info" and (f.kind, f.message) not in known
+        ]
+
+    roots = [*facts.inventory.site_packages, "bin"]
+    probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
+    return transaction.run_guarded(
+        target.prefix,
+        roots,
+        argv,
+        judge=judge,
+        probes=probes,
+        accept=accept,
+        lock_timeout=run.lock_timeout,
+        command=run.command,
+        on_event=on_event,
+    )
+
+
 # -- the transaction log --------------------------------------------------------------------
 
 

@@ -16,12 +16,16 @@ from conftest import ScenarioFactory
 from wheelhelp import make_wheel
 
 from scenarios import BuiltScenario
+from scenarios.build import uv_binary
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 CLOBBERED = [
     "nvidia/cudnn/include/cudnn_version.h",
     "nvidia/cudnn/lib/libcudnn.so.9",
+    "nvidia/cudnn/lib/libcudnn_adv.so.9",
     "nvidia/cudnn/lib/libcudnn_cnn.so.9",
+    "nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9",
+    "nvidia/cudnn/lib/libcudnn_engines_runtime_compiled.so.9",
     "nvidia/cudnn/lib/libcudnn_graph.so.9",
     "nvidia/cudnn/lib/libcudnn_heuristic.so.9",
     "nvidia/cudnn/lib/libcudnn_ops.so.9",
@@ -55,7 +59,7 @@ def test_seed_install_is_refused_naming_the_clobbered_paths_and_the_switch(
         proc = _install(built, "nvidia-cudnn-cu13", mode)
         assert proc.returncode == 3, proc.stdout + proc.stderr
         assert "Verdict: REFUSED" in proc.stdout
-        assert "nvidia-cudnn-cu13 would overwrite 6 path(s) that nvidia-cudnn-cu12 claims" in (
+        assert "nvidia-cudnn-cu13 would overwrite 9 path(s) that nvidia-cudnn-cu12 claims" in (
             proc.stdout
         )
         for path in CLOBBERED:
@@ -179,3 +183,63 @@ def test_bad_specs_are_one_line_errors(scenario: ScenarioFactory) -> None:
     assert_one_line_error(_install(built, "nvidia-cudnn-cu12<9.10"), 2, "uv cannot resolve")
     assert_one_line_error(_install(built, "no-such-dist-anywhere"), 2, "no-such-dist-anywhere")
     assert_one_line_error(cudafix("install", "--venv", built.venv), 2, "nothing to install")
+
+
+UV = uv_binary()
+
+
+def _uv_install(built: BuiltScenario, *names: str) -> list[str]:
+    links = ["--offline", "--no-index", "--find-links", str(built.wheelhouse)]
+    return [str(UV), "pip", "install", "--python", str(built.python), *links, *names]
+
+
+def test_run_rolls_back_a_plain_uv_install_that_clobbers(scenario: ScenarioFactory) -> None:
+    built = scenario("seed")
+    before = fingerprint(built.venv)
+    proc = cudafix("run", "--venv", built.venv, "--", *_uv_install(built, "nvidia-cudnn-cu13"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "new problems: [clobbered]" in proc.stderr and "rolled back" in proc.stderr
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+    accepted = cudafix(
+        "run", "--venv", built.venv, "--accept", "--", *_uv_install(built, "nvidia-cudnn-cu13")
+    )
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "accepted: [clobbered]" in accepted.stderr and "Committed transaction" in accepted.stdout
+    txid = accepted.stdout.split("Committed transaction ")[1].split(":")[0]
+    assert cudafix("undo", txid, "--venv", built.venv, "--yes").returncode == 0
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+
+
+def test_run_commits_a_harmless_command_and_rolls_back_a_failing_probe(
+    scenario: ScenarioFactory,
+) -> None:
+    built = scenario("seed")
+    before = fingerprint(built.venv)
+    failing = cudafix(
+        "run", "--venv", built.venv, "--probe", "raise SystemExit('no')", "--",
+        *_uv_install(built, "nvidia-nvtx-cu12"),
+    )  # fmt: skip
+    assert failing.returncode == 1 and "probe failed" in failing.stderr, failing.stderr
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+    ok = cudafix("run", "--venv", built.venv, "--", *_uv_install(built, "nvidia-nvtx-cu12"))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "nvidia-nvtx-cu12" in _versions(built)
+
+
+def test_run_names_files_a_command_rewrote_in_place(scenario: ScenarioFactory) -> None:
+    """A writer that truncates and rewrites a file keeps its inode, so the hard-link snapshot
+    changed with it: cudafix says which files it cannot bring back, never that all is well."""
+    built = scenario("seed")
+    [header] = built.venv.glob("lib/python3*/site-packages/nvidia/cudnn/include/cudnn_version.h")
+    writer = (
+        f"p = {str(header)!r}\n"
+        "with open(p, 'r+') as f:\n    f.truncate(0); f.write('rewritten in place, longer\\n')\n"
+        "raise SystemExit(1)\n"
+    )
+    proc = cudafix("run", "--venv", built.venv, "--", str(built.python), "-c", writer)
+    assert proc.returncode == 1, proc.stderr
+    assert "rewritten in place" in proc.stderr and "cudnn_version.h" in proc.stderr
+    assert "rolled back" in proc.stderr and "Traceback" not in proc.stderr
+    assert not cudafix("recover", "--venv", built.venv, "--dry-run").stdout.startswith("would")
+    report = as_json(cudafix("doctor", "--json", "--venv", built.venv))
+    assert "nvidia-cudnn-cu12" in report["repair"]  # the way back doctor offers

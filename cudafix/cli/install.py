@@ -11,11 +11,19 @@ roll back).
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
 from cudafix import app
-from cudafix.cli.common import EXIT_CODES_HELP, PlanFlags, echo_err, plan_options, present_and_apply
+from cudafix.cli.common import (
+    EXIT_CODES_HELP,
+    PlanFlags,
+    echo_err,
+    facts_options,
+    plan_options,
+    present_and_apply,
+)
 from cudafix.model.errors import ExitCode, UsageError
 
 
@@ -47,3 +55,55 @@ def install(
         click.echo(f"Nothing to install in {plan.target.prefix}: {' '.join(specs)} is satisfied.")
         raise click.exceptions.Exit(ExitCode.OK)
     present_and_apply(plan, flags)
+
+
+@click.command(
+    "run",
+    epilog=EXIT_CODES_HELP,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@facts_options
+@click.option("--accept", is_flag=True, help="Commit even with new problems (printed).")
+@click.option(
+    "--probe", "probe_code", multiple=True, metavar="CODE", help="Python that must run after."
+)
+@click.option(
+    "--probe-cmd", multiple=True, metavar="CMD", help="Shell command that must succeed after."
+)
+@click.option("--probe-timeout", type=float, default=60.0, show_default=True)
+@click.option("--lock-timeout", type=float, default=60.0, show_default=True)
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED, required=True)
+def run_command(
+    facts: app.FactArgs,
+    accept: bool,
+    probe_code: tuple[str, ...],
+    probe_cmd: tuple[str, ...],
+    probe_timeout: float,
+    lock_timeout: float,
+    argv: tuple[str, ...],
+) -> None:
+    """Run CMD (after --) as a transaction: snapshot, run, diagnose, probe, commit or roll back.
+
+    For any command that changes the environment: `cudafix run -- uv pip install -U torch`.
+    The run is rolled back when the command fails, when doctor finds a problem it did not
+    find before (unless --accept), or when a probe fails.
+    """
+    run = app.RunArgs(
+        probe_code=probe_code,
+        probe_commands=probe_cmd,
+        probe_timeout=probe_timeout,
+        lock_timeout=lock_timeout,
+        command=tuple(sys.argv),
+    )
+    result = app.run_command(facts, argv, run, accept=accept, on_event=echo_err)
+    out = (result.completed.stdout + result.completed.stderr).rstrip()
+    if out:
+        click.echo(out)
+    for finding in result.findings:
+        echo_err(f"accepted: {finding}")
+    for path in result.in_place:
+        echo_err(f"warning: {path} was rewritten in place; a rollback could not have restored it")
+    click.echo(
+        f"Committed transaction {result.txid}: {' '.join(argv)}; probes passed: "
+        f"{len(result.probes)}.\nUndo with: cudafix undo {result.txid} --venv {result.prefix}"
+    )

@@ -31,6 +31,7 @@ from cudafix.cli.common import (
     target_options,
 )
 from cudafix.cli.install import install as install_command
+from cudafix.cli.install import run_command
 from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, UsageError
 from cudafix.tx import DEFAULT_KEEP
 
@@ -252,3 +253,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 cli.add_command(apply_command)
 cli.add_command(install_command)
+cli.add_command(run_command)
