@@ -177,7 +177,8 @@ def plan_remove(
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
     facts = read_facts(args, target)
-    names = select(facts.inventory.distributions, request.selectors, request.exclude)
+    inventory = facts.inventory
+    names = select(inventory.distributions, request.selectors, request.exclude, inventory.unmanaged)
     options = _options(
         sources,
         backend,

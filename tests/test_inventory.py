@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from wheelhelp import install, make_venv, make_wheel, record_hash, site_packages, uninstall
 
-from cudafix.env.hashing import HashCache
+from cudafix.env.hashing import CACHE_VERSION, HashCache
 from cudafix.env.inventory import Inventory, holder_of, read_inventory, walk_files
 from cudafix.env.record import (
     Refusal,
@@ -363,7 +363,7 @@ def test_hash_cache_roundtrip_corrupt_and_unwritable(tmp_path: Path) -> None:
     assert len(loaded) == 1
     # the loaded memo answers without reading: prove it by planting a wrong value
     (key,) = json.loads(cache_file.read_text())["entries"]
-    cache_file.write_text(json.dumps({"version": 1, "entries": {key: "planted"}}))
+    cache_file.write_text(json.dumps({"version": CACHE_VERSION, "entries": {key: "planted"}}))
     assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == "planted"
     cache_file.write_text("{not json")
     assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest

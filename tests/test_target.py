@@ -162,3 +162,52 @@ def test_garbage_answer_falls_back(venv: Path) -> None:
     python = _break_python(venv, "echo not-json")
     info = query_interpreter(TargetEnv(venv, python))
     assert info.fallback_reason is not None and "unreadable answer" in info.fallback_reason
+
+
+# --- Debian's system python ------------------------------------------------------------
+
+DEBIAN_PYTHON = Path("/usr/bin/python3")
+
+
+def _debian_venv(where: Path) -> Path:
+    """``/usr/bin/python3 -m venv`` (Debian's interpreter, default scheme ``posix_local``)."""
+    import subprocess
+
+    if not DEBIAN_PYTHON.is_file():
+        pytest.skip(f"{DEBIAN_PYTHON} is not on this machine (not a Debian/Ubuntu host)")
+    made = subprocess.run(
+        [DEBIAN_PYTHON, "-m", "venv", "--without-pip", where], capture_output=True
+    )
+    if made.returncode != 0:
+        apt = subprocess.run(
+            ["apt-get", "install", "-y", "-q", "python3-venv"], capture_output=True, text=True
+        )
+        if apt.returncode != 0:
+            pytest.skip(f"python3-venv is missing and cannot be installed: {apt.stderr[-200:]}")
+        subprocess.run([DEBIAN_PYTHON, "-m", "venv", "--without-pip", where], check=True)
+    return where
+
+
+def test_debian_system_python_venv_is_read_with_the_venv_scheme(
+    tmp_path: Path, cache: Path
+) -> None:
+    import subprocess
+
+    import uv
+    from wheelhelp import make_wheel
+
+    from cudafix.env.inventory import read_inventory
+
+    venv = _debian_venv(tmp_path / "deb")
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "debpkg", "1.0", {"debpkg/__init__.py": b"X = 1\n"})
+    argv = [uv.find_uv_bin(), "pip", "install", "-q", "--python", str(venv / "bin" / "python")]
+    offline = ["--offline", "--no-index", "--find-links", str(wheels), "--cache-dir", str(cache)]
+    subprocess.run([*argv, *offline, "debpkg==1.0"], check=True)
+    info = query_interpreter(TargetEnv(venv, venv / "bin" / "python"))
+    version = f"python{sys.version_info[0]}"
+    assert info.site_packages and all(
+        s.startswith(f"lib/{version}") and s.endswith("/site-packages") for s in info.site_packages
+    ), info.site_packages
+    inventory = read_inventory(venv, info.site_packages, venv / "bin" / "python")
+    assert "debpkg" in inventory.distributions

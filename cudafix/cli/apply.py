@@ -40,15 +40,44 @@ def file_kind(path: Path, text: str) -> FileKind:
 
 @click.command("apply", epilog=EXIT_CODES_HELP)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--no-plan-probes",
+    is_flag=True,
+    help="Do not run the file's own probe commands and Python snippets (a plan file is code: "
+    "its probes.commands run through /bin/sh).",
+)
 @plan_options
-def apply(file: Path, flags: PlanFlags) -> None:
+def apply(file: Path, no_plan_probes: bool, flags: PlanFlags) -> None:
     """Apply a cleanup script (TOML) or a saved plan (JSON) as ONE transaction.
 
     A script's steps become one plan: all removals simulated together, then reinstalls,
     installs and probes; any failure rolls everything back. A saved plan is checked against
     the environment first and refused (exit 3) with the differences when it is stale.
+
+    A plan or script file is code: its probe commands run through /bin/sh and its Python
+    probes in the target interpreter, as the user running cudafix. Apply only files you
+    trust, or pass --no-plan-probes.
     """
-    present_and_apply(_plan_for(file, flags), flags)
+    present_and_apply(_without_code(_plan_for(file, flags), file, no_plan_probes), flags)
+
+
+def _without_code(plan: Plan, file: Path, drop: bool) -> Plan:
+    """Say what the file's probes will run (or drop them with ``--no-plan-probes``)."""
+    probes = plan.probes
+    commands = [*probes.commands, *(e.command for e in probes.expect if e.command)]
+    snippets = [*probes.python, *(e.python for e in probes.expect if e.python)]
+    code = [f"/bin/sh -c {c!r}" for c in commands] + [f"python -c {c!r}" for c in snippets]
+    if not code:
+        return plan
+    if drop:
+        echo_err(f"{file}: not running its {len(code)} probe command(s) (--no-plan-probes)")
+        cleared = probes.model_copy(update={"commands": [], "python": [], "expect": []})
+        return plan.model_copy(update={"probes": cleared})
+    echo_err(f"{file} runs {len(code)} probe command(s) as you (a plan file is code):")
+    for line in code:
+        echo_err(f"  {line}")
+    echo_err("  (skip them with --no-plan-probes)")
+    return plan
 
 
 def _plan_for(file: Path, flags: PlanFlags) -> Plan:

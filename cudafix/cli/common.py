@@ -337,4 +337,6 @@ def error_json(err: CudafixError) -> dict[str, Any]:
 
 def emit_json_error(err: CudafixError) -> None:
     """One JSON object on stdout for a failure, beside the one-line message on stderr."""
-    click.echo(json.dumps(error_json(err), indent=2))
+    if not err.json_emitted:
+        click.echo(json.dumps(error_json(err), indent=2))
+    err.json_emitted = True

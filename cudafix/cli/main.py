@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import click
 
@@ -31,7 +32,7 @@ from cudafix.cli.common import (
 )
 from cudafix.cli.install import install as install_command
 from cudafix.cli.install import run_command
-from cudafix.model.errors import CudafixError, ExitCode
+from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, UsageError
 from cudafix.tx import DEFAULT_KEEP
 
 
@@ -192,22 +193,43 @@ def gc(target: app.TargetArgs, keep: int) -> None:
     click.echo(f"Deleted {len(gone)} snapshot(s).")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point: every CudafixError becomes one clear message and its exit code."""
-    try:
-        code = cli.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="cudafix",
-            standalone_mode=False,
-        )
-    except CudafixError as err:
-        from cudafix.cli.render import render_error
+def _wants_json(args: Sequence[str]) -> bool:
+    return "--json" in args
 
-        echo_err(render_error(err, style_for(sys.stderr.isatty())))
-        sys.exit(int(err.exit_code))
+
+def _fail(err: CudafixError, as_json: bool) -> NoReturn:
+    """One clear message on stderr (and one JSON object on stdout under ``--json``)."""
+    from cudafix.cli.render import render_error
+
+    if as_json and not err.json_emitted:
+        emit_json_error(err)
+    echo_err(render_error(err, style_for(sys.stderr.isatty())))
+    sys.exit(int(err.exit_code))
+
+
+def _os_error(exc: OSError) -> CudafixError:
+    """A failure of the machine (no space, read-only, permission, loop): not a bug."""
+    where = f": {exc.filename}" if exc.filename else ""
+    return EnvironmentFault(f"{exc.strerror or exc}{where}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: every error becomes one clear message and its documented exit code.
+
+    Errors of the machine (OSError: ENOSPC, EROFS, EACCES, ELOOP) are reported as such,
+    never as a cudafix bug; under ``--json`` every failure is also one JSON object.
+    """
+    args = list(argv) if argv is not None else sys.argv[1:]
+    as_json = _wants_json(args)
+    try:
+        code = cli.main(args=args, prog_name="cudafix", standalone_mode=False)
+    except CudafixError as err:
+        _fail(err, as_json)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
+        if as_json:
+            emit_json_error(UsageError(exc.format_message()))
         exc.show()
         sys.exit(ExitCode.USAGE)
     except click.exceptions.Abort:
@@ -216,9 +238,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         echo_err("interrupted")
         sys.exit(130)
+    except OSError as exc:
+        _fail(_os_error(exc), as_json)
     except Exception as exc:  # a bug: one line by default, the traceback on request
         if os.environ.get("CUDAFIX_DEBUG"):
             raise
+        if as_json:
+            emit_json_error(CudafixError(f"internal error: {type(exc).__name__}: {exc}"))
         echo_err(f"error: internal error: {type(exc).__name__}: {exc}")
         echo_err("hint: this is a bug in cudafix; rerun with CUDAFIX_DEBUG=1 for the traceback")
         sys.exit(ExitCode.FAILURE)

@@ -1,7 +1,7 @@
 """RECORD-style sha256 of files in the environment, with a stat-keyed cache.
 
 CUDA libraries are hundreds of megabytes each, so a file is hashed in chunks and only
-once per (dev, ino, size, mtime_ns); the cache survives runs in
+once per (dev, ino, size, mtime_ns, ctime_ns); the cache survives runs in
 ``<prefix>/.cudafix/hash-cache.json``. A symlink is followed only when its target stays
 inside the environment.
 """
@@ -20,9 +20,10 @@ from cudafix.env.statedir import save_cache_file
 from cudafix.model.names import EnvPath
 
 CHUNK = 1 << 20
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+"""2: ctime joined the key (a write that restores size and mtime still moves ctime)."""
 
-StatKey = tuple[int, int, int, int]
+StatKey = tuple[int, int, int, int, int]
 
 
 def record_digest(data: bytes) -> str:
@@ -55,7 +56,7 @@ def hash_path(path: Path) -> str | None:
 
 
 def _key(st: os.stat_result) -> StatKey:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class HashCache:
@@ -129,7 +130,7 @@ def _decode_entries(data: object) -> dict[StatKey, str]:
         return {}
     out: dict[StatKey, str] = {}
     for k, v in data["entries"].items():
-        dev, ino, size, mtime = (int(x) for x in k.split(":"))
+        dev, ino, size, mtime, ctime = (int(x) for x in k.split(":"))
         if isinstance(v, str):
-            out[(dev, ino, size, mtime)] = v
+            out[(dev, ino, size, mtime, ctime)] = v
     return out

@@ -382,6 +382,13 @@ def _read_distributions(prefix: Path, sites: Sequence[EnvPath]) -> _Read:
     return read
 
 
+def read_distribution(prefix: Path, site: EnvPath, info: EnvPath) -> Distribution | None:
+    """One dist-info read exactly as :func:`read_inventory` reads it (None: no RECORD)."""
+    read = _Read()
+    _read_one(prefix, site, info, SymlinkGuard(prefix), read)
+    return next(iter(read.distributions.values()), None)
+
+
 def installed_versions(prefix: Path, sites: Sequence[EnvPath]) -> dict[DistName, str]:
     """Name -> version of every dist-info, from METADATA alone: a quick look, no RECORDs.
 

@@ -65,12 +65,20 @@ def parse_record(text: str) -> ParsedRecord:
     """Parse RECORD CSV text; never raises on a bad row."""
     entries: list[RawEntry] = []
     problems: list[RecordProblem] = []
-    for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+    reader = csv.reader(io.StringIO(text))
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # a field over csv's size limit: no path is that long
+            problems.append(RecordProblem(reader.line_num, "", f"unreadable row: {exc}"))
+            break
         if not row or not row[0]:
             continue
         entry, reasons = _parse_row(row)
         entries.append(entry)
-        problems.extend(RecordProblem(lineno, ",".join(row), r) for r in reasons)
+        problems.extend(RecordProblem(reader.line_num, ",".join(row), r) for r in reasons)
     return ParsedRecord(tuple(entries), tuple(problems))
 
 

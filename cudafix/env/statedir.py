@@ -12,15 +12,19 @@
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 import secrets
-import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudafix.model.errors import UnsafeState
+
 STATE_DIR_NAME = ".cudafix"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -86,10 +90,16 @@ class StateDir:
         return TxDir(self.transactions / txid)
 
     def transaction_ids(self) -> list[str]:
-        """Every transaction id, oldest first (ids sort by creation time)."""
-        if not self.transactions.is_dir():
+        """Every transaction id, oldest first (ids sort by creation time).
+
+        Only real directories count: a symlink in ``transactions/`` is not cudafix's, and a
+        symlinked ``.cudafix`` or ``transactions`` is refused (:class:`UnsafeState`).
+        """
+        try:
+            with open_dir(self.transactions) as fd, os.scandir(fd) as it:
+                return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
             return []
-        return sorted(p.name for p in self.transactions.iterdir() if p.is_dir())
 
 
 def new_txid() -> str:
@@ -100,31 +110,129 @@ def new_txid() -> str:
 
 def fsync_dir(path: Path) -> None:
     """Make a directory entry (create, rename, unlink) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
+    with open_dir(path) as fd:
         os.fsync(fd)
+
+
+def _state_split(path: Path) -> tuple[Path, tuple[str, ...]]:
+    """(a directory opened normally, the components below it opened without following).
+
+    Below the last ``.cudafix`` component every name, ``.cudafix`` included, must be a real
+    directory; elsewhere (a RECORD in site-packages) the path is opened as given.
+    """
+    parts = path.parts
+    if STATE_DIR_NAME not in parts:
+        return path, ()
+    at = len(parts) - 1 - parts[::-1].index(STATE_DIR_NAME)
+    return Path(*parts[:at]), parts[at:]
+
+
+def _unsafe(path: Path, exc: OSError) -> UnsafeState:
+    return UnsafeState(
+        f"{path} is a symlink, or not the directory cudafix expects; cudafix keeps its "
+        "lock, journal and snapshots only in real files and directories inside the environment",
+        context=[f"{exc.strerror}: {path}"],
+        hint=f"remove {path} (cudafix did not make it), then retry",
+    )
+
+
+def _unwritable(path: Path, exc: OSError) -> UnsafeState:
+    return UnsafeState(
+        f"cannot create cudafix's state directory {path}: {exc.strerror}",
+        hint="run cudafix as a user who can write the environment, or make it writable",
+    )
+
+
+@contextmanager
+def open_dir(path: Path, *, create: bool = False, mode: int = 0o755) -> Iterator[int]:
+    """An fd of directory ``path``; under ``.cudafix`` no component is a followed symlink.
+
+    Each component below the base is opened relative to its parent's fd with
+    ``O_NOFOLLOW``, so a symlink swapped in anywhere fails the open (:class:`UnsafeState`)
+    instead of leading the lock, journal or snapshot outside the environment.
+    ``create`` makes missing components (``mode``).
+    """
+    base, rel = _state_split(path)
+    if create and not rel:
+        base.mkdir(mode=mode, parents=True, exist_ok=True)
+    fd = os.open(base, _DIR_FLAGS)
+    try:
+        here = base
+        for name in rel:
+            here = here / name
+            if create:
+                try:
+                    os.mkdir(name, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise _unwritable(here, exc) from exc
+            try:
+                sub = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _unsafe(here, exc) from exc
+                raise
+            os.close(fd)
+            fd = sub
+        yield fd
     finally:
         os.close(fd)
+
+
+def ensure_dir(path: Path, mode: int = 0o755) -> None:
+    """Create directory ``path`` (and parents below ``.cudafix``) without following symlinks."""
+    with open_dir(path, create=True, mode=mode):
+        pass
+
+
+def open_file(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` of a file under a real state directory, the file itself not followed."""
+    with open_dir(path.parent) as dfd:
+        try:
+            return os.open(path.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _unsafe(path, exc) from exc
+            raise
+
+
+def read_bytes(path: Path) -> bytes:
+    """The bytes of a state file, read without following a symlink anywhere under ``.cudafix``."""
+    fd = open_file(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
 
 
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` durably: temp file, fsync, rename over (a new inode), fsync the dir.
 
     A rename never writes through a hard link, so a snapshot sharing the old inode keeps
-    the old bytes.
+    the old bytes; an existing file keeps its mode. Under ``.cudafix`` nothing is followed.
     """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
-    fsync_dir(path.parent)
+    data = text.encode("utf-8")
+    with open_dir(path.parent) as dfd:
+        try:
+            mode = os.stat(path.name, dir_fd=dfd, follow_symlinks=False).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+        tmp = f".{path.name}.{secrets.token_hex(4)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, mode, dir_fd=dfd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        os.fsync(dfd)
 
 
 def save_cache_file(path: Path, text: str) -> bool:
@@ -133,17 +241,11 @@ def save_cache_file(path: Path, text: str) -> bool:
     Caches only speed things up, so an unwritable location is not an error; but they are
     never written outside ``.cudafix/`` or through a symlinked directory.
     """
-    parts = path.parts
-    if STATE_DIR_NAME not in parts[:-1]:
+    if STATE_DIR_NAME not in path.parts[:-1]:
         return False
-    directory = Path(*parts[: parts.index(STATE_DIR_NAME) + 1])
     try:
-        for name in (None, *parts[parts.index(STATE_DIR_NAME) + 1 : -1]):
-            directory = directory / name if name else directory
-            if directory.is_symlink():
-                return False
-            directory.mkdir(exist_ok=True)
+        ensure_dir(path.parent)
         write_atomic(path, text)
-    except OSError:
+    except (OSError, UnsafeState):
         return False
     return True

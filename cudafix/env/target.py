@@ -34,14 +34,27 @@ import json, os, platform, site, sys, sysconfig
 # site, Python 3.10 leaves sys.prefix at the base install, so find the venv as site.venv does.
 prefix = sys.prefix
 exe_dir = os.path.dirname(os.path.abspath(sys.executable))
-if any(os.path.isfile(os.path.join(d, "pyvenv.cfg")) for d in (exe_dir, os.path.dirname(exe_dir))):
+is_venv = any(
+    os.path.isfile(os.path.join(d, "pyvenv.cfg")) for d in (exe_dir, os.path.dirname(exe_dir))
+)
+if is_venv:
     prefix = os.path.dirname(exe_dir)
+# The scheme uv installs with: "venv" in a venv (Debian's default scheme, posix_local,
+# would say /usr/local-style dist-packages, which no venv has), else posix_prefix over
+# Debian's posix_local.
+schemes = sysconfig.get_scheme_names()
+scheme = getattr(sysconfig, "get_default_scheme", getattr(sysconfig, "_get_default_scheme", None))
+scheme = scheme() if scheme else ("nt" if os.name == "nt" else "posix_prefix")
+if is_venv and "venv" in schemes:
+    scheme = "venv"
+elif scheme == "posix_local":
+    scheme = "posix_prefix"
 impl = sys.implementation
 v = impl.version
 iver = "{0.major}.{0.minor}.{0.micro}".format(v)
 if v.releaselevel != "final":
     iver += v.releaselevel[0] + str(v.serial)
-paths = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})
+paths = sysconfig.get_paths(scheme, vars={"base": prefix, "platbase": prefix})
 print(json.dumps({
     "prefix": prefix,
     "purelib": paths["purelib"],

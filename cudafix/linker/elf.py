@@ -66,6 +66,8 @@ def is_elf(head: bytes) -> bool:
 
 
 DF_1_NODEFLIB = 0x800
+_OS_OR_PROC_TAGS = (0x6000000D, 0x7FFFFFFF)
+"""DT_LOOS..DT_HIPROC: tags pyelftools may not name but a valid object may carry."""
 _SNIFF = 512
 _LINKER_SCRIPT_WORDS = (b"GROUP", b"INPUT", b"OUTPUT_FORMAT", b"SEARCH_DIR", b"/*")
 _PARSE_ERRORS = (
@@ -120,10 +122,22 @@ def _read_stream(path: Path, stream: IO[bytes]) -> ElfInfo | ElfProblem:
         reason = "truncated" if size < 64 or _header_says_truncated(stream, size) else "corrupt"
         return ElfProblem(reason, f"{path}: {exc}")
     if truncated:
-        return ElfProblem("truncated", f"{path}: headers describe data past the end ({size} bytes)")
+        return ElfProblem("truncated", f"{path}: {_past_the_end(elf, size)}")
     if info is None:
         return ElfProblem("not-dynamic", f"{path}: no PT_DYNAMIC segment")
     return info
+
+
+def _past_the_end(elf: Any, size: int) -> str:
+    """Which table runs past the end, in words (a broken section table alone is named)."""
+    hdr = elf.header
+    sections_end = hdr["e_shoff"] + hdr["e_shnum"] * hdr["e_shentsize"]
+    if hdr["e_shoff"] and sections_end > size:
+        return (
+            f"its section header table lies past the end of the file ({size} bytes): "
+            "the file is damaged or cut short"
+        )
+    return f"headers describe data past the end ({size} bytes)"
 
 
 def _not_elf(path: Path, head: bytes) -> ElfProblem:
@@ -172,6 +186,13 @@ def _dynamic_facts(elf: Any) -> ElfInfo | None:
     nodeflib = False
     for tag in _tags(dyn):
         kind = tag.entry.d_tag
+        if isinstance(kind, int) and not _OS_OR_PROC_TAGS[0] <= kind <= _OS_OR_PROC_TAGS[1]:
+            tag_value = kind & (2**64 - 1)
+            raise ValueError(
+                f"its dynamic section holds garbage (tag {tag_value:#x}); ld.so cannot load it"
+            )
+        if kind == "DT_NEEDED" and not tag.needed:
+            raise ValueError("it needs a library with an empty name (DT_NEEDED); ld.so refuses it")
         if kind == "DT_SONAME":
             soname = Soname(tag.soname)
         elif kind == "DT_NEEDED":

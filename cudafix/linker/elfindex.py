@@ -27,7 +27,7 @@ from cudafix.model.names import EnvPath, Soname
 log = logging.getLogger("cudafix.linker.elfindex")
 
 CACHE_FORMAT = "cudafix-elf-cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: garbage dynamic tags and empty DT_NEEDED are problems
 _NOT_ELF = ("not-elf", "linker-script")
 
 Reader = Callable[[Path], "ElfInfo | ElfProblem"]
@@ -112,7 +112,25 @@ def _odd_libraries(files: Mapping[EnvPath, FileStat]) -> dict[EnvPath, ElfProble
             )
         elif EnvPath(target) not in files:
             odd[rel] = ElfProblem("unreadable", f"dangling symlink to {stat.link_target}")
+        elif _loops(files, EnvPath(target)):
+            odd[rel] = ElfProblem(
+                "unreadable", f"symlink loop through {stat.link_target}: nothing can load it"
+            )
     return odd
+
+
+def _loops(files: Mapping[EnvPath, FileStat], start: EnvPath) -> bool:
+    """Whether following in-environment symlinks from ``start`` never reaches a file."""
+    here, seen = start, set[EnvPath]()
+    while (stat := files.get(here)) is not None and stat.kind == "symlink":
+        if here in seen or len(seen) >= _MAX_LINKS:
+            return True
+        seen.add(here)
+        link = stat.link_target or ""
+        if link.startswith("/"):
+            return False
+        here = EnvPath(posixpath.normpath(posixpath.join(posixpath.dirname(here), link)))
+    return False
 
 
 def _build(

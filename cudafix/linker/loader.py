@@ -46,6 +46,7 @@ from cudafix.linker.ldcache import (
     probe_host_loader,
     read_ld_cache,
 )
+from cudafix.model.errors import InputError
 from cudafix.model.names import Soname
 
 if sys.version_info >= (3, 11):
@@ -101,10 +102,23 @@ class DlopenTable:
 
     @classmethod
     def load(cls, path: Path) -> DlopenTable:
-        """Read ``[dlopen]`` ``"loader.so" = ["part.so", ...]`` from a TOML file."""
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-        return cls.from_mapping(data.get("dlopen", {}))
+        """Read ``[dlopen]`` ``"loader.so" = ["part.so", ...]`` from a TOML file.
+
+        Raises :class:`InputError` (exit 2) naming the file when it is not such a table.
+        """
+        try:
+            with path.open("rb") as fh:
+                data = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"--dlopen-table {path}: not a readable TOML file: {exc}") from exc
+        edges = data.get("dlopen", {})
+        if not isinstance(edges, dict) or not all(
+            isinstance(v, list) and all(isinstance(p, str) for p in v) for v in edges.values()
+        ):
+            raise InputError(
+                f'--dlopen-table {path}: expected [dlopen] "libx.so.1" = ["libpart.so.1", ...]'
+            )
+        return cls.from_mapping(edges)
 
     @classmethod
     def default(cls) -> DlopenTable:

@@ -31,6 +31,8 @@ class CudafixError(Exception):
 
     reference = "cudafix-error"
     exit_code = ExitCode.FAILURE
+    json_emitted = False
+    """Set once its JSON object was written (so ``--json`` prints exactly one)."""
 
     def __init__(
         self,
@@ -104,3 +106,22 @@ class RollbackIncomplete(TransactionFailed):
 
     reference = "rollback-incomplete"
     exit_code = ExitCode.LOCKED
+
+
+class UnsafeState(TargetError):
+    """cudafix's state directory is a symlink, not a directory, or cannot be created."""
+
+    reference = "unsafe-state"
+
+
+class DamagedState(CudafixError):
+    """A transaction's journal or manifest is unreadable: nothing is acted on from it."""
+
+    reference = "damaged-state"
+    exit_code = ExitCode.LOCKED
+
+
+class EnvironmentFault(CudafixError):
+    """The machine failed an operation (no space, read-only, permission): not a cudafix bug."""
+
+    reference = "os-error"

@@ -17,7 +17,7 @@ from cudafix.env.inventory import Distribution, Inventory
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import diff_edges, env_roots, resolve_edges, to_env_path
 from cudafix.model import plan as P
-from cudafix.model.names import DistName, EnvPath, site_relative
+from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
 from cudafix.plan.facts import Facts
 from cudafix.plan.preconditions import record_digest
@@ -451,6 +451,7 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
         f"cudafix runs inside the target and needs {name}" for name in plan.self_dependencies
     ]
     reasons += _wheel_reasons(plan, facts)
+    reasons += _dist_info_reasons(plan, facts.inventory)
     have = {n for n in facts.inventory.distributions if n not in {r.name for r in plan.remove}}
     reasons += [
         f"{i.name} is installed ({facts.inventory.distributions[DistName(i.name)].version}); "
@@ -459,6 +460,39 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
         if i.name in have
     ]
     return reasons
+
+
+def _dist_info_reasons(plan: P.Plan, inv: Inventory) -> list[str]:
+    """Distributions the backend cannot act on as planned, found before anything changes.
+
+    A second dist-info of one name makes the installer pick either; a dist-info directory
+    whose name differs from the one its RECORD lists (renamed, odd case) is left behind by
+    an uninstall. Both would pass a dry run and fail the transaction.
+    """
+    acted = {DistName(r.name) for r in plan.remove} | {DistName(r.name) for r in plan.reinstall}
+    out = [
+        f"{u.name} has a second dist-info directory {u.path}; the installer may act on "
+        "either: remove the stray one first"
+        for u in inv.unmanaged
+        if u.kind == "duplicate" and normalize_name(u.name) in acted
+    ]
+    for name in sorted(acted):
+        dist = inv.distributions.get(name)
+        if dist is None:
+            continue
+        depth = dist.site_packages.count("/") + 1
+        own = dist.dist_info.split("/")[depth]
+        named = {
+            parts[depth]
+            for e in dist.files
+            if len(parts := e.path.split("/")) > depth + 1 and parts[depth].endswith(".dist-info")
+        }
+        if named and own not in named:
+            out.append(
+                f"{name}: its directory is {own} but its RECORD lists {', '.join(sorted(named))}"
+                f"; an uninstall would leave {own} behind: rename it back, or reinstall {name}"
+            )
+    return out
 
 
 def _wheel_reasons(plan: P.Plan, facts: Facts) -> list[str]:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from cudafix.env.distinfo import is_installer_file
 from cudafix.env.hashing import HashCache
-from cudafix.env.inventory import Distribution, installed_versions
+from cudafix.env.inventory import Distribution, installed_versions, read_distribution
 from cudafix.env.statedir import StateDir
-from cudafix.model.errors import StalePlan
-from cudafix.model.names import DistName, EnvPath
+from cudafix.model.errors import CudafixError, StalePlan
+from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
 from cudafix.model.plan import Plan, Target
 from cudafix.plan.facts import Facts
 
@@ -33,6 +33,26 @@ def record_digest(dist: Distribution) -> str:
         if not is_installer_file(e.path, dist.dist_info)
     )
     return hashlib.sha256("\n".join(rows).encode()).hexdigest()
+
+
+def _live_record_digest(prefix: Path, plan: Plan, name: str) -> str | None:
+    """The RECORD digest of installed ``name`` read from disk now (None: no such RECORD)."""
+    want = plan.preconditions.distributions.get(DistName(name))
+    for site in plan.target.site_packages:
+        try:
+            listing = sorted(p.name for p in (prefix / site).iterdir())
+        except OSError:
+            continue
+        for entry in listing:
+            split = split_dist_info_name(entry) if entry.endswith(".dist-info") else None
+            if split is None or normalize_name(split[0]) != name or split[1] != want:
+                continue
+            try:
+                dist = read_distribution(prefix, EnvPath(site), EnvPath(f"{site}/{entry}"))
+            except CudafixError:
+                return None
+            return record_digest(dist) if dist is not None else None
+    return None
 
 
 def assumed_paths(plan: Plan) -> list[EnvPath]:
@@ -53,7 +73,7 @@ def differences(plan: Plan, facts: Facts) -> list[str]:
 
 
 def quick_differences(plan: Plan) -> list[str]:
-    """Versions and shared-path hashes only, read without a full walk.
+    """Versions, shared-path hashes and RECORD digests, read without a full walk.
 
     Run under the transaction lock just before applying: cheap enough to always do, and
     it catches another run having changed the environment since planning.
@@ -61,7 +81,16 @@ def quick_differences(plan: Plan) -> list[str]:
     prefix = Path(plan.target.prefix)
     sites = [EnvPath(s) for s in plan.target.site_packages]
     hashes = HashCache.load(prefix, StateDir(prefix).hash_cache)
-    return [*_distributions(plan, installed_versions(prefix, sites)), *_hashes(plan, hashes)]
+    records = [
+        f"{n}: its RECORD changed since the plan was made"
+        for n, want in sorted(plan.preconditions.records.items())
+        if _live_record_digest(prefix, plan, n) != want
+    ]
+    return [
+        *_distributions(plan, installed_versions(prefix, sites)),
+        *_hashes(plan, hashes),
+        *records,
+    ]
 
 
 def _layout(plan: Plan, facts: Facts) -> list[str]:

@@ -318,7 +318,7 @@ def _removals(loaded: LoadedScript, facts: Facts) -> tuple[tuple[DistName, ...],
     for i, step in enumerate(loaded.script.steps):
         for sel in step.remove or ():
             try:
-                hits = select(installed, [sel], step.exclude)
+                hits = select(installed, [sel], step.exclude, facts.inventory.unmanaged)
             except UsageError as exc:
                 if step.missing_ok:
                     continue

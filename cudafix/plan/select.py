@@ -6,6 +6,7 @@ import difflib
 import fnmatch
 from collections.abc import Iterable, Sequence
 
+from cudafix.env.inventory import Unmanaged
 from cudafix.model.errors import UsageError
 from cudafix.model.names import DistName, normalize_name
 
@@ -20,6 +21,7 @@ def select(
     installed: Iterable[DistName],
     selectors: Sequence[str],
     exclude: Sequence[str] = (),
+    unmanaged: Sequence[Unmanaged] = (),
 ) -> tuple[DistName, ...]:
     """Return the installed names matched by ``selectors`` and not by ``exclude``, sorted.
 
@@ -42,11 +44,29 @@ def select(
     if unmatched:
         raise UsageError(
             f"selector {unmatched[0]!r} matches no installed distribution",
-            context=[_near_misses(s, names) for s in unmatched],
+            context=[_unmanaged(s, unmanaged) or _near_misses(s, names) for s in unmatched],
             hint="`cudafix doctor` lists what is installed",
         )
     excluded = {n for n in chosen for e in exclude if fnmatch.fnmatchcase(n, _normalize_pattern(e))}
     return tuple(sorted(chosen - excluded))
+
+
+_UNMANAGED_WHY = {
+    "no-record": "has no RECORD, so no installer can uninstall it",
+    "egg-info": "is an egg-info install, which cudafix does not plan for",
+    "symlink": "is a symlink, which cudafix does not act on",
+    "duplicate": "is a second dist-info of an installed name",
+}
+
+
+def _unmanaged(selector: str, unmanaged: Sequence[Unmanaged]) -> str | None:
+    """Say so when the selector names an install cudafix does not manage."""
+    pattern = _normalize_pattern(selector)
+    hits = [u for u in unmanaged if fnmatch.fnmatchcase(normalize_name(u.name), pattern)]
+    if not hits:
+        return None
+    said = "; ".join(f"{u.path} {_UNMANAGED_WHY.get(u.kind, u.kind)}" for u in hits[:3])
+    return f"{selector}: not managed: {said}"
 
 
 def _near_misses(selector: str, names: Sequence[DistName]) -> str:

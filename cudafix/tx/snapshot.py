@@ -15,15 +15,19 @@ import os
 import posixpath
 import shutil
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from cudafix.env.statedir import STATE_DIR_NAME, TxDir, write_atomic
+from cudafix.env import statedir
+from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
+from cudafix.model.errors import DamagedState
 from cudafix.tx.journal import crash_point, fail_point
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
+KINDS = frozenset({"file", "symlink", "dir", "fifo", "absent"})
 
 
 @dataclass(frozen=True)
@@ -58,23 +62,78 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Manifest:
-        entries = tuple(Entry(**e) for e in data["entries"])
-        listings = {k: tuple(v) for k, v in data["listings"].items()}
+        """Parse and validate; raise ``ValueError`` naming the first thing that is wrong.
+
+        Every path must be a normalised relative path outside ``.cudafix`` and every
+        listed name one path component, so a tampered manifest can never make a restore
+        act outside the environment.
+        """
+        entries = tuple(_entry(e) for e in data["entries"])
+        dirs = {e.path for e in entries if e.kind == "dir"}
+        listings: dict[str, tuple[str, ...]] = {}
+        for key, names in dict(data["listings"]).items():
+            if key not in dirs or not isinstance(names, list):
+                raise ValueError(f"listing {key!r} is not a snapshotted directory")
+            bad = [n for n in names if not _is_name(n)]
+            if bad:
+                raise ValueError(f"listing {key!r} names {bad[0]!r}, not a file name")
+            listings[key] = tuple(names)
         return cls(entries, listings)
 
     def by_path(self) -> dict[str, Entry]:
         return {e.path: e for e in self.entries}
 
 
-def check_path(prefix: Path, path: str) -> str | None:
-    """Why ``path`` must not be acted on, or None: absolute, escaping, or via a symlink."""
+_ENTRY_TYPES: Mapping[str, tuple[type, ...]] = {
+    "path": (str,),
+    "kind": (str,),
+    "mode": (int,),
+    "size": (int,),
+    "target": (str, type(None)),
+    "dev": (int,),
+    "ino": (int,),
+    "mtime_ns": (int,),
+    "sha256": (str, type(None)),
+    "detach": (bool,),
+}
+
+
+def _entry(data: Any) -> Entry:
+    if not isinstance(data, dict) or set(data) - set(_ENTRY_TYPES) or "path" not in data:
+        raise ValueError(f"not a snapshot entry: {str(data)[:80]}")
+    wrong = [k for k, v in data.items() if not isinstance(v, _ENTRY_TYPES[k])]
+    if wrong:
+        raise ValueError(f"entry {data['path']!r}: {wrong[0]} has the wrong type")
+    entry = Entry(**data)
+    if (why := path_syntax(entry.path)) is not None:
+        raise ValueError(why)
+    if entry.kind not in KINDS or not 0 <= entry.mode <= 0o7777:
+        raise ValueError(f"entry {entry.path!r}: kind {entry.kind!r} mode {entry.mode:o}")
+    if entry.kind == "symlink" and entry.target is None:
+        raise ValueError(f"entry {entry.path!r}: a symlink without a target")
+    return entry
+
+
+def _is_name(name: Any) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and not {"/", "\x00"} & set(name)
+
+
+def path_syntax(path: str) -> str | None:
+    """Why ``path`` is not a normalised relative path outside ``.cudafix``, or None."""
     if not path or path.startswith("/") or "\x00" in path:
         return f"{path!r}: not a relative path inside the environment"
     if posixpath.normpath(path) != path or path.split("/")[0] in ("..", "."):
         return f"{path!r}: not a normalised path inside the environment"
-    parts = path.split("/")
-    if parts[0] == STATE_DIR_NAME:
+    if path.split("/")[0] == STATE_DIR_NAME:
         return f"{path!r}: inside cudafix's own state directory"
+    return None
+
+
+def check_path(prefix: Path, path: str) -> str | None:
+    """Why ``path`` must not be acted on, or None: absolute, escaping, or via a symlink."""
+    if (why := path_syntax(path)) is not None:
+        return why
+    parts = path.split("/")
     for i in range(1, len(parts)):
         ancestor = prefix.joinpath(*parts[:i])
         if ancestor.is_symlink():
@@ -164,7 +223,7 @@ def take(prefix: Path, tx: TxDir, paths: Iterable[str], detach: Iterable[str] = 
     wanted = expand(prefix, paths)
     every = sorted(set(wanted) | ancestors(wanted))
     rewritten = set(detach)
-    tx.snapshot.mkdir(parents=True, exist_ok=True)
+    statedir.ensure_dir(tx.snapshot, mode=0o700)
     entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten) for p in every)
     listings = {
         e.path: names
@@ -182,7 +241,29 @@ def write_json(path: Path, value: Any) -> None:
 
 
 def load(tx: TxDir) -> Manifest:
-    return Manifest.from_json(json.loads(tx.manifest.read_text(encoding="utf-8")))
+    """The transaction's manifest; :class:`DamagedState` (naming the file) if it is damaged."""
+    data = load_json(tx.manifest, "snapshot manifest")
+    try:
+        return Manifest.from_json(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DamagedState(
+            f"the snapshot manifest {tx.manifest} is damaged or names a path outside the "
+            f"environment ({exc}); nothing was restored from it",
+            hint=f"keep {tx.root} for inspection; cudafix will not act on it",
+        ) from exc
+
+
+def load_json(path: Path, what: str) -> Any:
+    """A JSON state file, or :class:`DamagedState` saying which file and what is wrong."""
+    try:
+        return json.loads(read_bytes(path).decode("utf-8"))
+    except FileNotFoundError:
+        raise
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DamagedState(
+            f"the {what} {path} is damaged ({exc}); nothing was acted on from it",
+            hint=f"keep {path.parent} for inspection; cudafix will not guess what it held",
+        ) from exc
 
 
 def remove_path(path: Path) -> None:
@@ -269,7 +350,7 @@ def restore_entry(prefix: Path, tx: TxDir, e: Entry) -> None:
     if e.kind == "dir" or mismatch(prefix, e) is None:
         return
     live = prefix / e.path
-    fail_point("restore")
+    fail_point("restore", e.path)
     remove_path(live)
     if e.kind == "absent":
         return
@@ -285,23 +366,33 @@ def restore_entry(prefix: Path, tx: TxDir, e: Entry) -> None:
 
 
 def ensure_dir(prefix: Path, e: Entry) -> None:
-    """Make ``e.path`` a real directory with its recorded mode."""
+    """Make ``e.path`` a real directory with its recorded mode (chmod only if it differs:
+    an immutable directory with the right mode is left alone)."""
     live = prefix / e.path
     if not (live.is_dir() and not live.is_symlink()):
         remove_path(live)
         live.mkdir()
-    live.chmod(e.mode)
+    set_dir_mode(live, e.mode)
 
 
-def remove_new(prefix: Path, manifest: Manifest) -> list[str]:
-    """Remove names that appeared in a touched directory since the snapshot."""
-    removed = []
-    for directory, before in manifest.listings.items():
-        now = _listing(prefix / directory) or ()
-        for name in sorted(set(now) - set(before)):
-            remove_path(prefix / directory / name)
-            removed.append(f"{directory}/{name}")
-    return removed
+def set_dir_mode(path: Path, mode: int) -> None:
+    """chmod a real directory (never through a symlink), only when its mode differs."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+            fail_point("restore", str(path))
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def new_names(prefix: Path, manifest: Manifest) -> list[str]:
+    """Paths that appeared in a touched directory since the snapshot."""
+    return [
+        f"{directory}/{name}"
+        for directory, before in manifest.listings.items()
+        for name in sorted(set(_listing(prefix / directory) or ()) - set(before))
+    ]
 
 
 def verify(prefix: Path, manifest: Manifest) -> list[str]:
@@ -313,6 +404,9 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
             extra = sorted(set(now) - set(before))
             if extra:
                 problems.append(f"{directory}: unexpected {', '.join(extra)}")
+            missing = sorted(set(before) - set(now))
+            if missing:
+                problems.append(f"{directory}: missing {', '.join(missing)}")
         if now is None:
             problems.append(f"{directory}: missing directory")
         elif stat.S_IMODE(os.lstat(prefix / directory).st_mode) != _dir_mode(manifest, directory):
@@ -325,16 +419,45 @@ def _dir_mode(manifest: Manifest, directory: str) -> int:
 
 
 def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
-    """Roll the touched paths back to the manifest; return what still differs."""
+    """Roll the touched paths back to the manifest, best effort path by path.
+
+    One path that cannot be restored (EPERM on an immutable file, ENOSPC for a copy) does
+    not stop the others; the return value names every path that still differs, each with
+    the error that stopped it. Nothing is done through a symlinked ancestor.
+    """
+    failed: dict[str, str] = {}
+
+    def attempt(path: str, step: Callable[[], object]) -> None:
+        if any(path == f or path.startswith(f + "/") for f in failed):
+            return
+        if (why := check_path(prefix, path)) is not None:
+            failed[path] = why
+            return
+        try:
+            step()
+        except OSError as exc:
+            failed[path] = f"{path}: {exc.strerror or exc}"
+
     dirs = sorted((e for e in manifest.entries if e.kind == "dir"), key=lambda e: e.path.count("/"))
     for e in dirs:
-        ensure_dir(prefix, e)
-    remove_new(prefix, manifest)
+        attempt(e.path, partial(ensure_dir, prefix, e))
+    for path in new_names(prefix, manifest):
+        attempt(path, partial(remove_path, prefix / path))
     for e in manifest.entries:
-        restore_entry(prefix, tx, e)
+        attempt(e.path, partial(restore_entry, prefix, tx, e))
     for e in dirs:
-        (prefix / e.path).chmod(e.mode)
-    return verify(prefix, manifest)
+        attempt(e.path, partial(set_dir_mode, prefix / e.path, e.mode))
+    left = [p for p in verify(prefix, manifest) if not _explained(p, failed)]
+    return [*failed.values(), *left]
+
+
+def _explained(problem: str, failed: Mapping[str, str]) -> bool:
+    """Whether a verify line only repeats a path whose restore failure is already reported."""
+    where, _, what = problem.partition(": ")
+    if where in failed or any(where.startswith(f + "/") for f in failed):
+        return True
+    names = what.removeprefix("missing ").split(", ") if what.startswith("missing ") else []
+    return bool(names) and all(f"{where}/{n}" in failed for n in names)
 
 
 def put_back(prefix: Path, tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> None:

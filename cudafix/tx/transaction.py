@@ -8,7 +8,6 @@ either the planned after-state with probes passing, or byte-for-byte the state b
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import posixpath
 import shutil
@@ -18,12 +17,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from cudafix.env.hashing import hash_path
 from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
-from cudafix.env.statedir import StateDir, TxDir, new_txid, write_atomic
+from cudafix.env.statedir import StateDir, TxDir, ensure_dir, new_txid, write_atomic
 from cudafix.model.errors import (
+    CudafixError,
+    DamagedState,
     LockedError,
     PlanRefused,
     RollbackIncomplete,
@@ -38,6 +37,7 @@ from cudafix.process import Completed, run
 from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
 from cudafix.tx.journal import Event
+from cudafix.tx.lock import Lock, is_held
 from cudafix.tx.probe import ProbeSpec, run_probes
 from cudafix.tx.verify import install_mismatches
 
@@ -112,44 +112,90 @@ class _StepFailed(Exception):
 # -- locking and pending transactions ------------------------------------------------------
 
 
+INSTALLER_LOCK = ".lock"
+"""uv's environment lock (``<venv>/.lock``, an exclusive flock for every ``uv pip`` change)."""
+
+
 @contextlib.contextmanager
 def _locked(prefix: Path, timeout: float, on_event: OnEvent) -> Iterator[StateDir]:
+    """cudafix's lock, then uv's, for the whole run (see :func:`_backend_runs`).
+
+    Holding uv's own lock makes a concurrent ``uv pip install`` wait until the transaction
+    has committed or rolled back, instead of being wiped by the rollback.
+    """
     state = StateDir(prefix)
-    state.transactions.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(state.lock))
+    ensure_dir(state.transactions)
+    lock = Lock(state.lock)
+    wait = partial(on_event, f"waiting for another cudafix run on {prefix} (lock {state.lock})")
+    if not lock.acquire(timeout, on_wait=wait):
+        raise LockedError(
+            f"another cudafix run holds {prefix}",
+            context=[f"lock file: {state.lock}", f"waited {timeout:g} s"],
+            hint="wait for it to finish, then retry",
+        )
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        on_event(f"waiting for another cudafix run on {prefix} (lock {state.lock})")
-        try:
-            lock.acquire(timeout=timeout)
-        except Timeout as exc:
+        installer = Lock(prefix / INSTALLER_LOCK)
+        created = not os.path.lexists(installer.path)
+        said = f"waiting for uv, which is changing {prefix} (lock {installer.path})"
+        if not installer.acquire(timeout, on_wait=partial(on_event, said)):
             raise LockedError(
-                f"another cudafix run holds {prefix}",
-                context=[f"lock file: {state.lock}", f"waited {timeout:g} s"],
+                f"uv is changing {prefix}",
+                context=[f"lock file: {installer.path}", f"waited {timeout:g} s"],
                 hint="wait for it to finish, then retry",
-            ) from exc
-    try:
-        yield state
+            )
+        _INSTALLER_LOCKS[prefix] = installer
+        try:
+            yield state
+        except BaseException:
+            if created:  # rolled back: the environment had no lock file before this run
+                with contextlib.suppress(OSError):
+                    installer.path.unlink()
+            raise
+        finally:
+            _INSTALLER_LOCKS.pop(prefix, None)
+            installer.release()
     finally:
         lock.release()
 
 
+_INSTALLER_LOCKS: dict[Path, Lock] = {}
+"""uv's lock held by this process, per environment, while a run holds cudafix's lock."""
+
+
+@contextlib.contextmanager
+def _backend_runs(prefix: Path) -> Iterator[None]:
+    """Hand uv's lock to our own backend call (uv waits for it), and take it back after."""
+    installer = _INSTALLER_LOCKS.get(prefix)
+    if installer is None or not installer.held:
+        yield
+        return
+    installer.release()
+    try:
+        yield
+    finally:
+        installer.acquire(DEFAULT_LOCK_TIMEOUT * 5)
+
+
 def lock_is_held(prefix: Path) -> bool:
     """Whether another process holds the environment's lock now: a run is in progress."""
-    lock = FileLock(str(StateDir(prefix).lock))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    lock.release()
-    return False
+    return is_held(StateDir(prefix).lock)
 
 
 def pending_transactions(prefix: Path) -> list[str]:
-    """Ids of transactions that were interrupted and need ``cudafix recover``."""
+    """Ids of transactions that were interrupted and need ``cudafix recover``.
+
+    A transaction directory with no journal record and no snapshot never started (its
+    first journal write failed): it holds nothing and blocks nothing.
+    """
     state = StateDir(Path(prefix))
-    return [t for t in state.transaction_ids() if not journal.is_done(_records(state.tx(t)))]
+    return [t for t in state.transaction_ids() if _is_pending(state.tx(t))]
+
+
+def _is_pending(tx: TxDir) -> bool:
+    records = _records(tx)
+    if not records:
+        return tx.snapshot.exists() or tx.manifest.exists()
+    return not journal.is_done(records)
 
 
 def _records(tx: TxDir) -> list[dict[str, Any]]:
@@ -302,27 +348,52 @@ def run_transaction(
 
 
 def _begin(state: StateDir, what: dict[str, Any], command: Sequence[str]) -> TxDir:
+    """A new transaction with its first journal record, or nothing at all (then raise)."""
     tx = state.tx(new_txid())
-    tx.root.mkdir(parents=True)
-    journal.append(tx.journal, Event.PLAN, {**what, "command": list(command)})
+    try:
+        ensure_dir(tx.root, mode=0o700)
+        journal.append(tx.journal, Event.PLAN, {**what, "command": list(command)})
+    except OSError as exc:
+        shutil.rmtree(tx.root, ignore_errors=True)
+        raise TransactionFailed(
+            f"could not write the journal in {tx.root}: {exc.strerror or exc}; nothing was changed",
+            hint="free space or fix permissions under the environment, then retry",
+        ) from exc
     return tx
+
+
+def _note(tx: TxDir, event: str, data: dict[str, Any] | None = None) -> str | None:
+    """Journal a step of a rollback, best effort: None, or why it could not be written.
+
+    A rollback restores from the snapshot whatever the journal can record (hard links
+    need no space); what the journal could not say is reported, and ``recover`` finishes.
+    """
+    try:
+        journal.append(tx.journal, event, data)
+    except OSError as exc:
+        return f"the journal could not record '{event}': {exc.strerror or exc}"
+    return None
 
 
 def _snapshot(
     prefix: Path, tx: TxDir, paths: list[str], rewritten: list[str], on_event: OnEvent
 ) -> snapshot.Manifest:
     """Snapshot, or refuse having changed nothing (the env is not touched before this is done)."""
-    journal.append(tx.journal, Event.SNAPSHOT_BEGIN, {"paths": paths})
     try:
+        journal.append(tx.journal, Event.SNAPSHOT_BEGIN, {"paths": paths})
         manifest = snapshot.take(prefix, tx, paths, rewritten)
-    except OSError as exc:
+        journal.append(tx.journal, Event.SNAPSHOT_DONE, {"entries": len(manifest.entries)})
+    except (OSError, CudafixError) as exc:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
-        journal.append(tx.journal, Event.ABORTED, {"error": str(exc)})
+        with contextlib.suppress(OSError):
+            tx.manifest.unlink()
+        if _note(tx, Event.ABORTED, {"error": str(exc)}) is not None:
+            shutil.rmtree(tx.root, ignore_errors=True)  # nothing changed: nothing to keep
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise TransactionFailed(
-            f"could not snapshot {prefix}: {exc}; nothing was changed",
+            f"could not snapshot {prefix}: {why}; nothing was changed",
             hint="free space or fix permissions under the environment, then retry",
         ) from exc
-    journal.append(tx.journal, Event.SNAPSHOT_DONE, {"entries": len(manifest.entries)})
     on_event(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}")
     return manifest
 
@@ -370,7 +441,9 @@ def _apply_plan(
         names = [r.name for r in plan.remove]
         journal.append(tx.journal, Event.UNINSTALL_BEGIN, {"names": names})
         on_event(f"uninstalling {', '.join(names)}")
-        _backend_step(tx, f"{opts.backend} uninstall", backend.uninstall(names))
+        with _backend_runs(prefix):
+            done = backend.uninstall(names)
+        _backend_step(tx, f"{opts.backend} uninstall", done)
         _complete_deletions(prefix, plan, manifest)
     if plan.reinstall:
         pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
@@ -378,7 +451,9 @@ def _apply_plan(
         on_event(f"reinstalling {', '.join(pins)}")
         # Co-owners of one path in one backend call race for it: one call each, in order.
         for batch in [[p] for p in pins] if plan.holders_after else [pins]:
-            _backend_step(tx, f"{opts.backend} reinstall", backend.reinstall(batch))
+            with _backend_runs(prefix):
+                done = backend.reinstall(batch)
+            _backend_step(tx, f"{opts.backend} reinstall", done)
     if plan.kept_paths:
         journal.append(tx.journal, Event.KEEP_BEGIN, {"paths": plan.kept_paths})
         snapshot.put_back(prefix, tx, manifest, plan.kept_paths)
@@ -427,7 +502,9 @@ def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: On
     pins = [f"{i.name}=={i.version}" for i in plan.install]
     journal.append(tx.journal, Event.INSTALL_BEGIN, {"pins": pins})
     on_event(f"installing {', '.join(pins)}")
-    _backend_step(tx, f"{plan.options.backend} install", backend.reinstall(pins))
+    with _backend_runs(prefix):
+        done = backend.reinstall(pins)
+    _backend_step(tx, f"{plan.options.backend} install", done)
     problems = install_mismatches(plan)
     if problems:
         more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
@@ -574,49 +651,106 @@ def _execute(
     """Run ``apply``; on any failure (even KeyboardInterrupt) roll back and raise."""
     try:
         passed = apply()
+        _commit(prefix, tx, manifest)
     except BaseException as exc:
-        reason = str(exc) if isinstance(exc, _StepFailed) else f"{type(exc).__name__}: {exc}"
-        _fail(prefix, tx, reason, exc, on_event)
-    _commit(prefix, tx, manifest)
+        reason = _reason(exc)
+        _fail(prefix, tx, reason, exc, on_event, manifest)
     on_event(f"committed transaction {tx.txid}")
+    with contextlib.suppress(OSError, CudafixError):
+        gc(prefix, keep=DEFAULT_KEEP)
     return passed
 
 
-def _fail(prefix: Path, tx: TxDir, reason: str, exc: BaseException, on_event: OnEvent) -> None:
-    try:
-        problems, restored = _rollback(prefix, tx, reason)
-    except OSError as err:
-        problems, restored = [str(err)], 0
-    if problems:
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, _StepFailed):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _fail(
+    prefix: Path,
+    tx: TxDir,
+    reason: str,
+    exc: BaseException,
+    on_event: OnEvent,
+    manifest: snapshot.Manifest,
+) -> None:
+    outcome = _rollback(prefix, tx, reason, manifest)
+    if outcome.left:
         raise RollbackIncomplete(
-            f"{reason}; the rollback did not finish",
-            context=problems,
+            f"{reason}; the rollback did not finish: {len(outcome.left)} path(s) differ",
+            context=[*outcome.left, *outcome.journal],
             hint=f"cudafix recover --venv {prefix}",
         ) from exc
     on_event(f"rolled back transaction {tx.txid}")
-    raise TransactionFailed(
-        f"{reason}; rolled back",
-        context=[f"restored {restored} snapshotted paths and verified them"],
-    ) from exc
+    said = [f"restored {outcome.entries} snapshotted paths and verified them"]
+    if outcome.journal:
+        said += [*outcome.journal, f"once there is space: cudafix recover --venv {prefix}"]
+    raise TransactionFailed(f"{reason}; rolled back", context=said) from exc
 
 
-def _rollback(prefix: Path, tx: TxDir, reason: str) -> tuple[list[str], int]:
-    """Restore the snapshot (idempotent, restartable); return (what still differs, entries)."""
-    records = _records(tx)
-    journal.append(tx.journal, Event.ROLLBACK_BEGIN, {"reason": reason})
-    if journal.find(records, Event.SNAPSHOT_DONE) is None:
+@dataclass(frozen=True)
+class _Outcome:
+    left: list[str]
+    """Paths that still differ from the snapshot, each with the reason."""
+    entries: int
+    journal: list[str]
+    """Journal records that could not be written (the rollback went on without them)."""
+
+
+_BEFORE_CHANGES = frozenset({"plan", "snapshot-begin", "snapshot-done", "rollback-begin"})
+"""Journal events that precede any change to the environment."""
+
+
+def _loaded(tx: TxDir) -> snapshot.Manifest | None:
+    """The manifest, None when there is none; :class:`DamagedState` when it is damaged."""
+    try:
+        return snapshot.load(tx)
+    except FileNotFoundError:
+        return None
+
+
+def _untouched(tx: TxDir, manifest: snapshot.Manifest | None, prefix: Path) -> bool:
+    """Whether the environment provably was never changed: an intact journal that stops
+    before the first change, and (with a manifest) every snapshotted path as it was."""
+    log = journal.load(tx.journal)
+    if not log.intact or any(e not in _BEFORE_CHANGES for e in journal.events(log.records)):
+        return False
+    if manifest is None:
+        return True
+    return all(snapshot.mismatch(prefix, e) is None for e in manifest.entries)
+
+
+def _rollback(prefix: Path, tx: TxDir, reason: str, manifest: snapshot.Manifest | None) -> _Outcome:
+    """Restore the snapshot (idempotent, restartable), whatever the journal can record.
+
+    The snapshot and its manifest are the truth: they are discarded only when the journal
+    proves the environment was never changed; a missing manifest the journal says was
+    written is refused (:class:`DamagedState`), never guessed at.
+    """
+    unwritten = [m for m in [_note(tx, "rollback-begin", {"reason": reason})] if m]
+    if _untouched(tx, manifest, prefix):
+        if _note(tx, "aborted", {"error": reason}) is None:
+            shutil.rmtree(tx.snapshot, ignore_errors=True)
+        else:  # the journal cannot say so, and nothing changed: keep nothing that blocks
+            shutil.rmtree(tx.root, ignore_errors=True)
+        return _Outcome([], 0, [])
+    if manifest is None:
+        raise DamagedState(
+            f"transaction {tx.txid} changed the environment, but its snapshot manifest "
+            f"{tx.manifest} is missing; nothing was restored",
+            hint=f"keep {tx.root} for inspection; cudafix will not guess what it held",
+        )
+    unwritten += [m for m in [_note(tx, "restore-begin", {"entries": len(manifest.entries)})] if m]
+    left = snapshot.restore(prefix, tx, manifest)
+    done = "rollback-incomplete" if left else "rolled-back"
+    m = _note(tx, done, {"problems": left} if left else None)
+    if m is None and not left:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
-        journal.append(tx.journal, Event.ABORTED, {"error": reason})
-        return [], 0
-    manifest = snapshot.load(tx)
-    journal.append(tx.journal, Event.RESTORE_BEGIN, {"entries": len(manifest.entries)})
-    problems = snapshot.restore(prefix, tx, manifest)
-    if problems:
-        journal.append(tx.journal, Event.ROLLBACK_INCOMPLETE, {"problems": problems})
-        return problems, len(manifest.entries)
-    journal.append(tx.journal, Event.ROLLED_BACK)
-    shutil.rmtree(tx.snapshot, ignore_errors=True)
-    return [], len(manifest.entries)
+    return _Outcome(left, len(manifest.entries), [*unwritten, *([m] if m else [])])
 
 
 def _after_paths(prefix: Path, manifest: snapshot.Manifest) -> list[str]:
@@ -631,10 +765,11 @@ def _after_paths(prefix: Path, manifest: snapshot.Manifest) -> list[str]:
 
 
 def _commit(prefix: Path, tx: TxDir, manifest: snapshot.Manifest) -> None:
-    journal.append(tx.journal, Event.COMMIT_BEGIN)
+    """The durable ``commit`` record is the commit point: any failure before it rolls back."""
+    journal.append(tx.journal, "commit-begin")
+    journal.fail_point("commit")
     snapshot.write_json(tx.post, snapshot.lstat_state(prefix, _after_paths(prefix, manifest)))
-    journal.append(tx.journal, Event.COMMIT)
-    gc(prefix, keep=DEFAULT_KEEP)
+    journal.append(tx.journal, "commit")
 
 
 # -- run: any command as a transaction ----------------------------------------------------
@@ -727,12 +862,18 @@ def run_guarded(
 # -- recover -------------------------------------------------------------------------------
 
 
-def _describe(tx: TxDir) -> str:
+def _describe(prefix: Path, tx: TxDir) -> str:
     records = _records(tx)
     last = records[-1]["event"] if records else "start"
-    if journal.find(records, Event.SNAPSHOT_DONE) is None:
+    try:
+        manifest = _loaded(tx)
+    except DamagedState as err:
+        return f"{tx.txid}: interrupted at '{last}'; cannot restore: {err.message}"
+    if _untouched(tx, manifest, prefix):
         return f"{tx.txid}: interrupted at '{last}' before anything changed; discard it"
-    entries = len(snapshot.load(tx).entries)
+    if manifest is None:
+        return f"{tx.txid}: interrupted at '{last}'; cannot restore: its manifest is missing"
+    entries = len(manifest.entries)
     return f"{tx.txid}: interrupted at '{last}'; restore {entries} paths from its snapshot"
 
 
@@ -747,16 +888,18 @@ def recover(
     prefix = Path(prefix)
     state = StateDir(prefix)
     pending = tuple(pending_transactions(prefix))
-    actions = tuple(_describe(state.tx(t)) for t in pending)
+    actions = tuple(_describe(prefix, state.tx(t)) for t in pending)
     if dry_run or not pending:
         return RecoveryReport(prefix, dry_run, pending, actions)
     with _locked(prefix, lock_timeout, on_event) as state:
         for txid in pending_transactions(prefix):
-            problems, _ = _rollback(prefix, state.tx(txid), "recover after an interruption")
-            if problems:
+            tx = state.tx(txid)
+            outcome = _rollback(prefix, tx, "recover after an interruption", _loaded(tx))
+            if outcome.left or outcome.journal:
                 raise RollbackIncomplete(
-                    f"could not restore transaction {txid}",
-                    context=problems,
+                    f"could not finish transaction {txid}: "
+                    + (f"{len(outcome.left)} path(s) differ" if outcome.left else "journal full"),
+                    context=[*outcome.left, *outcome.journal],
                     hint="fix the cause (space, permissions), then run "
                     f"cudafix recover --venv {prefix}",
                 )
@@ -774,22 +917,36 @@ def _state(records: list[dict[str, Any]]) -> str:
     )
 
 
+def _strings(value: Any, key: str | None = None) -> tuple[str, ...]:
+    """A list of strings (or of ``{key: str}``) from a journal record; junk becomes ()."""
+    if not isinstance(value, list):
+        return ()
+    items = [v.get(key) if key and isinstance(v, dict) else v for v in value]
+    return tuple(str(v) for v in items if isinstance(v, str | int | float))
+
+
 def _entry(tx: TxDir) -> HistoryEntry:
-    records = _records(tx)
-    head = records[0] if records else {}
-    plan = head.get("plan") or {}
-    error = next((r.get("reason") for r in records if r["event"] == Event.ROLLBACK_BEGIN), None)
+    """One transaction for ``history``; a damaged journal still yields an entry (it says so)."""
+    log = journal.load(tx.journal)
+    records = log.records
+    head = records[0] if records and records[0].get("event") == "plan" else {}
+    plan: dict[str, Any] = head["plan"] if isinstance(head.get("plan"), dict) else {}
+    error = next((r.get("reason") for r in records if r["event"] == "rollback-begin"), None)
+    if log.damaged:
+        lines = ", ".join(map(str, log.damaged[:5]))
+        error = f"journal {tx.journal} is damaged (line {lines})" + (f"; {error}" if error else "")
+    time_ = head.get("time")
     return HistoryEntry(
         txid=tx.txid,
-        time=float(head.get("time", 0.0)),
+        time=float(time_) if isinstance(time_, int | float) else 0.0,
         kind=str(head.get("kind", "apply")),
-        command=tuple(head.get("command", ())),
+        command=_strings(head.get("command")),
         verdict=str(plan.get("verdict", "pass" if head.get("kind") == "undo" else "")),
         state=_state(records),
-        removed=tuple(r["name"] for r in plan.get("remove", ())),
-        reinstalled=tuple(r["name"] for r in plan.get("reinstall", ())),
-        kept=tuple(plan.get("kept_paths", ())),
-        error=error,
+        removed=_strings(plan.get("remove"), "name"),
+        reinstalled=_strings(plan.get("reinstall"), "name"),
+        kept=_strings(plan.get("kept_paths")),
+        error=None if error is None else str(error),
         snapshot=tx.snapshot.is_dir() and tx.manifest.is_file(),
     )
 
@@ -803,14 +960,17 @@ def history(prefix: Path) -> list[HistoryEntry]:
 def show(prefix: Path, txid: str) -> TransactionDetail:
     """One transaction in full."""
     tx = _existing(Path(prefix), txid)
-    paths = tuple(e.path for e in snapshot.load(tx).entries) if tx.manifest.is_file() else ()
+    manifest = _loaded(tx)
+    paths = tuple(e.path for e in manifest.entries) if manifest else ()
     return TransactionDetail(_entry(tx), tuple(_records(tx)), paths)
 
 
 def _existing(prefix: Path, txid: str) -> TxDir:
     state = StateDir(prefix)
     if txid not in state.transaction_ids():
-        raise UsageError(f"no transaction {txid!r} in {prefix}", hint=f"cudafix history {prefix}")
+        raise UsageError(
+            f"no transaction {txid!r} in {prefix}", hint=f"cudafix history --venv {prefix}"
+        )
     return state.tx(txid)
 
 
@@ -827,8 +987,24 @@ def gc(prefix: Path, keep: int = DEFAULT_KEEP) -> list[str]:
     return [e.txid for e in doomed]
 
 
-def _undo_conflicts(prefix: Path, old: TxDir) -> list[str]:
-    post: dict[str, list[Any]] = json.loads(old.post.read_text(encoding="utf-8"))
+def _post_state(tx: TxDir) -> dict[str, list[Any]]:
+    """A committed transaction's post-state, every path checked like the manifest's."""
+    post = snapshot.load_json(tx.post, "post-state")
+    bad = (
+        ["not a JSON object"]
+        if not isinstance(post, dict)
+        else [w for p in post if (w := snapshot.path_syntax(p)) is not None]
+    )
+    if bad:
+        raise DamagedState(
+            f"the post-state {tx.post} is damaged or names a path outside the environment "
+            f"({bad[0]}); nothing was undone",
+            hint=f"keep {tx.root} for inspection; cudafix will not act on it",
+        )
+    return dict(post)
+
+
+def _undo_conflicts(prefix: Path, old: TxDir, post: dict[str, list[Any]]) -> list[str]:
     now = snapshot.lstat_state(prefix, post)
     conflicts = [f"{p}: changed since the commit" for p in sorted(post) if now[p] != post[p]]
     for e in snapshot.load(old).entries:
@@ -856,13 +1032,14 @@ def undo(
         entry = _entry(old)
         if entry.state != "committed" or not entry.snapshot or not old.post.is_file():
             raise UsageError(f"transaction {txid} is {entry.state} and has no snapshot to undo")
-        conflicts = _undo_conflicts(prefix, old)
+        post = _post_state(old)
+        old_manifest = snapshot.load(old)
+        conflicts = _undo_conflicts(prefix, old, post)
         if conflicts:
             raise StalePlan(f"cannot undo {txid}: the environment changed since", context=conflicts)
-        paths = sorted(json.loads(old.post.read_text(encoding="utf-8")))
+        paths = sorted(post)
         tx = _begin(state, {"kind": "undo", "undo": txid}, command)
         manifest = _snapshot(prefix, tx, paths, [], on_event)
-        old_manifest = snapshot.load(old)
 
         def apply() -> tuple[str, ...]:
             journal.append(tx.journal, Event.UNDO_BEGIN, {"from": txid})

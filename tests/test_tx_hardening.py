@@ -1,0 +1,303 @@
+"""The transaction's state and recovery under a hostile or damaged environment.
+
+Symlinked state, tampered manifests and post-states, damaged journals, failing journal
+writes and per-path restore failures, on real venvs with the real uv binary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from test_transaction import BAD, OK, _run_child, assert_same
+from txhelp import remove_pa_plan, shared_pair, site_packages
+
+from cudafix.env.statedir import StateDir
+from cudafix.model.errors import (
+    DamagedState,
+    ExitCode,
+    RollbackIncomplete,
+    TransactionFailed,
+    UnsafeState,
+)
+from cudafix.tx import journal
+from cudafix.tx import transaction as tx
+from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
+from scenarios.fingerprint import fingerprint
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> tuple[Path, Path]:
+    return shared_pair(tmp_path)
+
+
+def _listing(where: Path) -> list[str]:
+    return sorted(str(p.relative_to(where)) for p in where.rglob("*"))
+
+
+# -- state under .cudafix is never followed out of the environment ---------------------------
+
+
+@pytest.mark.parametrize("link", [".cudafix", ".cudafix/transactions", ".cudafix/lock"])
+def test_symlinked_state_is_refused_and_nothing_lands_outside(
+    venv: tuple[Path, Path], tmp_path: Path, link: str
+) -> None:
+    prefix, wheels = venv
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (prefix / link).parent.mkdir(parents=True, exist_ok=True)
+    target = outside / "victim" if link.endswith("lock") else outside
+    if link.endswith("lock"):
+        target.write_text("precious\n")
+    (prefix / link).symlink_to(target)
+    before = fingerprint(prefix)
+    with pytest.raises(UnsafeState) as info:
+        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    assert info.value.exit_code == ExitCode.USAGE
+    assert link.split("/")[-1] in info.value.message
+    assert_same(prefix, before)
+    assert _listing(outside) == (["victim"] if link.endswith("lock") else [])
+    if link.endswith("lock"):
+        assert target.read_text() == "precious\n"
+
+
+def test_symlinked_transactions_are_not_listed(venv: tuple[Path, Path], tmp_path: Path) -> None:
+    prefix, _ = venv
+    elsewhere = tmp_path / "foreign" / "20990101T000000-1-abc"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "journal.jsonl").write_text('{"event": "plan"}\n')
+    state = StateDir(prefix)
+    state.transactions.mkdir(parents=True)
+    (state.transactions / elsewhere.name).symlink_to(elsewhere)
+    assert tx.history(prefix) == [] and tx.pending_transactions(prefix) == []
+    (state.transactions / elsewhere.name).unlink()
+    state.transactions.rmdir()
+    state.transactions.symlink_to(elsewhere.parent)
+    with pytest.raises(UnsafeState):
+        tx.history(prefix)
+
+
+# -- recover trusts nothing it reads ----------------------------------------------------------
+
+
+def _crashed(prefix: Path, wheels: Path, tmp: Path, step: str = "backend") -> StateDir:
+    """A transaction SIGKILLed after the uninstall changed the environment."""
+    assert _run_child(remove_pa_plan(prefix, wheels), OK, tmp, {CRASH_ENV: step}) == -signal.SIGKILL
+    return StateDir(prefix)
+
+
+def _only_tx(state: StateDir):  # type: ignore[no-untyped-def]
+    [txid] = state.transaction_ids()
+    return state.tx(txid)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        {"path": "../../outside/victim", "kind": "absent"},
+        {"path": "/etc/hostname-cudafix-test", "kind": "absent"},
+        {"path": ".cudafix/lock", "kind": "absent"},
+        "listing",
+    ],
+    ids=["dotdot", "absolute", "statedir", "listing"],
+)
+def test_manifest_paths_outside_are_refused(
+    venv: tuple[Path, Path], tmp_path: Path, tamper: object
+) -> None:
+    prefix, wheels = venv
+    victim = tmp_path / "outside" / "victim"
+    victim.parent.mkdir()
+    victim.write_text("precious\n")
+    state = _crashed(prefix, wheels, tmp_path)
+    t = _only_tx(state)
+    data = json.loads(t.manifest.read_text())
+    if tamper == "listing":
+        key = next(iter(data["listings"]))
+        data["listings"][key].append("../../../../outside")
+    else:
+        data["entries"].append(tamper)
+    t.manifest.write_text(json.dumps(data))
+    mid = fingerprint(prefix)
+    with pytest.raises(DamagedState) as info:
+        tx.recover(prefix)
+    assert info.value.exit_code == ExitCode.LOCKED
+    assert str(t.manifest) in info.value.message
+    assert victim.read_text() == "precious\n"
+    assert fingerprint(prefix) == mid
+    assert t.snapshot.is_dir()
+    dry = tx.recover(prefix, dry_run=True)
+    assert "cannot restore" in dry.actions[0]
+    assert [e.state for e in tx.history(prefix)] == ["pending"]
+
+
+def test_post_state_outside_is_refused_by_undo(venv: tuple[Path, Path], tmp_path: Path) -> None:
+    prefix, wheels = venv
+    done = tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    post = StateDir(prefix).tx(done.txid).post
+    data = json.loads(post.read_text())
+    data["../../outside"] = ["dir", 0o777, []]
+    post.write_text(json.dumps(data))
+    after = fingerprint(prefix)
+    with pytest.raises(DamagedState, match="post-state"):
+        tx.undo(prefix, done.txid)
+    assert fingerprint(prefix) == after
+
+
+# -- a damaged journal never discards the only copy ---------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "binary"])
+def test_damaged_journal_still_restores(
+    venv: tuple[Path, Path], tmp_path: Path, damage: str
+) -> None:
+    prefix, wheels = venv
+    before = fingerprint(prefix)
+    t = _only_tx(_crashed(prefix, wheels, tmp_path))
+    lines = t.journal.read_bytes().splitlines(keepends=True)
+    if damage == "truncated":
+        t.journal.write_bytes(lines[0])
+    elif damage == "garbled":
+        t.journal.write_bytes(lines[0] + b'{"event": "snap\n' + b"".join(lines[3:]))
+    else:
+        t.journal.write_bytes(lines[0] + b"\xff\xfe\x00garbage\n")
+    assert not (prefix / site_packages(prefix) / "pa_mod.py").exists()
+    [entry] = tx.history(prefix)
+    assert entry.state == "pending"
+    assert "restore" in tx.recover(prefix, dry_run=True).actions[0]
+    tx.recover(prefix)
+    assert_same(prefix, before)
+
+
+@pytest.mark.parametrize("damage", ["garbled", "missing"])
+def test_damaged_manifest_is_a_clear_refusal(
+    venv: tuple[Path, Path], tmp_path: Path, damage: str
+) -> None:
+    prefix, wheels = venv
+    t = _only_tx(_crashed(prefix, wheels, tmp_path))
+    if damage == "garbled":
+        t.manifest.write_text('{"entries": [{"path": ')
+    else:
+        t.manifest.unlink()
+    with pytest.raises(DamagedState) as info:
+        tx.recover(prefix)
+    assert "manifest" in info.value.message and str(t.manifest) in info.value.message
+    assert t.snapshot.is_dir()
+    assert [e.state for e in tx.history(prefix)] == ["pending"]
+    assert tx.show(prefix, t.txid).entry.state == "pending" if damage == "missing" else True
+
+
+def test_torn_line_does_not_swallow_the_next_record(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal.append(path, "plan")
+    with path.open("a") as fh:
+        fh.write('{"event": "snapshot-be')
+    journal.append(path, "rollback-begin")
+    log = journal.load(path)
+    assert journal.events(log.records) == ["plan", "rollback-begin"]
+    assert log.damaged == (2,)
+
+
+# -- failing writes: the rollback goes on without its journal ------------------------------------
+
+
+def test_enospc_at_commit_rolls_back(
+    venv: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix, wheels = venv
+    before = fingerprint(prefix)
+    monkeypatch.setenv(FAIL_ENV, "commit:ENOSPC")
+    with pytest.raises(TransactionFailed, match="No space left") as info:
+        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    assert not isinstance(info.value, RollbackIncomplete)
+    assert_same(prefix, before)
+    assert [e.state for e in tx.history(prefix)] == ["rolled-back"]
+
+
+def test_enospc_for_the_rollback_journal_still_restores(
+    venv: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix, wheels = venv
+    before = fingerprint(prefix)
+    failing = ["rollback-begin", "restore-begin", "rolled-back", "aborted"]
+    monkeypatch.setenv(FAIL_ENV, ",".join(f"journal@{e}:ENOSPC" for e in failing))
+    with pytest.raises(TransactionFailed) as info:
+        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
+    assert_same(prefix, before)
+    assert any("could not record" in c for c in info.value.context)
+    assert any(
+        c == f"once there is space: cudafix recover --venv {prefix}" for c in info.value.context
+    )
+    monkeypatch.delenv(FAIL_ENV)
+    assert tx.pending_transactions(prefix)
+    tx.recover(prefix)
+    assert_same(prefix, before)
+    assert tx.pending_transactions(prefix) == []
+
+
+def test_enospc_at_the_first_journal_write_leaves_nothing(
+    venv: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix, wheels = venv
+    before = fingerprint(prefix)
+    monkeypatch.setenv(FAIL_ENV, "journal@plan:ENOSPC")
+    with pytest.raises(TransactionFailed, match="nothing was changed"):
+        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    assert_same(prefix, before)
+    assert tx.pending_transactions(prefix) == [] and tx.history(prefix) == []
+    monkeypatch.delenv(FAIL_ENV)
+    tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+
+
+def test_one_path_that_cannot_be_restored_does_not_stop_the_rest(
+    venv: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix, wheels = venv
+    sp = site_packages(prefix)
+    before = fingerprint(prefix)
+    monkeypatch.setenv(FAIL_ENV, "restore@*/pa_mod.py:EPERM")
+    with pytest.raises(RollbackIncomplete) as info:
+        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
+    assert info.value.exit_code == ExitCode.LOCKED
+    assert info.value.context[0].startswith(f"{sp}/pa_mod.py: Operation not permitted")
+    assert [c for c in info.value.context if "differs" in c or "missing" in c] == []
+    assert (prefix / sp / "pa-1.0.dist-info" / "RECORD").is_file()
+    assert not (prefix / sp / "pa_mod.py").exists()
+    monkeypatch.delenv(FAIL_ENV)
+    tx.recover(prefix)
+    assert_same(prefix, before)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chattr +i needs root")
+def test_an_immutable_directory_with_the_right_mode_is_left_alone(
+    venv: tuple[Path, Path],
+) -> None:
+    import subprocess
+
+    prefix, wheels = venv
+    before = fingerprint(prefix)
+    lib = prefix / "lib"
+    if subprocess.run(["chattr", "+i", str(lib)], capture_output=True).returncode != 0:
+        pytest.skip("this file system has no immutable attribute")
+    try:
+        with pytest.raises(TransactionFailed) as info:
+            tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
+        assert not isinstance(info.value, RollbackIncomplete), info.value.context
+    finally:
+        subprocess.run(["chattr", "-i", str(lib)], check=True)
+    assert_same(prefix, before)
+
+
+def test_verify_reports_a_missing_name(venv: tuple[Path, Path], tmp_path: Path) -> None:
+    from cudafix.tx import snapshot
+
+    prefix, _ = venv
+    sp = site_packages(prefix)
+    t = StateDir(prefix).tx("t")
+    t.root.mkdir(parents=True)
+    manifest = snapshot.take(prefix, t, [f"{sp}/shared"])
+    (prefix / sp / "shared" / "lib.so").unlink()
+    problems = snapshot.verify(prefix, manifest)
+    assert f"{sp}/shared: missing lib.so" in problems
