@@ -106,7 +106,15 @@ class TransactionDetail:
 
 
 class _StepFailed(Exception):
-    """A step of the apply phase failed; the transaction rolls back."""
+    """A step of the apply phase failed; the transaction rolls back.
+
+    ``restore`` narrows what the rollback restores (entries whose snapshot is no longer the
+    old content are left out); None restores the whole snapshot.
+    """
+
+    def __init__(self, message: str, restore: snapshot.Manifest | None = None) -> None:
+        super().__init__(message)
+        self.restore = restore
 
 
 # -- locking and pending transactions ------------------------------------------------------
@@ -281,10 +289,6 @@ def _touched(prefix: Path, plan: Plan) -> tuple[list[str], list[str]]:
     return sorted(paths | rewritten), sorted(detach)
 
 
-UV_LOCK = ".lock"
-"""The file uv creates at the prefix to lock the environment."""
-
-
 def _backend_side_effects(prefix: Path, touched: set[str]) -> set[str]:
     """What a backend changes beyond RECORD rows, so a rollback is byte-identical: the
     ``__pycache__`` next to every touched ``.py`` (uv and pip delete bytecode of the sources
@@ -296,7 +300,7 @@ def _backend_side_effects(prefix: Path, touched: set[str]) -> set[str]:
     }
     return {
         *(c for c in caches if snapshot.check_path(prefix, c) is None and (prefix / c).is_dir()),
-        UV_LOCK,
+        INSTALLER_LOCK,
     }
 
 
@@ -654,7 +658,8 @@ def _execute(
         _commit(prefix, tx, manifest)
     except BaseException as exc:
         reason = _reason(exc)
-        _fail(prefix, tx, reason, exc, on_event, manifest)
+        narrowed = exc.restore if isinstance(exc, _StepFailed) else None
+        _fail(prefix, tx, reason, exc, on_event, narrowed or manifest)
     on_event(f"committed transaction {tx.txid}")
     with contextlib.suppress(OSError, CudafixError):
         gc(prefix, keep=DEFAULT_KEEP)
@@ -789,12 +794,15 @@ class GuardedRun:
     """Files the command rewrote in place (the snapshot could not have restored them)."""
 
 
-def _forget(tx: TxDir, manifest: snapshot.Manifest, paths: Sequence[str]) -> None:
+def _forget(tx: TxDir, manifest: snapshot.Manifest, paths: Sequence[str]) -> snapshot.Manifest:
     """Drop entries whose snapshot is not the old content (in-place writes) from the manifest,
     so the rollback restores everything else and finishes instead of failing on them."""
     gone = set(paths)
-    kept = tuple(e for e in manifest.entries if e.path not in gone)
-    snapshot.write_json(tx.manifest, snapshot.Manifest(kept, manifest.listings).to_json())
+    narrowed = snapshot.Manifest(
+        tuple(e for e in manifest.entries if e.path not in gone), manifest.listings
+    )
+    snapshot.write_json(tx.manifest, narrowed.to_json())  # what recover would restore
+    return narrowed
 
 
 def run_guarded(
@@ -824,7 +832,8 @@ def run_guarded(
         def step() -> tuple[str, ...]:
             journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(argv)})
             on_event(f"running {' '.join(argv)}")
-            done = run(argv, env=env, timeout=timeout)
+            with _backend_runs(prefix):  # the command may be uv: hand it uv's lock
+                done = run(argv, env=env, timeout=timeout)
             outcome["completed"] = done
             in_place = snapshot.written_in_place(prefix, manifest)
             outcome["in_place"] = tuple(in_place)
@@ -840,12 +849,12 @@ def run_guarded(
             except _StepFailed as failed:
                 if not in_place:
                     raise
-                _forget(tx, manifest, in_place)
                 raise _StepFailed(
                     f"{failed}; {len(in_place)} file(s) were rewritten in place, so their "
                     f"snapshot (a hard link) changed too and they stay as the command left "
                     f"them: {', '.join(in_place[:5])}; after the rollback, `cudafix doctor "
-                    f"--venv {prefix}` names their distributions to repair"
+                    f"--venv {prefix}` names their distributions to repair",
+                    restore=_forget(tx, manifest, in_place),
                 ) from failed
 
         passed = _execute(prefix, tx, manifest, step, on_event)
