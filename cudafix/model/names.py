@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NewType
-
-from packaging.utils import canonicalize_name
 
 DistName = NewType("DistName", str)
 """A PEP 503 normalised distribution name (``nvidia-cudnn-cu12``)."""
@@ -18,11 +17,16 @@ EnvPath = NewType("EnvPath", str)
 (``lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9``)."""
 
 DIST_INFO_SUFFIX = ".dist-info"
+_SEPARATORS = re.compile(r"[-_.]+")
 
 
 def normalize_name(name: str) -> DistName:
-    """PEP 503 normalisation: selectors and RECORD owners compare on this form."""
-    return DistName(canonicalize_name(name))
+    """PEP 503 normalisation: selectors and RECORD owners compare on this form.
+
+    The spec's own rule (as ``packaging.utils.canonicalize_name``), without importing
+    ``packaging.utils``, which pulls ``packaging.tags`` into every start-up.
+    """
+    return DistName(_SEPARATORS.sub("-", name).lower())
 
 
 def split_dist_info_name(dirname: str) -> tuple[str, str] | None:
