@@ -6,15 +6,13 @@ segment and returns frozen, tuple-valued facts, or a problem value saying why it
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-
-from elftools.common.exceptions import ELFError, ELFParseError
-from elftools.elf.elffile import ELFFile
 
 from cudafix.model.names import Soname
 
@@ -68,9 +66,7 @@ def is_elf(head: bytes) -> bool:
 DF_1_NODEFLIB = 0x800
 _SNIFF = 512
 _LINKER_SCRIPT_WORDS = (b"GROUP", b"INPUT", b"OUTPUT_FORMAT", b"SEARCH_DIR", b"/*")
-_PARSE_ERRORS = (
-    ELFError,
-    ELFParseError,
+_BUILTIN_PARSE_ERRORS: tuple[type[BaseException], ...] = (
     struct.error,
     ValueError,
     KeyError,
@@ -81,6 +77,16 @@ _PARSE_ERRORS = (
     UnicodeDecodeError,
     AssertionError,
 )
+
+
+@functools.cache
+def _pyelftools() -> tuple[Any, tuple[type[BaseException], ...]]:
+    """``ELFFile`` and every error a parse may raise; imported on first use, since a warm
+    run (every verdict cached) parses nothing and should not pay for the import."""
+    from elftools.common.exceptions import ELFError, ELFParseError
+    from elftools.elf.elffile import ELFFile
+
+    return ELFFile, (ELFError, ELFParseError, *_BUILTIN_PARSE_ERRORS)
 
 
 def read_elf(path: Path, *, follow_symlinks: bool = True) -> ElfInfo | ElfProblem:
@@ -112,11 +118,12 @@ def _read_stream(path: Path, stream: IO[bytes]) -> ElfInfo | ElfProblem:
             return ElfProblem("truncated", f"{path}: {len(head)} bytes, cut inside the ELF magic")
         return _not_elf(path, head)
     size = os.fstat(stream.fileno()).st_size
+    elf_file, parse_errors = _pyelftools()
     try:
-        elf = ELFFile(stream)
+        elf = elf_file(stream)
         truncated = _declared_end(elf) > size
         info = None if truncated else _dynamic_facts(elf)
-    except _PARSE_ERRORS as exc:
+    except parse_errors as exc:
         reason = "truncated" if size < 64 or _header_says_truncated(stream, size) else "corrupt"
         return ElfProblem(reason, f"{path}: {exc}")
     if truncated:
@@ -135,10 +142,11 @@ def _not_elf(path: Path, head: bytes) -> ElfProblem:
 
 def _header_says_truncated(stream: IO[bytes], size: int) -> bool:
     """Best effort after a parse error: did the failure come from running off the end?"""
+    elf_file, parse_errors = _pyelftools()
     try:
-        elf = ELFFile(stream)
+        elf = elf_file(stream)
         return _declared_end(elf) > size
-    except _PARSE_ERRORS:
+    except parse_errors:
         return size < 52
 
 

@@ -29,6 +29,12 @@ def normalize_name(name: str) -> DistName:
     return DistName(_SEPARATORS.sub("-", name).lower())
 
 
+def is_so_name(path: str) -> bool:
+    """``libfoo.so`` or ``libfoo.so.1.2``: a name the loader (or a linker) would look for."""
+    name = path.rpartition("/")[2]
+    return name.endswith(".so") or ".so." in name
+
+
 def split_dist_info_name(dirname: str) -> tuple[str, str] | None:
     """``name``, ``version`` of a ``name-version.dist-info`` directory name, as written.
 

@@ -21,6 +21,7 @@ from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Inventory, read_inventory
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import InterpreterInfo, TargetEnv, query_interpreter
+from cudafix.env.treecache import TreeCache
 from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.model.names import DistName, EnvPath, normalize_name
@@ -56,8 +57,13 @@ def gather(
     info = query_interpreter(target)
     state = StateDir(target.prefix)
     hashes = HashCache.load(target.prefix, state.hash_cache)
-    inventory = read_inventory(target.prefix, info.site_packages, target.python, hasher=hashes)
+    tree = TreeCache.load(state.tree_cache)
+    inventory = read_inventory(
+        target.prefix, info.site_packages, target.python, hasher=hashes, cache=tree
+    )
     elf = index_environment(target.prefix, inventory.files, state.elf_cache)
+    tree.watch([*elf.objects, *elf.problems])  # an in-place overwrite keeps the dir's mtime
+    tree.save(state.tree_cache)
     path_hashes = {s.path: hashes(s.path) for s in inventory.shared}
     hashes.save(state.hash_cache)
     table = DlopenTable.default()
