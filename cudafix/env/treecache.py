@@ -98,6 +98,8 @@ class TreeCache:
         self.reused_dirs = 0
         """Directories whose listing this run reused (0 on a cold run)."""
         self.scanned_dirs = 0
+        self.restatted = 0
+        """Files of reused listings lstat'ed again because they are watched."""
 
     # -- the walk ---------------------------------------------------------------------------
 
@@ -151,6 +153,7 @@ class TreeCache:
             path = base + name
             if path not in self._watch and not watched(path, old):
                 continue
+            self.restatted += 1
             new = _lstat(os.path.join(full, name))  # noqa: PTH118
             if new is None:
                 del out[name]  # vanished during the run: as a fresh walk would see it
