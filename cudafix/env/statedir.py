@@ -87,6 +87,11 @@ class StateDir:
         """Directory listings and parsed dist-infos (:mod:`cudafix.env.treecache`)."""
         return self.cache / "tree-cache.json"
 
+    @property
+    def host_cache(self) -> Path:
+        """Host facts by the stat of their files (:mod:`cudafix.linker.hostcache`)."""
+        return self.cache / "host-cache.json"
+
     def tx(self, txid: str) -> TxDir:
         return TxDir(self.transactions / txid)
 

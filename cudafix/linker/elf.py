@@ -10,7 +10,7 @@ import functools
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -56,6 +56,34 @@ class ElfProblem:
     ``.o``), which ld.so refuses to load as a library.
     """
     detail: str
+
+
+def verdict_to_json(verdict: ElfInfo | ElfProblem) -> list[Any]:
+    """``["elf", fields]`` or ``["problem", [reason, detail]]``: how caches store a verdict."""
+    if isinstance(verdict, ElfInfo):
+        return ["elf", asdict(verdict)]
+    return ["problem", [verdict.reason, verdict.detail]]
+
+
+def verdict_from_json(kind: Any, body: Any) -> ElfInfo | ElfProblem | None:
+    """The inverse of :func:`verdict_to_json`; None for anything malformed (re-read it)."""
+    try:
+        if kind == "elf":
+            return ElfInfo(
+                elf_class=int(body["elf_class"]),
+                machine=str(body["machine"]),
+                soname=Soname(body["soname"]) if body["soname"] is not None else None,
+                needed=tuple(Soname(str(n)) for n in body["needed"]),
+                rpath=tuple(str(p) for p in body["rpath"]),
+                runpath=tuple(str(p) for p in body["runpath"]),
+                nodeflib=bool(body["nodeflib"]),
+                interpreter=body.get("interpreter"),
+            )
+        if kind == "problem":
+            return ElfProblem(str(body[0]), str(body[1]))
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError):
+        return None
+    return None
 
 
 def is_elf(head: bytes) -> bool:

@@ -15,14 +15,15 @@ import os
 import posixpath
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cudafix.env.inventory import FileStat
 from cudafix.env.statedir import STATE_DIR_NAME, save_cache_file
-from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf
-from cudafix.model.names import EnvPath, Soname, is_so_name
+from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf, verdict_from_json, verdict_to_json
+from cudafix.linker.hostcache import HOST
+from cudafix.model.names import EnvPath, is_so_name
 
 log = logging.getLogger("cudafix.linker.elfindex")
 
@@ -50,10 +51,17 @@ class ElfIndex:
     """Files actually opened by this scan (0 on a fully warm cache)."""
 
 
+def read_host_elf(path: str) -> Verdict:
+    """``read_elf`` of a file outside the environment, remembered by its stat (``HOST``)."""
+    return HOST.answer(
+        "elf", path, lambda: read_elf(Path(path)), verdict_to_json, lambda v: verdict_from_json(*v)
+    )
+
+
 @functools.lru_cache(maxsize=1)
 def host_arch() -> tuple[int, str]:
     """(class, machine) of ``sys.executable``: what the environment's ld.so can load."""
-    info = read_elf(Path(sys.executable))
+    info = read_host_elf(sys.executable)
     if isinstance(info, ElfInfo):
         return info.elf_class, info.machine
     return 64, "EM_X86_64"
@@ -183,30 +191,11 @@ def _load_cache(path: Path) -> _Cached:
 
 def _decode(row: list[Any]) -> Verdict | None:
     """One ``elf`` row; None for a malformed one (the file is read again, never trusted)."""
-    try:
-        kind, body = row[4], row[5]
-        if kind == "elf":
-            return ElfInfo(
-                elf_class=int(body["elf_class"]),
-                machine=str(body["machine"]),
-                soname=Soname(body["soname"]) if body["soname"] is not None else None,
-                needed=tuple(Soname(str(n)) for n in body["needed"]),
-                rpath=tuple(str(p) for p in body["rpath"]),
-                runpath=tuple(str(p) for p in body["runpath"]),
-                nodeflib=bool(body["nodeflib"]),
-                interpreter=body.get("interpreter"),
-            )
-        if kind == "problem":
-            return ElfProblem(str(body[0]), str(body[1]))
-    except (KeyError, TypeError, IndexError, ValueError):
-        return None
-    return None
+    return verdict_from_json(row[4], row[5]) if len(row) == 6 else None
 
 
 def _encode(key: list[int], verdict: Verdict) -> list[Any]:
-    if isinstance(verdict, ElfInfo):
-        return [*key, "elf", asdict(verdict)]
-    return [*key, "problem", [verdict.reason, verdict.detail]]
+    return [*key, *verdict_to_json(verdict)]
 
 
 def _save_cache(
@@ -239,7 +228,7 @@ class SystemLibraries:
         if path not in self._verdicts:
             directory, name = posixpath.split(path)
             present = name in self._listing(directory) and Path(path).exists()
-            self._verdicts[path] = read_elf(Path(path)) if present else None
+            self._verdicts[path] = read_host_elf(path) if present else None
         return self._verdicts[path]
 
     def canonical(self, path: str) -> str:

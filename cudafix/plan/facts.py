@@ -23,6 +23,7 @@ from cudafix.env.statedir import StateDir
 from cudafix.env.target import InterpreterInfo, TargetEnv, query_interpreter
 from cudafix.env.treecache import TreeCache
 from cudafix.linker.elfindex import ElfIndex, index_environment
+from cudafix.linker.hostcache import HOST
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.model.sources import Sources
@@ -54,8 +55,9 @@ def gather(
     ld_library_path: str | None = None,
 ) -> Facts:
     """Read the target; caches are saved only where cudafix may write (``.cudafix/``)."""
-    info = query_interpreter(target)
     state = StateDir(target.prefix)
+    HOST.use(state.host_cache)
+    info = query_interpreter(target)
     hashes = HashCache.load(target.prefix, state.hash_cache)
     tree = TreeCache.load(state.tree_cache)
     inventory = read_inventory(
