@@ -169,3 +169,16 @@ def test_a_corrupt_cache_is_an_empty_one(
     cold = _cold(built.venv)
     StateDir(built.venv).tree_cache.write_bytes(corrupt)
     _same(_facts(built.venv), cold)
+
+
+def test_interpreter_answer_cached_equals_asked(scenario: Callable[..., BuiltScenario]) -> None:
+    from cudafix.env.target import query_interpreter
+
+    built = scenario("clean")
+    target = locate_target(None, str(built.venv), os.environ, Path.cwd())
+    _settle()
+    asked = query_interpreter(target)
+    assert StateDir(built.venv).interpreter_cache.is_file()
+    assert query_interpreter(target) == asked
+    StateDir(built.venv).interpreter_cache.write_text('{"key": 1, "answer": []}')
+    assert query_interpreter(target) == asked

@@ -88,6 +88,11 @@ class StateDir:
         return self.cache / "tree-cache.json"
 
     @property
+    def interpreter_cache(self) -> Path:
+        """The target interpreter's last answer (:func:`cudafix.env.target.query_interpreter`)."""
+        return self.cache / "interpreter.json"
+
+    @property
     def host_cache(self) -> Path:
         """Host facts by the stat of their files (:mod:`cudafix.linker.hostcache`)."""
         return self.cache / "host-cache.json"
