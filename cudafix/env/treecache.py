@@ -33,7 +33,7 @@ from cudafix.env.statedir import STATE_DIR_NAME, save_cache_file
 from cudafix.model.names import EnvPath, is_so_name
 
 FORMAT = "cudafix-tree-cache"
-VERSION = 1
+VERSION = 2
 RACY_NS = 2_000_000_000
 """Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")
@@ -65,6 +65,8 @@ class _Listing:
     key: DirKey
     files: dict[str, FileStat]
     subdirs: tuple[str, ...]
+    watched: tuple[str, ...] | None = None
+    """Names lstat'ed again on reuse; None until decided (at save, from :func:`watched`)."""
 
 
 def watched(path: str, st: FileStat) -> bool:
@@ -137,7 +139,7 @@ class TreeCache:
         old = self._listings.get(rel)
         if old is not None and old.key == key:
             self.reused_dirs += 1
-            return _Listing(key, self._refresh(full, rel, old.files), old.subdirs)
+            return _Listing(key, self._refresh(full, rel, old), old.subdirs, old.watched)
         self.scanned_dirs += 1
         listing = _scan(full, rel, key)
         if max(st.st_mtime_ns, st.st_ctime_ns) >= start - RACY_NS:
@@ -145,22 +147,29 @@ class TreeCache:
         self._dirty = True
         return listing
 
-    def _refresh(self, full: str, rel: str, files: dict[str, FileStat]) -> dict[str, FileStat]:
+    def _refresh(self, full: str, rel: str, old: _Listing) -> dict[str, FileStat]:
         """The cached stats, with every watched path lstat'ed again."""
-        base = rel + "/" if rel else ""
-        out = dict(files)
-        for name, old in files.items():
-            path = base + name
-            if path not in self._watch and not watched(path, old):
+        out = dict(old.files)
+        names = old.watched if old.watched is not None else self._watched_names(rel, old)
+        for name in names:
+            if name not in out:
                 continue
             self.restatted += 1
             new = _lstat(os.path.join(full, name))  # noqa: PTH118
             if new is None:
                 del out[name]  # vanished during the run: as a fresh walk would see it
-            elif new != old:
+            elif new != out[name]:
                 out[name] = new
                 self._dirty = True
         return out
+
+    def _watched_names(self, rel: str, listing: _Listing) -> tuple[str, ...]:
+        base = rel + "/" if rel else ""
+        return tuple(
+            name
+            for name, st in listing.files.items()
+            if base + name in self._watch or watched(base + name, st)
+        )
 
     def watch(self, paths: Iterable[str]) -> None:
         """Also lstat ``paths`` on every run (shared paths, ELF objects)."""
@@ -211,7 +220,10 @@ class TreeCache:
         payload = {
             "format": FORMAT,
             "version": VERSION,
-            "dirs": {rel: _encode_listing(v) for rel, v in self._listings.items()},
+            "dirs": {
+                rel: _encode_listing(v, self._watched_names(rel, v))
+                for rel, v in self._listings.items()
+            },
             "watch": sorted(self._watch),
             "dists": {k: [key, value] for k, (key, value) in self._dists.items()},
         }
@@ -291,7 +303,7 @@ def _from_stat(st: os.stat_result, link: str | None) -> FileStat:
     return FileStat(kind, st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns, link)
 
 
-def _encode_listing(listing: _Listing) -> list[Any]:
+def _encode_listing(listing: _Listing, watched_names: tuple[str, ...]) -> list[Any]:
     dev = listing.key[0]
     rows = []
     for name, s in listing.files.items():
@@ -299,11 +311,11 @@ def _encode_listing(listing: _Listing) -> list[Any]:
         if s.dev != dev:
             row.append(s.dev)
         rows.append(row)
-    return [list(listing.key), list(listing.subdirs), rows]
+    return [list(listing.key), list(listing.subdirs), rows, list(watched_names)]
 
 
 def _decode_listing(row: list[Any]) -> _Listing:
-    key, subdirs, rows = row
+    key, subdirs, rows, names = row
     dev = int(key[0])
     files: dict[str, FileStat] = {}
     kinds = {stat.S_IFREG: "file", stat.S_IFLNK: "symlink"}
@@ -312,5 +324,8 @@ def _decode_listing(row: list[Any]) -> _Listing:
         kind = kinds.get(stat.S_IFMT(mode), "other")
         files[name] = FileStat(kind, size, mode, r[6] if len(r) > 6 else dev, ino, mtime, link)
     return _Listing(
-        (int(key[0]), int(key[1]), int(key[2]), int(key[3])), files, tuple(map(str, subdirs))
+        (int(key[0]), int(key[1]), int(key[2]), int(key[3])),
+        files,
+        tuple(map(str, subdirs)),
+        tuple(map(str, names)),
     )
