@@ -479,11 +479,16 @@ def derive_top_level(raw_paths: Iterable[str]) -> tuple[str, ...]:
 
 
 def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, ...]]:
-    index: dict[EnvPath, set[DistName]] = {}
+    index: dict[EnvPath, tuple[DistName, ...]] = {}
     for dist in dists:
+        name = dist.name
         for e in dist.files:
-            index.setdefault(e.path, set()).add(dist.name)
-    return {p: tuple(sorted(o)) for p, o in sorted(index.items())}
+            have = index.get(e.path)
+            if have is None:
+                index[e.path] = (name,)
+            elif name not in have:  # rare: only shared paths sort their owners
+                index[e.path] = tuple(sorted((*have, name)))
+    return dict(sorted(index.items()))
 
 
 def _missing(
