@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,14 @@ def locate(target: TargetArgs) -> TargetEnv:
     return locate_target(target.python, target.venv, os.environ, Path.cwd())
 
 
+def target_flags(args: TargetArgs, target: TargetEnv) -> str:
+    """How a printed next command names this target, so it runs as printed from anywhere:
+    the interpreter if the user named one, else the environment's prefix."""
+    if args.python is not None and target.python is not None:
+        return f"--python {shlex.quote(str(target.python))}"
+    return f"--venv {shlex.quote(str(target.prefix))}"
+
+
 def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _quiet) -> None:
     """An unfinished transaction blocks changes (before any planning) and taints reads."""
     from cudafix.tx import transaction
@@ -141,7 +150,7 @@ def doctor(args: FactArgs, on_event: OnEvent = _quiet) -> DoctorReport:
 
     target = locate(args.target)
     check_pending(target, mutating=False, on_event=on_event)
-    return diagnose(read_facts(args, target))
+    return diagnose(read_facts(args, target), target_flags(args.target, target))
 
 
 def plan_remove(
@@ -186,7 +195,7 @@ def plan_repair(
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
     facts = read_facts(args, target)
-    wanted = repair_candidates(facts.inventory)
+    wanted = repair_candidates(facts)
     if not wanted:
         return None
     request = Request((), (), _options(sources, backend), reinstall=wanted)
@@ -196,33 +205,30 @@ def plan_repair(
 def plan_script(
     args: FactArgs,
     file: Path,
-    *,
-    offline: bool,
-    find_links: tuple[str, ...],
+    sources: Sources,
     backend: Backend | None,
+    *,
     mutating: bool,
-    fetch: bool = True,
     on_event: OnEvent = _quiet,
 ) -> Plan:
     """A cleanup script (TOML) compiled into one plan; ``backend`` None keeps the script's."""
-    from cudafix.plan.script import Overrides, load_script, script_options, script_request
+    from cudafix.plan.script import load_script, script_options, script_request
 
     loaded = load_script(file)
-    options = script_options(loaded, Overrides(offline, find_links, backend))
+    options = script_options(loaded, sources, backend)
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
     facts = read_facts(args, target)
-    sources = Sources(options.offline, tuple(options.find_links), fetch)
+    sources = Sources(options.offline, tuple(options.find_links), sources.fetch)
     return _plan(facts, script_request(loaded, facts, options), sources)
 
 
 def plan_saved(
     args: FactArgs,
     plan: Plan,
-    *,
-    offline: bool,
-    find_links: tuple[str, ...],
+    sources: Sources,
     backend: Backend | None,
+    *,
     mutating: bool,
     on_event: OnEvent = _quiet,
 ) -> Plan:
@@ -233,10 +239,10 @@ def plan_saved(
     own = args.target.venv is None and args.target.python is None
     target = locate(TargetArgs(plan.target.prefix, None) if own else args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    links = [str(Path(p).absolute()) for p in find_links] or plan.options.find_links
+    links = [str(Path(p).absolute()) for p in sources.find_links] or plan.options.find_links
     options = plan.options.model_copy(
         update={
-            "offline": plan.options.offline or offline,
+            "offline": plan.options.offline or sources.offline,
             "find_links": links,
             "backend": backend or plan.options.backend,
         }

@@ -11,6 +11,7 @@ from pathlib import Path
 from clihelp import EXAMPLES, as_json, assert_one_line_error, cudafix
 from conftest import ScenarioFactory
 
+from cudafix.env.hashing import hash_path
 from scenarios import BuiltScenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
@@ -179,3 +180,22 @@ def test_reinstall_step_is_part_of_the_plan(scenario: ScenarioFactory, tmp_path:
     plan = as_json(run_script(built, script, "--dry-run", "--json"))
     assert [r["name"] for r in plan["reinstall"]] == ["torch"]
     assert plan["remove"] == [] and plan["verdict"] == "pass"
+
+
+def test_reinstalled_co_owners_leave_the_planned_holder_every_time(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    """Two reinstalled builds claim libnccl.so.2: one backend call each, in plan order, so
+    the last one's bytes are there, run after run (one call for both is a race)."""
+    built = scenario("incident")
+    script = write(tmp_path, '[[steps]]\nreinstall = ["nvidia-nccl-cu13", "nvidia-nccl-cu12"]\n')
+    plan = as_json(run_script(built, script, "--dry-run", "--json"))
+    [lib] = [p for p in plan["holders_after"] if p.endswith("nvidia/nccl/lib/libnccl.so.2")]
+    assert plan["holders_after"][lib] == "nvidia-nccl-cu13"
+    [info] = built.venv.glob("lib/python3*/site-packages/nvidia_nccl_cu13-*.dist-info")
+    row = next(r for r in (info / "RECORD").read_text().splitlines() if "libnccl.so.2," in r)
+    want = row.split(",")[1].removeprefix("sha256=")
+    for _ in range(3):
+        done = run_script(built, script, "--yes", "--no-probe")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert hash_path(built.venv / lib) == want

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import compileall
 import sys
 from pathlib import Path
+from typing import Any
 
 from clihelp import as_json, cudafix
+from conftest import ScenarioFactory
 
+from cudafix.tx.probe import ProbeSpec, run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
 
@@ -128,3 +132,163 @@ def test_an_import_that_would_fail_is_an_error(tmp_path: Path) -> None:
     assert [f["kind"] for f in errors] == ["unresolved"]
     assert "gpukit/lib/libkernels.so" in errors[0]["message"]
     assert proc.returncode == 1
+
+
+# The pristine-install shape: torch's cu13 libraries from nvidia/cu13/lib, and triton's own
+# copy of libcupti in a directory no consumer searches (triton dlopens it by full path); three
+# wheels ship the same empty nvidia/__init__.py and pip listed the bytecode it compiled for it
+# with an empty hash.
+PRISTINE = """
+name = "pristine-shape"
+description = "a healthy official install: duplicate copies nobody's search path compares"
+
+[[dist]]
+name = "torch"
+version = "2.14.1"
+requires = ["nvidia-cuda-cupti==13.0.85", "nvidia-cuda-runtime==13.0.96"]
+files = { "torch/__init__.py" = "from torch import _C\\n" }
+[[dist.lib]]
+path = "torch/lib/libtorch_cuda.so"
+needed = ["libcupti.so.13", "libcudart.so.13"]
+rpath = ["$ORIGIN/../../nvidia/cu13/lib", "$ORIGIN"]
+[[dist.ext]]
+path = "torch/_C"
+needed = ["libtorch_cuda.so"]
+rpath = ["$ORIGIN/lib"]
+
+[[dist]]
+name = "nvidia-cuda-cupti"
+version = "13.0.85"
+files = { "nvidia/__init__.py" = "" }
+lib = [{ path = "nvidia/cu13/lib/libcupti.so.13" }]
+
+[[dist]]
+name = "nvidia-cuda-runtime"
+version = "13.0.96"
+files = { "nvidia/__init__.py" = "" }
+lib = [{ path = "nvidia/cu13/lib/libcudart.so.13" }]
+
+[[dist]]
+name = "triton"
+version = "3.6.0"
+files = { "nvidia/__init__.py" = "", "triton/__init__.py" = "" }
+lib = [{ path = "triton/backends/nvidia/lib/cupti/libcupti.so.13" }]
+
+[[steps]]
+action = "install"
+packages = ["torch==2.14.1", "nvidia-cuda-cupti==13.0.85", "nvidia-cuda-runtime==13.0.96",
+            "triton==3.6.0"]
+"""
+
+
+def _with_pip_bytecode_rows(site: Path, dists: list[str]) -> None:
+    """Compile nvidia/__init__.py and list the .pyc in each RECORD with an empty hash, as pip."""
+    compileall.compile_file(str(site / "nvidia" / "__init__.py"), quiet=1)
+    [pyc] = (site / "nvidia" / "__pycache__").glob("__init__.*.pyc")
+    for info in site.glob("*.dist-info"):
+        if info.name.split("-")[0] in dists:
+            with (info / "RECORD").open("a") as fh:
+                fh.write(f"nvidia/__pycache__/{pyc.name},,\n")
+
+
+def _site(venv: Path) -> Path:
+    [site] = venv.glob("lib/python3*/site-packages")
+    return site
+
+
+def _finding(report: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["kind"] == kind]
+
+
+def test_a_pristine_install_shape_is_healthy(tmp_path: Path) -> None:
+    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    _with_pip_bytecode_rows(
+        _site(built.venv), ["nvidia_cuda_cupti", "nvidia_cuda_runtime", "triton"]
+    )
+    proc = cudafix("doctor", "--json", "--venv", built.venv)
+    report = as_json(proc)
+    assert proc.returncode == 0, [f for f in report["findings"] if f["severity"] != "info"]
+    [dup] = _finding(report, "duplicate-soname")
+    assert dup["need"] == "libcupti.so.13" and len(dup["paths"]) == 2
+    assert "no consumer's search path holds two" in dup["message"]
+    [shared] = _finding(report, "shared")
+    assert any("__pycache__" in p for p in shared["paths"])
+    assert _finding(report, "clobbered") == []
+
+
+def test_a_copy_on_the_consumers_own_path_from_another_build_warns(tmp_path: Path) -> None:
+    """The same shape, but triton's copy sits where torch's RPATH looks first."""
+    spec = PRISTINE.replace(
+        'rpath = ["$ORIGIN/../../nvidia/cu13/lib", "$ORIGIN"]',
+        'rpath = ["$ORIGIN/../../triton/backends/nvidia/lib/cupti", '
+        '"$ORIGIN/../../nvidia/cu13/lib"]',
+    )
+    built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "venv")
+    proc = cudafix("doctor", "--json", "--venv", built.venv)
+    report = as_json(proc)
+    [shadowed] = _finding(report, "shadowed")
+    assert shadowed["severity"] == "warning" and proc.returncode == 1
+    assert shadowed["need"] == "libcupti.so.13"
+    assert shadowed["consumer"].endswith("torch/lib/libtorch_cuda.so")
+    assert shadowed["provider"].endswith("triton/backends/nvidia/lib/cupti/libcupti.so.13")
+    assert f"cudafix remove triton --dry-run --venv {built.venv}" in shadowed["hint"]
+
+
+def test_own_files_holding_another_builds_bytes_are_found_and_repair_fixes_them(
+    tmp_path: Path,
+) -> None:
+    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    lib = _site(built.venv) / "nvidia" / "cu13" / "lib" / "libcupti.so.13"
+    data = bytearray(lib.read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes: only a hash can tell
+    lib.write_bytes(bytes(data))
+    proc = cudafix("doctor", "--json", "--venv", built.venv)
+    report = as_json(proc)
+    assert proc.returncode == 1
+    [foreign] = _finding(report, "foreign-bytes")
+    assert foreign["distribution"] == "nvidia-cuda-cupti"
+    assert foreign["paths"] == [str(lib.relative_to(built.venv))]
+    assert report["repair"] == {
+        "nvidia-cuda-cupti": "1 of its own file(s) hold another build's bytes"
+    }
+    text = cudafix("doctor", "--venv", built.venv).stdout
+    [next_line] = [ln for ln in text.splitlines() if ln.startswith("Next: ")]
+    command = next_line[len("Next: ") :].split("   #")[0].split()
+    assert command[:3] == ["cudafix", "repair", "--dry-run"] and str(built.venv) in command
+    wheels = ["--offline", "--find-links", str(built.wheelhouse)]
+    assert cudafix(*command[1:], *wheels).returncode == 0
+    fixed = cudafix("repair", "--yes", *command[3:], *wheels)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert cudafix("doctor", "--venv", built.venv).returncode == 0
+
+
+def test_the_mixed_cuda_hint_names_the_major_nothing_loaded_needs(
+    scenario: ScenarioFactory,
+) -> None:
+    for name, leftover in (("incident", "cu13"), ("shadowing", "cu12")):
+        built = scenario(name)
+        [mixed] = [
+            f
+            for f in _finding(
+                as_json(cudafix("doctor", "--json", "--venv", built.venv)), "mixed-cuda"
+            )
+            if f["message"].startswith("distributions for more than one CUDA major")
+        ]
+        assert f"cudafix remove 'nvidia-*-{leftover}' --repair --dry-run --venv " in mixed["hint"]
+
+
+def test_a_load_probe_failing_only_on_the_driver_passes_with_a_note(tmp_path: Path) -> None:
+    """The transaction's dlopen probe grades like doctor: no driver is a CPU box, not a break."""
+    built = build_spec(Scenario.model_validate(tomllib.loads(CPU_BOX)), tmp_path / "venv")
+    lib = _site(built.venv) / "gpukit" / "lib"
+    driver_only = ProbeSpec(libraries=(str(lib / "libkernels.so"),))
+    [result] = run_probes(built.venv, built.python, driver_only, tmp_path)
+    assert result.ok, result
+    assert "needs libcuda.so.1 (the NVIDIA driver)" in result.note
+    spec = CPU_BOX.replace('needed = ["libucp.so.0", ', "needed = [")
+    built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "other")
+    broken = ProbeSpec(
+        libraries=(str(_site(built.venv) / "gpukit/lib/plugins/libtransport_ucx.so"),)
+    )
+    [result] = run_probes(built.venv, built.python, broken, tmp_path)
+    assert not result.ok and "libcudafix_nowhere.so.7" in result.error

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from cudafix.tx import journal
+from cudafix.tx.journal import Event
 
 
 def test_append_read_and_done(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
-    journal.append(path, "plan", {"x": 1})
+    journal.append(path, Event.PLAN, {"x": 1})
     assert not journal.is_done(journal.read(path))
-    journal.append(path, "commit")
+    journal.append(path, Event.COMMIT)
     records = journal.read(path)
     assert journal.events(records) == ["plan", "commit"]
     assert records[0]["x"] == 1
@@ -28,7 +29,7 @@ def test_append_read_and_done(tmp_path: Path) -> None:
 
 def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
-    journal.append(path, "plan")
+    journal.append(path, Event.PLAN)
     with path.open("a") as fh:
         fh.write('{"event": "comm')
     assert journal.events(journal.read(path)) == ["plan"]
@@ -40,12 +41,12 @@ def test_crash_hook_kills_after_the_step_is_durable(tmp_path: Path) -> None:
     code = (
         "from cudafix.tx import journal\nfrom pathlib import Path\n"
         f"p = Path({str(path)!r})\n"
-        "for step in 'abc':\n    journal.append(p, step)\n"
+        "for step in journal.Event:\n    journal.append(p, step)\n"
     )
-    env = {**os.environ, journal.CRASH_ENV: "b"}
+    env = {**os.environ, journal.CRASH_ENV: "snapshot-begin"}
     done = subprocess.run([sys.executable, "-c", code], env=env, check=False)
     assert done.returncode == -signal.SIGKILL
-    assert journal.events(journal.read(path)) == ["a", "b"]
+    assert journal.events(journal.read(path)) == ["plan", "snapshot-begin"]
 
 
 def test_fail_hook(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,27 +57,13 @@ def _plan_for(file: Path, flags: PlanFlags) -> Plan:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read {file}: {exc}") from exc
     backend = flags.backend if flags.backend_given else None
-    offline, find_links = flags.sources.offline, flags.sources.find_links
     if file_kind(file, text) == "plan":
         saved = read_plan(file, text)
         return app.plan_saved(
-            flags.facts,
-            saved,
-            offline=offline,
-            find_links=find_links,
-            backend=backend,
-            mutating=flags.mutating,
-            on_event=echo_err,
+            flags.facts, saved, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
         )
     return app.plan_script(
-        flags.facts,
-        file,
-        offline=offline,
-        find_links=find_links,
-        backend=backend,
-        mutating=flags.mutating,
-        fetch=flags.sources.fetch,
-        on_event=echo_err,
+        flags.facts, file, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
     )
 
 

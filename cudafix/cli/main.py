@@ -110,7 +110,10 @@ def repair(flags: PlanFlags) -> None:
     )
     if plan is None:
         prefix = app.locate(flags.facts.target).prefix
-        click.echo(f"Nothing to repair in {prefix}: no distribution has missing files.")
+        click.echo(
+            f"Nothing to repair in {prefix}: no distribution has missing files "
+            "or files holding another build's bytes."
+        )
         raise click.exceptions.Exit(ExitCode.OK)
     present_and_apply(plan, flags)
 

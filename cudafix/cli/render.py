@@ -188,7 +188,8 @@ def render_report(report: DoctorReport, style: Style = plain) -> str:
     else:
         out.append(style(f"{len(problems)} problem(s) found.", fg="red", bold=True))
         if report.repair:
-            out.append("Next: cudafix repair --dry-run   # reinstalls " + ", ".join(report.repair))
+            command = " ".join(filter(None, ["cudafix repair --dry-run", report.target_flags]))
+            out.append(f"Next: {command}   # reinstalls " + ", ".join(report.repair))
     return "\n".join(out)
 
 

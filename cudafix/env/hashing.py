@@ -42,6 +42,18 @@ def hash_fd(fd: int) -> str:
     return _encode(h.digest())
 
 
+def hash_path(path: Path) -> str | None:
+    """RECORD-encoded sha256 of a regular file, never through a final symlink; None if absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        return hash_fd(fd)
+    finally:
+        os.close(fd)
+
+
 def _key(st: os.stat_result) -> StatKey:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 

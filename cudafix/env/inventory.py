@@ -160,6 +160,34 @@ class Inventory:
         return {k: tuple(v) for k, v in index.items()}
 
 
+def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvPath]:
+    """Files of ``names`` whose inode changed after their RECORD was written: the ones worth
+    hashing to learn whether another install overwrote them.
+
+    An installer writes RECORD last, so its own files are no newer than it; a later install
+    over them (a copy, or uv's hard link) is. Sizes that already disagree with RECORD, and
+    bytecode, need no hash.
+    """
+    out: list[EnvPath] = []
+    for name in names:
+        dist = inv.distributions[name]
+        record = inv.files.get(EnvPath(f"{dist.dist_info}/RECORD"))
+        if record is None:
+            continue
+        for e in dist.files:
+            st = inv.files.get(e.path)
+            if st is None or st.kind != "file" or not e.sha256 or is_bytecode(e.path):
+                continue
+            if (e.size is None or e.size == st.size) and st.ctime_ns > record.ctime_ns:
+                out.append(e.path)
+    return out
+
+
+def is_bytecode(path: str) -> bool:
+    """``.pyc`` files and anything under ``__pycache__``: written by compileall or import."""
+    return path.endswith(".pyc") or "__pycache__/" in path
+
+
 def _pyc_stem(py: EnvPath) -> str:
     return py[: -len(".py")]
 
@@ -494,14 +522,20 @@ def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, .
 def _missing(
     prefix: Path, dists: Iterable[Distribution], files: Mapping[EnvPath, FileStat]
 ) -> dict[DistName, tuple[EnvPath, ...]]:
-    """RECORD paths absent from disk (``lexists`` settles paths the walk could not see)."""
+    """RECORD paths absent from disk (``lexists`` settles paths the walk could not see).
+
+    Bytecode is derived data, not missing files: pip lists the ``.pyc`` it compiled, uv's
+    uninstall of a co-owner deletes them, and Python writes them again on import.
+    """
     out: dict[DistName, tuple[EnvPath, ...]] = {}
     for dist in dists:
         gone = sorted(
             {
                 e.path
                 for e in dist.files
-                if e.path not in files and not os.path.lexists(prefix / e.path)
+                if e.path not in files
+                and not is_bytecode(e.path)
+                and not os.path.lexists(prefix / e.path)
             }
         )
         if gone:

@@ -184,6 +184,10 @@ class Plan(_Frozen):
     """Shared paths the transaction puts back after the backend deleted them (``--keep-shared``)."""
     rewritten_paths: list[str]
     """RECORD paths of reinstalled distributions: the backend rewrites them (snapshotted)."""
+    holders_after: dict[str, str] = Field(default_factory=dict)
+    """Paths two or more reinstalled distributions claim -> whose bytes they hold after:
+    the last of them in ``reinstall`` order (the transaction reinstalls them one by one, in
+    that order, and checks it)."""
     shared_paths: list[SharedPath]
     lost: list[LostNeed]
     switches: list[ProviderSwitch]

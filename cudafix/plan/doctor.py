@@ -6,28 +6,23 @@ says what is wrong, where, and the next command.
 
 from __future__ import annotations
 
-import functools
+import posixpath
 import re
-import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from importlib import resources
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from cudafix.env.inventory import Inventory, SharedPath
 from cudafix.linker.elfindex import EnvironmentView
+from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
-from cudafix.linker.loader import LoadTree, Step
+from cudafix.linker.loader import LoadTree, Step, expand_entry
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
-from cudafix.plan.facts import Facts
-from cudafix.plan.requirements import check_requirements
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+from cudafix.plan.facts import Facts, elf_providers
+from cudafix.plan.requirements import check_requirements, requirement_closure
 
 DOCTOR_SCHEMA_VERSION = 1
 _CUDA_SUFFIX = re.compile(r"-cu(\d+)$")
@@ -42,13 +37,25 @@ class Finding(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     kind: str
-    """``missing-files``, ``clobbered``, ``shared``, ``unresolved``, ``mixed-cuda``, ``shadowed``,
-    ``requirement``, ``unsafe-record``, ``unmanaged``, ``bad-elf``."""
+    """``missing-files``, ``clobbered``, ``shared``, ``foreign-bytes``, ``unresolved``,
+    ``mixed-cuda``, ``shadowed``, ``duplicate-soname``, ``requirement``, ``unsafe-record``,
+    ``unmanaged``, ``bad-elf``."""
     severity: Severity
     message: str
     details: list[str] = []
+    """Every detail line (renderers may shorten; JSON has them all)."""
     hint: str | None = None
     distribution: str | None = None
+    consumer: str | None = None
+    """The object whose need this is about (EnvPath, or absolute outside the venv)."""
+    need: str | None = None
+    """The soname needed."""
+    provider: str | None = None
+    """Where the need resolves (None: nowhere)."""
+    paths: list[str] = []
+    """EnvPaths the finding is about (missing, shared, overwritten or competing copies)."""
+    owners: list[str] = []
+    """Distributions involved (owners of ``paths``, or of the provider)."""
 
 
 class DoctorReport(BaseModel):
@@ -63,26 +70,35 @@ class DoctorReport(BaseModel):
     findings: list[Finding]
     repair: dict[str, str]
     """Distributions ``cudafix repair`` would reinstall, with the reason."""
+    target_flags: str = ""
+    """``--venv DIR`` or ``--python PATH``, carried into every command the report prints."""
 
     @property
     def healthy(self) -> bool:
         return not any(f.severity != "info" for f in self.findings)
 
 
-def diagnose(facts: Facts) -> DoctorReport:
-    """Run every check; the order of findings is the order a person should fix them in."""
+def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
+    """Run every check; the order of findings is the order a person should fix them in.
+
+    ``target_flags`` (``--venv DIR``) is appended to every printed command, so each one
+    runs as printed from wherever the user is.
+    """
     inv = facts.inventory
     view = EnvironmentView(inv.prefix, facts.elf, inv.files)
     roots = env_roots(str(inv.prefix), facts.elf)
     trees = resolve_trees(roots, view, facts.search, facts.dlopen)
     edges = edges_of(trees.values())
+    imported = imported_objects(trees.values())
+    cmd = _Commands(target_flags)
     findings = [
-        *_missing(inv),
-        *_clobbered(inv),
-        *_unresolved(inv, edges.values(), imported_objects(trees.values())),
-        *_mixed_cuda(inv, trees.values()),
-        *_shadowed(inv, edges.values()),
-        *_requirements(facts),
+        *_missing(inv, cmd),
+        *_clobbered(inv, cmd),
+        *_foreign_bytes(facts, cmd),
+        *_unresolved(inv, edges.values(), imported, cmd),
+        *_mixed_cuda(facts, trees.values(), imported, cmd),
+        *_shadowed(facts, edges.values(), cmd),
+        *_requirements(facts, cmd),
         *_unsafe(inv),
         *_bad_elf(facts),
         *_unmanaged(inv),
@@ -92,18 +108,31 @@ def diagnose(facts: Facts) -> DoctorReport:
         distributions=len(inv.distributions),
         elf_objects=len(facts.elf.objects),
         findings=findings,
-        repair={n: r for n, r in repair_candidates(inv).items()},
+        repair={n: r for n, r in repair_candidates(facts).items()},
+        target_flags=target_flags,
     )
 
 
-def repair_candidates(inv: Inventory) -> dict[DistName, str]:
-    """Distributions to reinstall so that every missing RECORD file comes back, fewest first.
+@dataclass(frozen=True)
+class _Commands:
+    """Commands as the report prints them: with the user's target flags, runnable as is."""
+
+    flags: str
+
+    def __call__(self, command: str) -> str:
+        return f"{command} {self.flags}" if self.flags else command
+
+
+def repair_candidates(facts: Facts) -> dict[DistName, str]:
+    """Distributions to reinstall so that every missing RECORD file comes back, fewest first,
+    and those whose own (unshared) files hold another build's bytes.
 
     A missing path claimed by several distributions needs only one of them reinstalled;
     reinstalling every claimant would clobber them in turn. Clobbered co-owners whose files
     are all present are not candidates: the fix there is removing one of them
     (``cudafix remove X --repair``).
     """
+    inv = facts.inventory
     covered: set[str] = set()
     chosen: dict[DistName, str] = {}
     by_need = sorted(inv.missing.items(), key=lambda item: (-len(item[1]), item[0]))
@@ -112,10 +141,12 @@ def repair_candidates(inv: Inventory) -> dict[DistName, str]:
         if fresh:
             chosen[name] = f"{len(paths)} file(s) from its RECORD are missing"
             covered.update(paths)
+    for name, wrong in foreign_files(facts).items():
+        chosen.setdefault(name, f"{len(wrong)} of its own file(s) hold another build's bytes")
     return dict(sorted(chosen.items()))
 
 
-def _missing(inv: Inventory) -> Iterable[Finding]:
+def _missing(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
     for name, paths in sorted(inv.missing.items()):
         if not paths:
             continue
@@ -126,43 +157,101 @@ def _missing(inv: Inventory) -> Iterable[Finding]:
             distribution=name,
             message=f"{name} {dist.version} is installed but {len(paths)} of its files are missing",
             details=[_show(inv, p) for p in paths],
-            hint=f"cudafix repair  (reinstalls {name}=={dist.version})",
+            paths=list(paths),
+            hint=f"{cmd('cudafix repair --dry-run')}  (reinstalls {name}=={dist.version})",
         )
 
 
-def _clobbered(inv: Inventory) -> Iterable[Finding]:
-    """Shared paths, grouped by owners; a warning where the owners' bytes differ.
+def _clobbered(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
+    """Shared paths, grouped by owners; a warning where bytes differ from an owner's RECORD.
 
     Paths whose bytes every owner's RECORD matches (the empty ``nvidia/__init__.py`` of
-    every nvidia wheel) are reported as info: uninstalling one owner still deletes them.
+    every nvidia wheel) are information: uninstalling one owner still deletes them. Owners
+    whose RECORD row has no hash (pip's rows for the ``.pyc`` it compiled) cannot disagree.
     """
     groups: dict[tuple[DistName, ...], list[SharedPath]] = defaultdict(list)
     for s in inv.shared:
         groups[s.owners].append(s)
     for owners, paths in sorted(groups.items()):
-        differ = any(not s.missing and len(s.matching) < len(owners) for s in paths)
+        differ = [s for s in paths if _disagrees(inv, s)]
         yield Finding(
             kind="clobbered" if differ else "shared",
             severity="warning" if differ else "info",
-            message=f"{len(paths)} path(s) are claimed by {' and '.join(owners)}",
-            details=[f"{_show(inv, s.path)}: {_holds(s)}" for s in paths],
+            message=f"{len(paths)} path(s) are claimed by {' and '.join(owners)}"
+            + (f"; {len(differ)} hold bytes an owner's RECORD does not list" if differ else ""),
+            details=[f"{_show(inv, s.path)}: {_holds(inv, s)}" for s in paths],
+            paths=[s.path for s in paths],
+            owners=list(owners),
             hint=(
                 "uninstalling any one of them with pip or uv deletes these files for all; "
-                f"remove one with `cudafix remove {owners[-1]} --repair --dry-run`"
+                f"remove one with `{cmd(f'cudafix remove {owners[-1]} --repair --dry-run')}`"
             ),
         )
 
 
-def _holds(s: SharedPath) -> str:
+def _disagrees(inv: Inventory, s: SharedPath) -> bool:
+    """Present bytes that an owner with a recorded hash does not match."""
+    if s.missing:
+        return False
+    hashed = [
+        o
+        for o in s.owners
+        if (e := inv.distributions[o].record_by_path.get(s.path)) is not None and e.sha256
+    ]
+    return any(o not in s.matching for o in hashed)
+
+
+def foreign_files(facts: Facts) -> dict[DistName, list[tuple[EnvPath, str]]]:
+    """Single-owner files of ELF-providing distributions whose bytes are not their RECORD's.
+
+    What a ``--keep-shared`` removal or an install over another build leaves: a file one
+    distribution claims, holding another build's bytes. Only files changed since their
+    RECORD was written were hashed (:func:`cudafix.env.inventory.changed_since_record`);
+    a size that disagrees needs no hash.
+    """
+    inv = facts.inventory
+    out: dict[DistName, list[tuple[EnvPath, str]]] = {}
+    for name in elf_providers(inv, facts.elf):
+        for e in inv.distributions[name].files:
+            st = inv.files.get(e.path)
+            single = len(inv.owners.get(e.path, ())) == 1
+            if st is None or st.kind != "file" or not e.sha256 or not single:
+                continue
+            if e.size is not None and e.size != st.size:
+                out.setdefault(name, []).append((e.path, f"{st.size} bytes, RECORD says {e.size}"))
+            elif e.path in facts.path_hashes and facts.path_hashes[e.path] != e.sha256:
+                out.setdefault(name, []).append((e.path, "sha256 differs from RECORD"))
+    return out
+
+
+def _foreign_bytes(facts: Facts, cmd: _Commands) -> Iterable[Finding]:
+    inv = facts.inventory
+    for name, wrong in sorted(foreign_files(facts).items()):
+        dist = inv.distributions[name]
+        yield Finding(
+            kind="foreign-bytes",
+            severity="warning",
+            distribution=name,
+            message=f"{len(wrong)} file(s) of {name} {dist.version} hold bytes its RECORD "
+            "does not list (another build was installed over them)",
+            details=[f"{_show(inv, path)}: {why}" for path, why in wrong],
+            paths=[path for path, _ in wrong],
+            hint=f"{cmd('cudafix repair --dry-run')}  (reinstalls {name}=={dist.version})",
+        )
+
+
+def _holds(inv: Inventory, s: SharedPath) -> str:
     if s.missing:
         return "missing"
+    if not _disagrees(inv, s) and not s.matching:
+        return "no owner's RECORD has its hash (bytecode pip compiled), so none disagrees"
     if len(s.matching) > 1:
         return "identical bytes in " + ", ".join(s.matching)
     return f"holds {s.holder}'s bytes" if s.holder else "holds bytes no owner's RECORD matches"
 
 
 def _unresolved(
-    inv: Inventory, edges: Iterable[Edge], imported: frozenset[str]
+    inv: Inventory, edges: Iterable[Edge], imported: frozenset[str], cmd: _Commands
 ) -> Iterable[Finding]:
     """Needs nothing provides, graded by what breaks.
 
@@ -193,20 +282,15 @@ def _unresolved(
                 f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
                 f"needs {e.need}, which is not found{why}"
             ),
-            details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)][:8]
+            details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
             + [f"{e.need} is in the RECORD of {c}, but missing on disk" for c in claimants],
-            hint="cudafix repair"
+            consumer=_show_env(inv, e.requester),
+            need=e.need,
+            owners=claimants,
+            hint=cmd("cudafix repair --dry-run")
             if claimants
             else f"install the distribution that provides {e.need}",
         )
-
-
-@functools.cache
-def provided_by_system() -> Mapping[str, str]:
-    """Shipped table (``cudafix/data/system.toml``): soname -> what provides it."""
-    text = resources.files("cudafix").joinpath("data/system.toml").read_text()
-    table = tomllib.loads(text).get("provided-by", {})
-    return {str(k): str(v) for k, v in table.items()}
 
 
 _EXTENSION = re.compile(r"\.(cpython-[^/]*|abi3)\.so$")
@@ -224,21 +308,47 @@ def _claimants(inv: Inventory, soname: str) -> list[str]:
     )
 
 
-def _mixed_cuda(inv: Inventory, trees: Iterable[LoadTree]) -> Iterable[Finding]:
+def _cuda_major(name: str) -> str | None:
+    m = _CUDA_SUFFIX.search(name)
+    return m.group(1) if m else None
+
+
+def _mixed_cuda(
+    facts: Facts, trees: Iterable[LoadTree], imported: frozenset[str], cmd: _Commands
+) -> Iterable[Finding]:
+    """More than one CUDA major installed; the hint names the major nothing loaded needs.
+
+    The majors in use are those in the requirement closure of the distributions that own
+    the extension modules ``import`` loads (torch's ``nvidia-*-cu12`` pins on a cu12 torch);
+    the leftover is any other. Without that evidence the hint stays generic rather than guess.
+    """
+    inv = facts.inventory
     majors: dict[str, list[str]] = defaultdict(list)
     for name in inv.distributions:
-        m = _CUDA_SUFFIX.search(name)
-        if m:
-            majors[m.group(1)].append(name)
+        major = _cuda_major(name)
+        if major:
+            majors[major].append(name)
     if len(majors) > 1:
+        extensions = [obj for obj in imported if _EXTENSION.search(obj)]
+        loaders = {o for obj in extensions for o in _owners_abs(inv, obj)}
+        closure = requirement_closure(inv.distributions, loaders, facts.marker_env)
+        used = {m for n in closure if (m := _cuda_major(n))}
+        leftover = sorted(set(majors) - used)
+        if used and len(leftover) == 1:
+            remove = cmd(f"cudafix remove 'nvidia-*-cu{leftover[0]}' --repair --dry-run")
+            needs = ", ".join(f"cu{m}" for m in sorted(used))
+            hint = f"what import loads needs {needs}; remove the leftovers: `{remove}`"
+        else:
+            remove = cmd("cudafix remove 'nvidia-*-cuNN' --repair --dry-run")
+            hint = f"remove the leftovers of the major you do not use: `{remove}`"
         yield Finding(
             kind="mixed-cuda",
             severity="warning",
             message="distributions for more than one CUDA major are installed: "
             + "; ".join(f"cu{k}: {len(v)}" for k, v in sorted(majors.items())),
             details=[f"cu{k}: {', '.join(sorted(v))}" for k, v in sorted(majors.items())],
-            hint="remove the leftovers of the major you do not use, e.g. "
-            f"`cudafix remove 'nvidia-*-cu{min(majors)}' --dry-run`",
+            owners=sorted(n for v in majors.values() for n in v),
+            hint=hint,
         )
     yield from _mixed_sonames(inv, trees)
 
@@ -274,45 +384,125 @@ def _mixed_sonames(inv: Inventory, trees: Iterable[LoadTree]) -> Iterable[Findin
             )
 
 
-def _shadowed(inv: Inventory, edges: Iterable[Edge]) -> Iterable[Finding]:
-    providers: dict[str, set[str]] = defaultdict(set)
+def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[Finding]:
+    """Sonames with several copies in the venv, graded by whether any search competes.
+
+    A warning only where one consumer's own search path (the directories ld.so walks for it)
+    holds two copies and the one it gets is not from its requirement closure, or is of
+    another CUDA major than that closure: a cu13 torch finding a leftover cu12
+    ``libcusparseLt.so.0`` first. Copies no search path puts side by side (triton's
+    ``cupti``, which triton loads by full path) are information.
+    """
+    inv = facts.inventory
+    prefix = str(inv.prefix)
+    copies: dict[str, set[str]] = defaultdict(set)
     for path in inv.files:
         name = path.rsplit("/", 1)[-1]
         if ".so" in name:
-            providers[name].add(path)
-    chosen: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+            copies[name].add(f"{prefix}/{path}")
+    by_need: dict[str, list[tuple[Edge, list[str]]]] = defaultdict(list)
     for e in edges:
-        if e.provider and len(providers.get(e.need, ())) > 1:
-            chosen[e.need][e.provider].append(e)
-    for need, picks in sorted(chosen.items()):
-        places = sorted(providers[need])
-        details = [
-            f"{p} ({', '.join(inv.owners.get(EnvPath(p), ())) or 'unowned'})" for p in places
-        ]
-        for provider, uses in sorted(picks.items()):
-            first = uses[0]
-            details.append(
-                f"{_show_abs(inv, first.requester)} gets {_show_abs(inv, provider)} via {first.how}"
-                f" (searched first: {', '.join(first.searched[:3])})"
+        if e.provider is None or len(copies.get(e.need, ())) < 2:
+            continue
+        dirs = _search_dirs(facts, e)
+        competing = sorted(c for c in copies[e.need] if posixpath.dirname(c) in dirs)
+        by_need[e.need].append((e, competing))
+    for need, uses in sorted(by_need.items()):
+        places = sorted(copies[need])
+        contested = [(e, c) for e, c in uses if len(c) > 1]
+        listing = [f"{_show_abs(inv, p)} ({_owned_by(inv, p)})" for p in places]
+        if not contested:
+            yield Finding(
+                kind="duplicate-soname",
+                severity="info",
+                message=f"{need} is provided at {len(places)} places, but no consumer's search "
+                "path holds two of them; a process that loads both by path gets two copies",
+                details=listing,
+                need=need,
+                paths=[_show_env(inv, p) for p in places],
             )
-        yield Finding(
-            kind="shadowed",
-            severity="warning",
-            message=f"{need} is provided at {len(places)} places;"
-            " each consumer gets the first on its search path",
-            details=details,
-            hint="remove the provider you do not want, e.g. with `cudafix remove NAME --dry-run`",
-        )
+            continue
+        wrong = [(e, c) for e, c in contested if _wrong_pick(facts, e)]
+        for e, competing in wrong or contested[:1]:
+            provider = e.provider or ""
+            unwanted = next(iter(_owners_abs(inv, provider)), "NAME")
+            remove = cmd(f"cudafix remove {unwanted} --dry-run")
+            yield Finding(
+                kind="shadowed",
+                severity="warning" if wrong else "info",
+                distribution=next(iter(_owners_abs(inv, e.requester)), None),
+                message=f"{_show_abs(inv, e.requester)} finds {need} at "
+                f"{_show_abs(inv, provider)} ({_owned_by(inv, provider)})"
+                f" first, of {len(competing)} on its search path"
+                + ("; that copy is not of the build its distribution requires" if wrong else ""),
+                details=[
+                    *listing,
+                    f"searched first: {', '.join(_show_abs(inv, d) for d in e.searched[:4])}",
+                ],
+                consumer=_show_env(inv, e.requester),
+                need=need,
+                provider=_show_env(inv, e.provider or ""),
+                paths=[_show_env(inv, p) for p in competing],
+                owners=sorted({o for p in competing for o in _owners_abs(inv, p)}),
+                hint=f"remove the copy its distribution does not require: `{remove}`"
+                if wrong
+                else None,
+            )
 
 
-def _requirements(facts: Facts) -> Iterable[Finding]:
+def _search_dirs(facts: Facts, e: Edge) -> set[str]:
+    """The directories ld.so walks for ``e``'s requester: what it searched up to the hit,
+    and the rest of the requester's own RPATH/RUNPATH (the hit may shadow a later copy)."""
+    dirs = set(e.searched)
+    rel = to_env_path(str(facts.inventory.prefix), e.requester)
+    info = facts.elf.objects.get(rel) if rel else None
+    if info is not None:
+        origin = posixpath.dirname(e.requester)
+        for entry in (*info.effective_rpath, *info.runpath):
+            expanded = expand_entry(entry, origin, facts.search)
+            if expanded is not None:
+                dirs.add(posixpath.normpath(expanded))
+    dirs.update(facts.search.ld_library_path)
+    return dirs
+
+
+def _wrong_pick(facts: Facts, e: Edge) -> bool:
+    """The copy ``e`` gets is outside its requester's requirement closure or CUDA major."""
+    inv = facts.inventory
+    consumers = _owners_abs(inv, e.requester)
+    providers = _owners_abs(inv, e.provider or "")
+    if not consumers or not providers:
+        return False
+    closure = requirement_closure(inv.distributions, consumers, facts.marker_env)
+    majors = {m for n in closure if (m := _cuda_major(n))}
+    if not any(p in closure for p in providers):
+        return True
+    return bool(majors) and any((m := _cuda_major(p)) and m not in majors for p in providers)
+
+
+def _owners_abs(inv: Inventory, path: str) -> list[DistName]:
+    rel = to_env_path(str(inv.prefix), path) if path else None
+    return list(inv.owners.get(rel, ())) if rel else []
+
+
+def _owned_by(inv: Inventory, path: str) -> str:
+    return ", ".join(_owners_abs(inv, path)) or "unowned"
+
+
+def _show_env(inv: Inventory, path: str) -> str:
+    """An EnvPath for a path inside the venv (absolute ones outside stay absolute)."""
+    return to_env_path(str(inv.prefix), path) or path
+
+
+def _requirements(facts: Facts, cmd: _Commands) -> Iterable[Finding]:
     for p in check_requirements(facts.inventory.distributions, facts.marker_env):
         yield Finding(
             kind="requirement",
             severity="error",
             distribution=p.distribution,
             message=f"{p.distribution} requires {p.requirement}: {p.reason}",
-            hint=f"install a matching version, or `cudafix remove {p.distribution} --dry-run`",
+            hint="install a matching version, or "
+            f"`{cmd(f'cudafix remove {p.distribution} --dry-run')}`",
         )
 
 

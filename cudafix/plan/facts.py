@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from cudafix.env.hashing import HashCache
-from cudafix.env.inventory import Inventory, read_inventory
+from cudafix.env.inventory import Inventory, changed_since_record, read_inventory
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import InterpreterInfo, TargetEnv, query_interpreter
 from cudafix.env.treecache import TreeCache
@@ -42,7 +42,8 @@ class Facts:
     self_dependencies: frozenset[DistName] = frozenset()
     """Distributions cudafix needs while it runs inside the target (empty when outside)."""
     path_hashes: Mapping[EnvPath, str | None] = field(default_factory=dict)
-    """RECORD-style sha256 of paths a plan may assume (shared paths, install targets)."""
+    """RECORD-style sha256 of paths a plan may assume (shared paths, install targets) and of
+    files of ELF-providing distributions changed since their install (for doctor)."""
     interpreter: InterpreterInfo | None = None
     staging: Staging = field(default_factory=Staging)
     """The wheels the plan reinstalls or installs, fetched outside the environment."""
@@ -66,7 +67,8 @@ def gather(
     elf = index_environment(target.prefix, inventory.files, state.elf_cache)
     tree.watch([*elf.objects, *elf.problems])  # an in-place overwrite keeps the dir's mtime
     tree.save(state.tree_cache)
-    path_hashes = {s.path: hashes(s.path) for s in inventory.shared}
+    suspects = changed_since_record(inventory, elf_providers(inventory, elf))
+    path_hashes = {p: hashes(p) for p in [*(s.path for s in inventory.shared), *suspects]}
     hashes.save(state.hash_cache)
     table = DlopenTable.default()
     for extra in dlopen_tables:
@@ -82,6 +84,11 @@ def gather(
         path_hashes=path_hashes,
         interpreter=info,
     )
+
+
+def elf_providers(inventory: Inventory, elf: ElfIndex) -> list[DistName]:
+    """Distributions that own a shared object: where another build's bytes break loading."""
+    return sorted({o for p in elf.objects for o in inventory.owners.get(p, ())})
 
 
 def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:

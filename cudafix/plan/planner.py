@@ -111,10 +111,11 @@ def _simulate(
     lost, switches, touched = _linkage(facts, view, gone, changed)
     installs = _installs(facts, request.installs)
     breaks = _requirement_breaks(facts, remaining, [w for _, w in installs if w])
+    backend_reads = removed | {DistName(r.name) for r in reinstall}
     refused = [
         P.RefusedPath(distribution=u.distribution, entry=u.raw, reason=u.reason)
         for u in inv.unsafe
-        if u.distribution in removed
+        if u.distribution in backend_reads
     ]
     fate: Fate = "kept" if request.options.keep_shared else "deleted"
     restored = set(rewritten)
@@ -141,6 +142,7 @@ def _simulate(
         deleted_paths=sorted(deleted),
         kept_paths=kept,
         rewritten_paths=rewritten,
+        holders_after=_holders_after(inv, reinstall),
         shared_paths=shared_out,
         lost=lost,
         switches=switches,
@@ -173,6 +175,17 @@ def _simulate(
     )
     reasons = _reasons(plan, facts, request.options)
     return plan.model_copy(update={"verdict": "refused" if reasons else "pass", "reasons": reasons})
+
+
+def _holders_after(inv: Inventory, reinstall: Sequence[P.Reinstall]) -> dict[str, str]:
+    """Paths several reinstalled distributions claim, and the last one to write them."""
+    writers: dict[str, str] = {}
+    claims: dict[str, int] = {}
+    for r in reinstall:
+        for e in inv.distributions[DistName(r.name)].files:
+            writers[e.path] = r.name
+            claims[e.path] = claims.get(e.path, 0) + 1
+    return {p: writers[p] for p in sorted(writers) if claims[p] > 1}
 
 
 def _deleted_paths(inv: Inventory, names: Sequence[DistName]) -> set[EnvPath]:

@@ -6,7 +6,7 @@ an extra is ignored; prereleases satisfy a specifier when they are what is insta
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -87,3 +87,35 @@ def _version_mismatch(req: Requirement, dep: Declared) -> str | None:
     if req.specifier.contains(version, prereleases=True):
         return None
     return f"{dep.name} {dep.version} is installed, {req.specifier} is required"
+
+
+def requirement_closure(
+    distributions: Mapping[DistName, Declared],
+    roots: Iterable[DistName],
+    marker_env: Mapping[str, str],
+) -> frozenset[DistName]:
+    """``roots`` and every installed distribution their Requires-Dist reach, transitively.
+
+    What a consumer was built to load: its own distribution and what that one pulls in.
+    """
+    seen: set[DistName] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in distributions:
+            continue
+        seen.add(name)
+        for raw in distributions[name].requires:
+            try:
+                req = Requirement(raw)
+                if req.marker is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
+                    continue
+            except (
+                InvalidRequirement,
+                InvalidMarker,
+                UndefinedComparison,
+                UndefinedEnvironmentName,
+            ):
+                continue
+            todo.append(normalize_name(req.name))
+    return frozenset(seen)

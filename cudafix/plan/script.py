@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
 from cudafix.model.names import DistName, normalize_name
+from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request
 from cudafix.plan.select import select
@@ -275,28 +276,24 @@ def locate(source: str, loc: Sequence[str | int]) -> int | None:
 # -- compiling -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Overrides:
-    """Command-line flags that add to a script's policy."""
-
-    offline: bool = False
-    find_links: tuple[str, ...] = ()
-    backend: Literal["uv", "pip"] | None = None
-
-
-def script_options(loaded: LoadedScript, overrides: Overrides = Overrides()) -> P.Options:
-    """The one set of options the whole plan runs with (policy, any step's flags, the CLI)."""
+def script_options(
+    loaded: LoadedScript,
+    sources: Sources = Sources(),  # noqa: B008 - a frozen value
+    backend: Literal["uv", "pip"] | None = None,
+) -> P.Options:
+    """The one set of options the whole plan runs with (policy, any step's flags, the CLI):
+    the command line's ``sources`` add to the policy's, its ``backend`` replaces it."""
     s, base = loaded.script, loaded.path.parent
     removes = [st for st in s.steps if st.remove]
     links = [p if "://" in p else str((base / p).absolute()) for p in s.policy.find_links]
-    links += [str(Path(p).absolute()) for p in overrides.find_links]
+    links += [str(Path(p).absolute()) for p in sources.find_links]
     return P.Options(
         repair=s.policy.repair or any(st.repair for st in removes),
         keep_shared=s.policy.keep_shared or any(st.keep_shared for st in removes),
         allow_broken_requirements=s.policy.allow_broken_requirements,
-        offline=s.policy.offline or overrides.offline,
+        offline=s.policy.offline or sources.offline,
         find_links=list(dict.fromkeys(links)),
-        backend=overrides.backend or s.policy.backend,
+        backend=backend or s.policy.backend,
     )
 
 

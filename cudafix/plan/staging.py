@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudafix.env.distinfo import CoreMetadata, is_installer_file, parse_metadata
-from cudafix.env.inventory import Distribution, derive_top_level
+from cudafix.env.inventory import Distribution, derive_top_level, is_bytecode
 from cudafix.env.record import Refusal, parse_record, resolve_record_path
 from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
 from cudafix.model.sources import Sources
@@ -164,8 +164,7 @@ def _landing(site: EnvPath, row: str) -> EnvPath | None:
 def _comparable(path: str, dist_info: str) -> bool:
     """Rows two installs of one wheel agree on: not bytecode, scripts or installer files."""
     return not (
-        path.endswith(".pyc")
-        or "/__pycache__/" in path
+        is_bytecode(path)
         or path.startswith("bin/")
         or is_installer_file(path, dist_info)
         or path.startswith(dist_info + "/")

@@ -13,6 +13,7 @@ Test-only hooks (never set them outside tests):
 
 from __future__ import annotations
 
+import enum
 import errno
 import json
 import os
@@ -27,7 +28,41 @@ from cudafix.env.statedir import fsync_dir
 CRASH_ENV = "CUDAFIX_TEST_CRASH_AFTER"
 FAIL_ENV = "CUDAFIX_TEST_FAIL"
 
-DONE_EVENTS = frozenset({"commit", "rolled-back", "aborted"})
+
+class Event(str, enum.Enum):
+    """Every step a journal records, in the order a transaction takes them.
+
+    A str enum: records stay plain JSON strings and compare equal to them, so journals
+    written by older runs read the same.
+    """
+
+    PLAN = "plan"
+    SNAPSHOT_BEGIN = "snapshot-begin"
+    SNAPSHOT_DONE = "snapshot-done"
+    ABORTED = "aborted"
+    BACKEND = "backend"
+    SANITIZE_RECORD = "sanitize-record"
+    DETACH_BEGIN = "detach-begin"
+    UNINSTALL_BEGIN = "uninstall-begin"
+    REINSTALL_BEGIN = "reinstall-begin"
+    KEEP_BEGIN = "keep-begin"
+    VERIFY_BEGIN = "verify-begin"
+    INSTALL_BEGIN = "install-begin"
+    PROBE_BEGIN = "probe-begin"
+    PROBE_DONE = "probe-done"
+    ROLLBACK_BEGIN = "rollback-begin"
+    RESTORE_BEGIN = "restore-begin"
+    ROLLBACK_INCOMPLETE = "rollback-incomplete"
+    ROLLED_BACK = "rolled-back"
+    COMMIT_BEGIN = "commit-begin"
+    COMMIT = "commit"
+    UNDO_BEGIN = "undo-begin"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+DONE_EVENTS = frozenset({Event.COMMIT, Event.ROLLED_BACK, Event.ABORTED})
 """A transaction whose journal ends in one of these needs nothing more."""
 
 
@@ -46,10 +81,10 @@ def fail_point(op: str) -> None:
         raise OSError(num, f"{os.strerror(num)} (injected at {op})")
 
 
-def append(path: Path, event: str, data: Mapping[str, Any] | None = None) -> None:
+def append(path: Path, event: Event, data: Mapping[str, Any] | None = None) -> None:
     """Durably append one step; fsync the file, and the directory when the file is new."""
     is_new = not path.exists()
-    record = {"event": event, "time": time.time(), **(data or {})}
+    record = {"event": event.value, "time": time.time(), **(data or {})}
     line = json.dumps(record, sort_keys=True) + "\n"
     with path.open("a", encoding="utf-8") as fh:
         fh.write(line)
@@ -57,7 +92,7 @@ def append(path: Path, event: str, data: Mapping[str, Any] | None = None) -> Non
         os.fsync(fh.fileno())
     if is_new:
         fsync_dir(path.parent)
-    crash_point(event)
+    crash_point(event.value)
 
 
 def read(path: Path) -> list[dict[str, Any]]:

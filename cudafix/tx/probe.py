@@ -8,12 +8,22 @@ carries the probe's own last error line (``ImportError: libcudnn.so.9: cannot op
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudafix.linker.hostdeps import provided_by_system
 from cudafix.process import Completed, run
 
-_LOAD = "import ctypes, sys\nfor p in sys.argv[1:]:\n    ctypes.CDLL(p)\n"
+_LOAD = """\
+import ctypes, sys
+for p in sys.argv[1:]:
+    try:
+        ctypes.CDLL(p)
+    except OSError as e:
+        print("cudafix-load-failed\\t" + p + "\\t" + str(e).replace("\\n", " "))
+"""
+_NOT_FOUND = re.compile(r"^(?P<soname>[^\s:/]+): cannot open shared object file")
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,8 @@ class ProbeResult:
     label: str
     ok: bool
     error: str
+    note: str = ""
+    """Why a passing probe is not a clean pass (a load skipped for a driver need)."""
 
 
 def _env(prefix: Path) -> dict[str, str]:
@@ -68,5 +80,32 @@ def run_probes(prefix: Path, python: Path, spec: ProbeSpec, cwd: Path) -> list[P
     for label, argv in _probes(python, spec):
         done = run(argv, env=_env(prefix), timeout=spec.timeout, cwd=cwd)
         ok = done.returncode == 0 and not done.timed_out
+        if ok and label.startswith("load "):
+            results.append(_graded_load(label, done.stdout))
+            continue
         results.append(ProbeResult(label, ok, "" if ok else _error(done, spec.timeout)))
     return results
+
+
+def _graded_load(label: str, stdout: str) -> ProbeResult:
+    """Grade the libraries that failed to load the way ``doctor`` grades their needs.
+
+    A library that fails only because the NVIDIA driver (or an optional system stack) is
+    absent, a CPU box's normal state, passes with a note: the planner has already checked
+    that every need a wheel provides still resolves, so nothing the plan changed is hidden
+    behind that gap.
+    """
+    system = provided_by_system()
+    errors, notes = [], []
+    for line in stdout.splitlines():
+        marker, _, rest = line.partition("\t")
+        if marker != "cudafix-load-failed":
+            continue
+        path, _, why = rest.partition("\t")
+        found = _NOT_FOUND.match(why)
+        if found and found.group("soname") in system:
+            soname = found.group("soname")
+            notes.append(f"{path} not loaded: needs {soname} ({system[soname]})")
+        else:
+            errors.append(why)
+    return ProbeResult(label, not errors, "; ".join(errors), "; ".join(notes))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import posixpath
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from cudafix.env.hashing import hash_path
 from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
 from cudafix.env.statedir import StateDir, TxDir, new_txid, write_atomic
 from cudafix.model.errors import (
@@ -30,11 +32,12 @@ from cudafix.model.errors import (
     TransactionFailed,
     UsageError,
 )
-from cudafix.model.names import EnvPath, normalize_name
+from cudafix.model.names import EnvPath, normalize_name, split_dist_info_name
 from cudafix.model.plan import Plan
-from cudafix.process import Completed
+from cudafix.process import Completed, run
 from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
+from cudafix.tx.journal import Event
 from cudafix.tx.probe import ProbeSpec, run_probes
 
 DEFAULT_LOCK_TIMEOUT = 60.0
@@ -191,8 +194,8 @@ def _check_plan(plan: Plan, force: bool) -> Path:
 def _dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
     for sp in plan.target.site_packages:
         for info in sorted((prefix / sp).glob("*.dist-info")):
-            dist, _, ver = info.name[: -len(".dist-info")].partition("-")
-            if normalize_name(dist) == normalize_name(name) and ver == version:
+            split = split_dist_info_name(info.name)
+            if split and normalize_name(split[0]) == normalize_name(name) and split[1] == version:
                 return f"{sp}/{info.name}"
     return None
 
@@ -227,7 +230,27 @@ def _touched(prefix: Path, plan: Plan) -> tuple[list[str], list[str]]:
             paths.add(info)
             rewritten.update(_record_paths(prefix, info))
     detach = {p for p in rewritten if not any(c.endswith(".dist-info") for c in p.split("/"))}
+    paths |= _backend_side_effects(prefix, paths | rewritten)
     return sorted(paths | rewritten), sorted(detach)
+
+
+UV_LOCK = ".lock"
+"""The file uv creates at the prefix to lock the environment."""
+
+
+def _backend_side_effects(prefix: Path, touched: set[str]) -> set[str]:
+    """What a backend changes beyond RECORD rows, so a rollback is byte-identical: the
+    ``__pycache__`` next to every touched ``.py`` (uv and pip delete bytecode of the sources
+    they remove) and uv's lock file (absent ones are removed on rollback)."""
+    caches = {
+        f"{posixpath.dirname(p)}/__pycache__" if "/" in p else "__pycache__"
+        for p in touched
+        if p.endswith(".py")
+    }
+    return {
+        *(c for c in caches if snapshot.check_path(prefix, c) is None and (prefix / c).is_dir()),
+        UV_LOCK,
+    }
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -243,11 +266,13 @@ def run_transaction(
     command: Sequence[str] = (),
     on_event: OnEvent = _quiet,
     precondition: Verify | None = None,
+    backend: Backend | None = None,
 ) -> TransactionResult:
     """Apply ``plan``; commit when verify and probes pass, else roll back and raise.
 
     ``precondition`` runs under the lock, before anything changes: a plan made while
     another run was changing the environment is refused there, not applied stale.
+    ``backend`` defaults to the one the plan names (``plan.options.backend``).
     """
     prefix = _check_plan(plan, force)
     with _locked(prefix, lock_timeout, on_event) as state:
@@ -261,7 +286,7 @@ def run_transaction(
         paths, rewritten = _touched(prefix, plan)
         tx = _begin(state, {"kind": "apply", "plan": plan.model_dump(mode="json")}, command)
         manifest = _snapshot(prefix, tx, paths, rewritten, on_event)
-        apply = partial(_apply_plan, prefix, tx, plan, manifest, probes, verify, on_event)
+        apply = partial(_apply_plan, prefix, tx, plan, manifest, probes, verify, on_event, backend)
         passed = _execute(prefix, tx, manifest, apply, on_event)
     return TransactionResult(
         tx.txid,
@@ -278,7 +303,7 @@ def run_transaction(
 def _begin(state: StateDir, what: dict[str, Any], command: Sequence[str]) -> TxDir:
     tx = state.tx(new_txid())
     tx.root.mkdir(parents=True)
-    journal.append(tx.journal, "plan", {**what, "command": list(command)})
+    journal.append(tx.journal, Event.PLAN, {**what, "command": list(command)})
     return tx
 
 
@@ -286,17 +311,17 @@ def _snapshot(
     prefix: Path, tx: TxDir, paths: list[str], rewritten: list[str], on_event: OnEvent
 ) -> snapshot.Manifest:
     """Snapshot, or refuse having changed nothing (the env is not touched before this is done)."""
-    journal.append(tx.journal, "snapshot-begin", {"paths": paths})
+    journal.append(tx.journal, Event.SNAPSHOT_BEGIN, {"paths": paths})
     try:
         manifest = snapshot.take(prefix, tx, paths, rewritten)
     except OSError as exc:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
-        journal.append(tx.journal, "aborted", {"error": str(exc)})
+        journal.append(tx.journal, Event.ABORTED, {"error": str(exc)})
         raise TransactionFailed(
             f"could not snapshot {prefix}: {exc}; nothing was changed",
             hint="free space or fix permissions under the environment, then retry",
         ) from exc
-    journal.append(tx.journal, "snapshot-done", {"entries": len(manifest.entries)})
+    journal.append(tx.journal, Event.SNAPSHOT_DONE, {"entries": len(manifest.entries)})
     on_event(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}")
     return manifest
 
@@ -304,7 +329,7 @@ def _snapshot(
 def _backend_step(tx: TxDir, what: str, done: Completed) -> None:
     journal.append(
         tx.journal,
-        "backend",
+        Event.BACKEND,
         {
             "step": what,
             "argv": list(done.argv),
@@ -327,30 +352,39 @@ def _apply_plan(
     probes: ProbeSpec,
     verify: Verify | None,
     on_event: OnEvent,
+    backend: Backend | None = None,
 ) -> tuple[str, ...]:
     """Detach, uninstall, reinstall, keep, verify, probe; raise on the first failure."""
     detached = [e.path for e in manifest.entries if e.detach]
-    journal.append(tx.journal, "detach-begin", {"paths": detached})
+    journal.append(tx.journal, Event.DETACH_BEGIN, {"paths": detached})
     snapshot.detach(prefix, manifest)
     python = Path(plan.target.python or prefix / "bin" / "python")
     opts = plan.options
-    backend = make_backend(opts.backend, python, offline=opts.offline, find_links=opts.find_links)
-    _strip_refused(prefix, tx, plan)
+    if backend is None:
+        backend = make_backend(
+            opts.backend, python, offline=opts.offline, find_links=opts.find_links
+        )
+    _sanitize_records(prefix, tx, plan)
     if plan.remove:
         names = [r.name for r in plan.remove]
-        journal.append(tx.journal, "uninstall-begin", {"names": names})
+        journal.append(tx.journal, Event.UNINSTALL_BEGIN, {"names": names})
         on_event(f"uninstalling {', '.join(names)}")
         _backend_step(tx, f"{opts.backend} uninstall", backend.uninstall(names))
+        _complete_deletions(prefix, plan, manifest)
     if plan.reinstall:
         pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
-        journal.append(tx.journal, "reinstall-begin", {"pins": pins})
+        journal.append(tx.journal, Event.REINSTALL_BEGIN, {"pins": pins})
         on_event(f"reinstalling {', '.join(pins)}")
-        _backend_step(tx, f"{opts.backend} reinstall", backend.reinstall(pins))
+        # Co-owners of one path in one backend call race for it: one call each, in order.
+        for batch in [[p] for p in pins] if plan.holders_after else [pins]:
+            _backend_step(tx, f"{opts.backend} reinstall", backend.reinstall(batch))
     if plan.kept_paths:
-        journal.append(tx.journal, "keep-begin", {"paths": plan.kept_paths})
+        journal.append(tx.journal, Event.KEEP_BEGIN, {"paths": plan.kept_paths})
         snapshot.put_back(prefix, tx, manifest, plan.kept_paths)
-    journal.append(tx.journal, "verify-begin")
-    problems = _builtin_verify(prefix, plan, manifest) + (verify() if verify else [])
+    _recompile(prefix, python, manifest)
+    journal.append(tx.journal, Event.VERIFY_BEGIN)
+    problems = _builtin_verify(prefix, plan, manifest) + _holders_verify(prefix, plan)
+    problems += verify() if verify else []
     if problems:
         raise _StepFailed("the result differs from the plan: " + "; ".join(problems))
     if plan.install:
@@ -358,10 +392,39 @@ def _apply_plan(
     return _probe(prefix, tx, python, probes, on_event)
 
 
+_COMPILE = """\
+import py_compile, sys
+args = sys.argv[1:]
+for source, cfile, level in zip(args[0::3], args[1::3], args[2::3]):
+    py_compile.compile(source, cfile=cfile, optimize=int(level), doraise=False)
+"""
+
+
+def _recompile(prefix: Path, python: Path, manifest: snapshot.Manifest) -> None:
+    """Write again the bytecode that was there and the backend deleted (reinstalls run with
+    ``--no-compile``), with the target interpreter, so the post-state has it as before."""
+    args: list[str] = []
+    for e in manifest.entries:
+        head, name = posixpath.split(e.path)
+        if (
+            e.kind != "file"
+            or posixpath.basename(head) != "__pycache__"
+            or not name.endswith(".pyc")
+        ):
+            continue
+        source = prefix / posixpath.dirname(head) / (name.split(".", 1)[0] + ".py")
+        if os.path.lexists(prefix / e.path) or not source.is_file():
+            continue
+        level = name.split(".opt-")[1].split(".")[0] if ".opt-" in name else "0"
+        args += [str(source), str(prefix / e.path), level]
+    if args:
+        run([python, "-c", _COMPILE, *args], timeout=600)
+
+
 def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: OnEvent) -> None:
     """Install the exact pins (after verify: they may re-create paths the removal deleted)."""
     pins = [f"{i.name}=={i.version}" for i in plan.install]
-    journal.append(tx.journal, "install-begin", {"pins": pins})
+    journal.append(tx.journal, Event.INSTALL_BEGIN, {"pins": pins})
     on_event(f"installing {', '.join(pins)}")
     _backend_step(tx, f"{plan.options.backend} install", backend.reinstall(pins))
     absent = [
@@ -373,24 +436,83 @@ def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: On
         raise _StepFailed("not installed after the install step: " + ", ".join(absent))
 
 
-def _strip_refused(prefix: Path, tx: TxDir, plan: Plan) -> None:
-    """Drop RECORD lines that leave the environment, so the backend never acts on them.
+def _sanitize_records(prefix: Path, tx: TxDir, plan: Plan) -> None:
+    """Rewrite the RECORDs the backend reads so the outcome does not depend on the backend.
 
-    The RECORD is in the snapshot (its dist-info is), and it is replaced by rename, so the
-    hard-linked snapshot keeps the original bytes for a rollback.
+    Dropped before the backend runs: rows that leave the environment, in the RECORD of every
+    distribution the backend uninstalls or reinstalls (a reinstall uninstalls first); and,
+    for removed distributions, rows of paths a remaining distribution also claims. uv and pip
+    delete every RECORD row today, a change proposed to uv would keep shared ones; here
+    neither is relied on: :func:`_complete_deletions` then deletes what the plan deletes
+    and ``--keep-shared`` keeps what it keeps. The RECORDs are in the snapshot (their
+    dist-info is) and replaced by rename, so a rollback gets the original bytes back.
     """
     refused: dict[str, set[str]] = {}
-    for r in plan.refused_paths:
-        refused.setdefault(normalize_name(r.distribution), set()).add(r.entry)
-    for dist in plan.remove:
-        entries = refused.get(normalize_name(dist.name))
-        if not entries:
+    for bad in plan.refused_paths:
+        refused.setdefault(normalize_name(bad.distribution), set()).add(bad.entry)
+    shared = {EnvPath(s.path) for s in plan.shared_paths}
+    touched = [(d.name, d.dist_info, True) for d in plan.remove]
+    for again in plan.reinstall:
+        info = _dist_info(prefix, plan, again.name, again.version)
+        if info is not None:
+            touched.append((again.name, info, False))
+    for name, info, removed in touched:
+        record = prefix / info / "RECORD"
+        if not record.is_file() or record.is_symlink():
             continue
-        journal.append(
-            tx.journal, "sanitize-record", {"dist": dist.name, "entries": sorted(entries)}
-        )
-        record = prefix / dist.dist_info / "RECORD"
-        write_atomic(record, without_entries(record.read_text(encoding="utf-8"), entries))
+        text = record.read_text(encoding="utf-8")
+        drop = set(refused.get(normalize_name(name), ()))
+        if removed:
+            site = EnvPath(posixpath.dirname(info))
+            drop |= {
+                e.path
+                for e in parse_record(text).entries
+                if resolve_record_path(site, e.path) in shared
+            }
+        if drop:
+            journal.append(
+                tx.journal, Event.SANITIZE_RECORD, {"dist": name, "entries": sorted(drop)}
+            )
+            write_atomic(record, without_entries(text, drop))
+
+
+def _complete_deletions(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> None:
+    """Delete what the plan deletes and the backend left (shared rows it was not shown).
+
+    Only files and symlinks, never through a symlinked directory (each parent must resolve
+    inside the prefix); kept paths stay; directories left empty are removed.
+    """
+    entries = manifest.by_path()
+    kept = set(plan.kept_paths)
+    real_prefix = os.path.realpath(prefix)
+    for path in plan.deleted_paths:
+        entry = entries.get(path)
+        if path in kept or (entry is not None and entry.kind == "dir"):
+            continue
+        live = prefix / path
+        if not os.path.lexists(live) or (live.is_dir() and not live.is_symlink()):
+            continue
+        parent = os.path.realpath(live.parent)
+        if parent != real_prefix and not parent.startswith(real_prefix + os.sep):
+            continue
+        live.unlink()
+    _prune_empty_parents(prefix, plan)
+
+
+def _prune_empty_parents(prefix: Path, plan: Plan) -> None:
+    """Remove directories the deletions left empty, up to site-packages, as uv does (pip
+    leaves some), so the post-state is the same whichever backend ran."""
+    stops = {"", *plan.target.site_packages}
+    for path in sorted(plan.deleted_paths, key=lambda p: -p.count("/")):
+        parent = posixpath.dirname(path)
+        while parent not in stops and not (prefix / parent).is_symlink():
+            here = prefix / parent
+            if here.is_dir():
+                try:
+                    here.rmdir()
+                except OSError:  # not empty
+                    break
+            parent = posixpath.dirname(parent)
 
 
 def _builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[str]:
@@ -409,13 +531,33 @@ def _builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> li
     return problems
 
 
+def _holders_verify(prefix: Path, plan: Plan) -> list[str]:
+    """Each path several reinstalled distributions claim holds its planned holder's bytes."""
+    problems = []
+    for holder in sorted(set(plan.holders_after.values())):
+        version = next(r.version for r in plan.reinstall if r.name == holder)
+        info = _dist_info(prefix, plan, holder, version)
+        if info is None:
+            continue  # the version check reports it
+        site = EnvPath(posixpath.dirname(info))
+        record = parse_record((prefix / info / "RECORD").read_text(encoding="utf-8"))
+        want = {resolve_record_path(site, e.path): e.sha256 for e in record.entries}
+        for path, who in plan.holders_after.items():
+            expected = want.get(EnvPath(path)) if who == holder else None
+            if expected and hash_path(prefix / path) != expected:
+                problems.append(f"{path} should hold {holder}'s bytes")
+    return problems
+
+
 def _probe(
     prefix: Path, tx: TxDir, python: Path, spec: ProbeSpec, on_event: OnEvent
 ) -> tuple[str, ...]:
-    journal.append(tx.journal, "probe-begin")
+    journal.append(tx.journal, Event.PROBE_BEGIN)
     on_event("probing the environment")
     results = run_probes(prefix, python, spec, tx.root)
-    journal.append(tx.journal, "probe-done", {"results": [r.__dict__ for r in results]})
+    journal.append(tx.journal, Event.PROBE_DONE, {"results": [r.__dict__ for r in results]})
+    for note in (r.note for r in results if r.note):
+        on_event(f"probe note: {note}")
     failed = [f"{r.label}: {r.error}" for r in results if not r.ok]
     if failed:
         raise _StepFailed("probe failed: " + "; ".join(failed))
@@ -461,18 +603,18 @@ def _fail(prefix: Path, tx: TxDir, reason: str, exc: BaseException, on_event: On
 def _rollback(prefix: Path, tx: TxDir, reason: str) -> tuple[list[str], int]:
     """Restore the snapshot (idempotent, restartable); return (what still differs, entries)."""
     records = _records(tx)
-    journal.append(tx.journal, "rollback-begin", {"reason": reason})
-    if journal.find(records, "snapshot-done") is None:
+    journal.append(tx.journal, Event.ROLLBACK_BEGIN, {"reason": reason})
+    if journal.find(records, Event.SNAPSHOT_DONE) is None:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
-        journal.append(tx.journal, "aborted", {"error": reason})
+        journal.append(tx.journal, Event.ABORTED, {"error": reason})
         return [], 0
     manifest = snapshot.load(tx)
-    journal.append(tx.journal, "restore-begin", {"entries": len(manifest.entries)})
+    journal.append(tx.journal, Event.RESTORE_BEGIN, {"entries": len(manifest.entries)})
     problems = snapshot.restore(prefix, tx, manifest)
     if problems:
-        journal.append(tx.journal, "rollback-incomplete", {"problems": problems})
+        journal.append(tx.journal, Event.ROLLBACK_INCOMPLETE, {"problems": problems})
         return problems, len(manifest.entries)
-    journal.append(tx.journal, "rolled-back")
+    journal.append(tx.journal, Event.ROLLED_BACK)
     shutil.rmtree(tx.snapshot, ignore_errors=True)
     return [], len(manifest.entries)
 
@@ -489,9 +631,9 @@ def _after_paths(prefix: Path, manifest: snapshot.Manifest) -> list[str]:
 
 
 def _commit(prefix: Path, tx: TxDir, manifest: snapshot.Manifest) -> None:
-    journal.append(tx.journal, "commit-begin")
+    journal.append(tx.journal, Event.COMMIT_BEGIN)
     snapshot.write_json(tx.post, snapshot.lstat_state(prefix, _after_paths(prefix, manifest)))
-    journal.append(tx.journal, "commit")
+    journal.append(tx.journal, Event.COMMIT)
     gc(prefix, keep=DEFAULT_KEEP)
 
 
@@ -501,7 +643,7 @@ def _commit(prefix: Path, tx: TxDir, manifest: snapshot.Manifest) -> None:
 def _describe(tx: TxDir) -> str:
     records = _records(tx)
     last = records[-1]["event"] if records else "start"
-    if journal.find(records, "snapshot-done") is None:
+    if journal.find(records, Event.SNAPSHOT_DONE) is None:
         return f"{tx.txid}: interrupted at '{last}' before anything changed; discard it"
     entries = len(snapshot.load(tx).entries)
     return f"{tx.txid}: interrupted at '{last}'; restore {entries} paths from its snapshot"
@@ -549,7 +691,7 @@ def _entry(tx: TxDir) -> HistoryEntry:
     records = _records(tx)
     head = records[0] if records else {}
     plan = head.get("plan") or {}
-    error = next((r.get("reason") for r in records if r["event"] == "rollback-begin"), None)
+    error = next((r.get("reason") for r in records if r["event"] == Event.ROLLBACK_BEGIN), None)
     return HistoryEntry(
         txid=tx.txid,
         time=float(head.get("time", 0.0)),
@@ -636,7 +778,7 @@ def undo(
         old_manifest = snapshot.load(old)
 
         def apply() -> tuple[str, ...]:
-            journal.append(tx.journal, "undo-begin", {"from": txid})
+            journal.append(tx.journal, Event.UNDO_BEGIN, {"from": txid})
             problems = snapshot.restore(prefix, old, old_manifest)
             if problems:
                 raise _StepFailed("undo did not restore: " + "; ".join(problems))

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from cudafix.env.inventory import installed_versions
+from cudafix.env.inventory import installed_versions, is_bytecode
 from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Plan
 
@@ -14,7 +14,11 @@ from cudafix.model.plan import Plan
 def compare(
     plan: Plan, installed: Mapping[DistName, str], exists: Callable[[str], bool]
 ) -> list[str]:
-    """Differences between the planned after-state and what is there; empty when they agree."""
+    """Differences between the planned after-state and what is there; empty when they agree.
+
+    Bytecode is derived data: whether a ``.pyc`` is there decides nothing (pip lists the
+    ones it compiled, backends reinstall without compiling, Python writes them on import).
+    """
     problems = [
         f"{d.name} is still installed" for d in plan.remove if DistName(d.name) in installed
     ]
@@ -28,12 +32,14 @@ def compare(
     problems += [f"{n} disappeared" for n in sorted(expected - set(installed))]
     stays = set(plan.rewritten_paths) | set(plan.kept_paths)
     problems += [
-        f"{p} should have been deleted" for p in plan.deleted_paths if p not in stays and exists(p)
+        f"{p} should have been deleted"
+        for p in plan.deleted_paths
+        if p not in stays and not is_bytecode(p) and exists(p)
     ]
     problems += [
         f"{p} should be present"
         for p in sorted(stays)
-        if not exists(p) and not _installer_metadata(p)
+        if not exists(p) and not _installer_metadata(p) and not is_bytecode(p)
     ]
     return problems
 
