@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--work", type=Path, default=None, help="where copies go (default: beside it)")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--plan-dist", default="nvidia-cusparselt-cu13")
-    p.add_argument("--tx-dist", default="nvidia-cusparselt-cu13")
+    p.add_argument("--tx-dist", default="pip", help="a distribution nothing needs")
     p.add_argument("--only", default="1,2,3")
     p.add_argument("--no-drop-caches", action="store_true")
     p.add_argument("--out", type=Path, default=Path("bench-out"))
