@@ -1,14 +1,27 @@
-"""``make e2e-real`` (opt-in, never in CI): the cuDNN incident with real wheels, and ldd.
+"""``make e2e-real`` (opt-in, never in CI): both incident directions with real wheels, and ldd.
 
-1. Build (once; cached in ``$CUDAFIX_E2E_CACHE``, default ``~/.cache/cudafix-e2e``) a venv
-   with the machine's pip: ``python3 -m venv``, ``pip install torch==2.14.1`` (the CUDA 13
-   build and its ``nvidia-*`` wheels, from the local indexes pip is configured with), then
-   ``pip install nvidia-cudnn-cu12 --no-deps`` from PyPI over it.
-2. On a ``cp -a`` copy, plain ``uv pip uninstall nvidia-cudnn-cu12``: ``import torch`` breaks.
-3. On another copy, ``cudafix remove nvidia-cudnn-cu12 --dry-run`` refuses (exit 3), then
-   ``--repair --yes --find-links DIR`` (DIR: where pip's local index keeps the
-   ``nvidia-cudnn-cu13`` wheel) commits, and ``import torch`` reports the cu13 cuDNN.
-4. cudafix's resolver against ``ldd`` for every ELF object of the built venv.
+Venvs are built once with the machine's pip and cached in ``$CUDAFIX_E2E_CACHE`` (default
+``~/.cache/cudafix-e2e``); every check that changes a venv runs on a ``cp -a`` copy, so the
+cached ones are never modified (doctor may refresh its own cache under ``<venv>/.cudafix``).
+
+- ``pristine-cu130``: ``python3 -m venv`` + ``pip install torch==2.14.1`` (the CUDA 13 build
+  and its ``nvidia-*`` wheels, from the local indexes pip is configured with).
+- ``pristine-cu12``: ``python3 -m venv`` + ``pip install torch==2.9.0`` (PyPI's cu128 build,
+  ``nvidia-*-cu12`` wheels).
+- ``seed-cu130``: pristine-cu130 + ``pip install --no-deps nvidia-cudnn-cu12``.
+- ``incident-cu12``: pristine-cu12 + ``pip install --no-deps`` of the cu13 cudnn, nccl,
+  cusparselt and nvshmem wheels (pip compiles bytecode, as by default), then
+  ``flashinfer-python`` and ``sglang`` with ``--no-deps`` where PyPI serves them.
+
+Checks: ``doctor`` exits 0 on both pristine venvs. Seed direction: plain ``uv pip uninstall
+nvidia-cudnn-cu12`` breaks ``import torch`` and ``doctor`` exits 1; ``cudafix remove`` refuses,
+``--repair --yes`` commits, torch reports the cu13 cuDNN, ``doctor`` exits 0. Incident
+direction: plain ``uv pip uninstall`` of the four cu13 breaks ``import torch``; ``doctor``
+exits 1 naming the clobbered cu12 paths; its printed command, run verbatim (then without
+``--dry-run``, with ``--yes``) exits 0; torch reports the cu12 cuDNN; ``doctor`` exits 0. And
+``cudafix remove 'nvidia-*-cu13'`` refuses, ``--repair --yes`` (wheels from PyPI) commits,
+torch reports the cu12 cuDNN, ``doctor`` exits 0. Last, cudafix's resolver against ``ldd`` on
+every ELF object of both built venvs.
 
 Prints Markdown; writes ``bench-out/e2e-real-*.json``. Exit 0 only when every check holds.
 """
@@ -16,38 +29,64 @@ Prints Markdown; writes ``bench-out/e2e-real-*.json``. Exit 0 only when every ch
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import uv
 
 from benchmarks import machine
-from benchmarks.ldd_compare import compare
+from benchmarks.follow import applying, as_argv, names_target, printed_next, with_target
+from benchmarks.ldd_compare import Comparison, compare
 from benchmarks.proc import Timed, timed
 from benchmarks.sections import cudafix_argv
 from benchmarks.stats import table
 
-TORCH = "torch==2.14.1"
-CU12 = "nvidia-cudnn-cu12"
-CU13 = "nvidia-cudnn-cu13"
 STAMP = ".e2e-ready"
 VERSION_CODE = "import torch; print(torch.__version__, torch.backends.cudnn.version())"
 
 
+@dataclass(frozen=True)
+class Direction:
+    """One incident direction: a pristine official torch venv, wheels pip put over it."""
+
+    name: str
+    pristine: str
+    torch: str
+    over: tuple[str, ...]
+    """Installed with ``pip install --no-deps`` over the pristine venv."""
+    extra: tuple[str, ...] = ()
+    """Installed after ``over`` with ``--no-deps`` when reachable; skipped with a note if not."""
+
+
+SEED = Direction("seed-cu130", "pristine-cu130", "torch==2.14.1", ("nvidia-cudnn-cu12",))
+INCIDENT = Direction(
+    "incident-cu12",
+    "pristine-cu12",
+    "torch==2.9.0",
+    ("nvidia-cudnn-cu13", "nvidia-nccl-cu13", "nvidia-cusparselt-cu13", "nvidia-nvshmem-cu13"),
+    ("flashinfer-python", "sglang"),
+)
+
+
 class Run:
-    """Steps, each timed and kept with its output, plus pass/fail checks."""
+    """Steps, each timed and kept with its output, plus pass/fail checks and notes."""
 
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
         self.checks: list[tuple[str, bool, str]] = []
+        self.notes: list[str] = []
 
-    def step(self, label: str, argv: list[str | Path], **kw: Any) -> Timed:
+    def step(self, label: str, argv: Sequence[str | Path], **kw: Any) -> Timed:
         print(f"... {label}", file=sys.stderr, flush=True)
         done = timed(argv, **kw)
         tail = (done.stdout + done.stderr).strip().splitlines()[-12:]
@@ -63,8 +102,9 @@ class Run:
         )
         return done
 
-    def check(self, what: str, ok: bool, detail: str = "") -> None:
+    def check(self, what: str, ok: bool, detail: str = "") -> bool:
         self.checks.append((what, ok, detail))
+        return ok
 
 
 def cache_dir() -> Path:
@@ -72,21 +112,50 @@ def cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "cudafix-e2e"
 
 
-def build_base(run: Run, base: Path, python3: str) -> None:
-    """The incident venv, built with the machine's own pip (its config: local indexes)."""
-    if (base / STAMP).exists():
-        run.check("base venv reused from cache", True, str(base))
+def pip(venv: Path) -> list[str | Path]:
+    return [venv / "bin" / "python", "-m", "pip"]
+
+
+def build_pristine(run: Run, venv: Path, torch: str, python3: str) -> None:
+    """An official torch install, nothing else: ``python3 -m venv`` + ``pip install TORCH``."""
+    if (venv / STAMP).exists():
+        run.check(f"{venv.name} reused from cache", True, str(venv))
         return
-    if not (base / "bin" / "python").exists():
-        run.step("python3 -m venv", [python3, "-m", "venv", base])
-    pip: list[str | Path] = [base / "bin" / "python", "-m", "pip"]
-    done = run.step(f"pip install {TORCH}", [*pip, "install", TORCH])
+    if not (venv / "bin" / "python").exists():
+        run.step(f"python3 -m venv {venv.name}", [python3, "-m", "venv", venv])
+    done = run.step(f"{venv.name}: pip install {torch}", [*pip(venv), "install", torch])
     if done.returncode != 0:
-        raise SystemExit(f"pip install {TORCH} failed:\n{done.stderr[-3000:]}")
-    done = run.step(f"pip install {CU12} --no-deps", [*pip, "install", CU12, "--no-deps"])
+        raise SystemExit(f"pip install {torch} failed:\n{done.stderr[-3000:]}")
+    (venv / STAMP).write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+
+
+def build_direction(run: Run, root: Path, d: Direction) -> Path:
+    """``cp -a`` of the pristine venv with ``d.over`` (and reachable ``d.extra``) on top."""
+    venv = root / d.name
+    if (venv / STAMP).exists():
+        run.check(f"{d.name} reused from cache", True, (venv / STAMP).read_text().strip())
+        return venv
+    partial = root / f".{d.name}.partial"
+    copy(root / d.pristine, partial)
+    (partial / STAMP).unlink()
+    label = f"{d.name}: pip install --no-deps {' '.join(d.over)}"
+    done = run.step(label, [*pip(partial), "install", "--no-deps", *d.over])
     if done.returncode != 0:
-        raise SystemExit(f"pip install {CU12} failed:\n{done.stderr[-3000:]}")
-    (base / STAMP).write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+        raise SystemExit(f"{label} failed:\n{done.stderr[-3000:]}")
+    extras: list[str] = []
+    for name in d.extra:
+        done = run.step(
+            f"{d.name}: pip install --no-deps {name}", [*pip(partial), "install", "--no-deps", name]
+        )
+        if done.returncode == 0:
+            extras.append(name)
+        else:
+            last = (done.stderr.strip().splitlines() or ["?"])[-1]
+            run.notes.append(f"{d.name}: {name} skipped, pip could not install it: {last}")
+    stamp = {"built": time.strftime("%Y-%m-%dT%H:%M:%S"), "over": d.over, "extra": extras}
+    (partial / STAMP).write_text(json.dumps(stamp) + "\n")
+    partial.rename(venv)
+    return venv
 
 
 def site_packages(venv: Path) -> Path:
@@ -128,78 +197,275 @@ def copy(src: Path, dest: Path) -> None:
     shutil.rmtree(dest / ".cudafix", ignore_errors=True)
 
 
-def plain_uninstall(run: Run, base: Path, work: Path) -> None:
-    venv = work / "plain-uv"
-    copy(base, venv)
-    py = venv / "bin" / "python"
-    run.step(
-        f"uv pip uninstall {CU12} (plain)",
-        [uv.find_uv_bin(), "pip", "uninstall", "--python", py, CU12],
+def user_env() -> dict[str, str]:
+    """A shell with no venv activated: the printed command must name its target itself."""
+    return {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+
+
+def doctor(run: Run, label: str, venv: Path, *json_flag: str) -> Timed:
+    return run.step(label, [*cudafix_argv(), "doctor", "--venv", venv, *json_flag], env=user_env())
+
+
+def extras_of(base: Path) -> tuple[str, ...]:
+    """The ``--no-deps`` extras the built venv got (its stamp records them)."""
+    text = (base / STAMP).read_text()
+    return tuple(json.loads(text).get("extra", ())) if text.startswith("{") else ()
+
+
+def named_paths(run: Run, venv: Path) -> None:
+    """``doctor --json`` names every cu12 file plain uv deleted (bytecode aside)."""
+    gone = missing_cu12(venv)
+    done = doctor(run, "incident: cudafix doctor --json after plain uv", venv, "--json")
+    try:
+        details = {d for f in json.loads(done.stdout)["findings"] for d in f["details"]}
+    except (ValueError, KeyError):
+        details = set()
+    unnamed = [p for p in gone if not any(d == p or d.startswith(f"{p}:") for d in details)]
+    run.check(
+        f"incident: doctor names every cu12 file plain uv deleted ({len(gone)}, bytecode aside)",
+        bool(gone) and not unnamed,
+        f"unnamed: {unnamed[:5]}" if unnamed else f"e.g. {gone[:3]}",
     )
-    done = run.step("import torch after plain uv", [py, "-c", VERSION_CODE])
+
+
+def judge_doctor(run: Run, what: str, label: str, venv: Path, extras: Sequence[str]) -> None:
+    """Check that ``doctor`` finds no problem, setting aside only the ``[requirement]``
+    findings of ``extras``: installed with ``--no-deps`` on purpose, their own requirements
+    are really unmet, and no repair of the CUDA libraries can or should change that."""
+    done = doctor(run, label, venv, "--json")
+    try:
+        findings = json.loads(done.stdout)["findings"]
+    except (ValueError, KeyError):
+        run.check(what, False, tail_line(done))
+        return
+    problems = [f for f in findings if f["severity"] != "info"]
+    aside = [
+        f
+        for f in problems
+        if f["kind"] == "requirement"
+        and f["message"].startswith(tuple(f"{e} requires " for e in extras))
+    ]
+    left = [f for f in problems if f not in aside]
+    detail = f"exit {done.returncode}; {len(left)} problem(s)"
+    detail += (
+        f" ({len(aside)} unmet requirement(s) of {', '.join(extras)} set aside)" if aside else ""
+    )
+    kinds = Counter(f["kind"] for f in left)
+    missing = [d for f in left if f["kind"] == "missing-files" for d in f["details"]]
+    pyc = sum(d.endswith(".pyc") for d in missing)
+    detail += f"; by kind {dict(kinds)}" if left else ""
+    detail += f"; missing files {len(missing)}, of which .pyc {pyc}" if missing else ""
+    shown = [f"{f['severity']} [{f['kind']}] {f['message'][:140]}" for f in left[:8]]
+    detail += (
+        ": " + "; ".join(shown) + (f"; ... {len(left) - 8} more" if len(left) > 8 else "")
+        if left
+        else ""
+    )
+    run.check(
+        what,
+        not left and done.returncode in (0, 1) and (done.returncode == 0) == (not problems),
+        detail,
+    )
+
+
+def missing_cu12(venv: Path) -> list[str]:
+    """Site-packages paths that ``*-cu12`` RECORDs list and the disk lacks (bytecode aside)."""
+    site = site_packages(venv)
+    gone: list[str] = []
+    for record in sorted(site.glob("nvidia_*_cu12-*.dist-info/RECORD")):
+        for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
+            rel = row[0] if row else ""
+            if not rel or rel.startswith("..") or rel.endswith(".pyc") or "__pycache__" in rel:
+                continue
+            if not (site / rel).exists() and not (site / rel).is_symlink():
+                gone.append(rel)
+    return gone
+
+
+def problems(done: Timed) -> str:
+    """Doctor's last line (``N problem(s) found.`` or ``Healthy: ...``) and its ``x``/``!``
+    finding heads, for the report."""
+    heads = [ln for ln in done.stdout.splitlines() if ln.startswith(("x [", "! ["))]
+    shown = "; ".join(h[:110] for h in heads[:6]) + (
+        f"; ... {len(heads) - 6} more" * (len(heads) > 6)
+    )
+    last = (
+        done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-200:]
+    )
+    return f"exit {done.returncode}: {last}" + (f" [{shown}]" if shown else "")
+
+
+def check_cudnn(run: Run, label: str, venv: Path, dist: str, want_version: str | None) -> None:
+    done = run.step(label, [venv / "bin" / "python", "-c", VERSION_CODE])
+    out = done.stdout.strip().split()
+    got = (
+        out[-1]
+        if done.returncode == 0 and out
+        else "error: " + (done.stderr.strip().splitlines() or [""])[-1]
+    )
+    want = str(cudnn_code(want_version)) if want_version else "?"
+    run.check(
+        f"{label}: import torch works, cudnn.version() == {want} ({dist} {want_version})",
+        done.returncode == 0 and got == want,
+        f"got {got}",
+    )
+
+
+def pristine_doctor(run: Run, root: Path) -> None:
+    for name in (SEED.pristine, INCIDENT.pristine):
+        judge_doctor(
+            run, f"doctor exits 0 on {name}", f"cudafix doctor --json on {name}", root / name, ()
+        )
+
+
+def broken_import(run: Run, label: str, venv: Path, needle: str) -> None:
+    done = run.step(label, [venv / "bin" / "python", "-c", VERSION_CODE])
     said = (done.stdout + done.stderr).strip().splitlines()
     run.check(
-        "plain uv uninstall breaks `import torch` with libcudnn.so.9",
-        done.returncode != 0 and "libcudnn.so.9" in done.stderr,
+        f"{label}: `import torch` fails ({needle})",
+        done.returncode != 0 and needle in done.stderr,
         said[-1] if said else "",
     )
+
+
+def seed_direction(run: Run, base: Path, work: Path, wheel_dir: Path | None) -> None:
+    cu12, cu13 = "nvidia-cudnn-cu12", "nvidia-cudnn-cu13"
+    venv = work / "seed-plain-uv"
+    copy(base, venv)
+    run.step(
+        f"seed: uv pip uninstall {cu12} (plain)",
+        [uv.find_uv_bin(), "pip", "uninstall", "--python", venv / "bin" / "python", cu12],
+    )
+    broken_import(run, "seed: after plain uv", venv, "libcudnn.so.9")
+    done = doctor(run, "seed: cudafix doctor after plain uv", venv)
+    run.check("seed: doctor exits 1 after plain uv", done.returncode == 1, problems(done))
     shutil.rmtree(venv, ignore_errors=True)
 
-
-def cudafix_repair(run: Run, base: Path, work: Path, wheel_dir: Path | None) -> None:
-    venv = work / "cudafix"
+    venv = work / "seed-cudafix"
     copy(base, venv)
-    py = venv / "bin" / "python"
-    cu13 = dist_version(venv, CU13) or "?"
-    done = run.step(
-        f"cudafix remove {CU12} --dry-run",
-        [*cudafix_argv(), "remove", CU12, "--venv", venv, "--dry-run"],
-    )
+    want = dist_version(venv, cu13)
+    argv: list[str | Path] = [*cudafix_argv(), "remove", cu12, "--venv", venv]
+    done = run.step(f"seed: cudafix remove {cu12} --dry-run", [*argv, "--dry-run"])
     run.check(
-        "cudafix refuses the plain removal (exit 3)",
+        "seed: cudafix refuses the plain removal (exit 3)",
         done.returncode == 3,
         f"exit {done.returncode}",
     )
     links = ["--find-links", str(wheel_dir)] if wheel_dir else []
-    argv: list[str | Path] = [
-        *cudafix_argv(),
-        "remove",
-        CU12,
-        "--venv",
+    done = run.step(
+        f"seed: cudafix remove {cu12} --repair --yes {' '.join(links)}",
+        [*argv, "--repair", "--yes", *links],
+    )
+    run.check("seed: --repair commits (exit 0)", done.returncode == 0, tail_line(done))
+    check_cudnn(run, "seed: after cudafix --repair", venv, cu13, want)
+    judge_doctor(
+        run,
+        "seed: doctor exits 0 after --repair",
+        "seed: cudafix doctor --json after --repair",
         venv,
-        "--repair",
-        "--yes",
-        *links,
-    ]
-    done = run.step(f"cudafix remove {CU12} --repair --yes {' '.join(links)}", argv)
-    run.check("cudafix --repair commits (exit 0)", done.returncode == 0, f"exit {done.returncode}")
-    done = run.step("import torch after cudafix", [py, "-c", VERSION_CODE])
-    got = (
-        done.stdout.strip().split()[-1] if done.returncode == 0 and done.stdout.strip() else "error"
-    )
-    want = str(cudnn_code(cu13)) if cu13 != "?" else "?"
-    run.check(
-        f"import torch works; cudnn.version() == {want} ({CU13} {cu13})",
-        done.returncode == 0 and got == want,
-        f"got {got}",
-    )
-    after = run.step("cudafix doctor after", [*cudafix_argv(), "doctor", "--venv", venv])
-    before = run.step(
-        "cudafix doctor on the built venv", [*cudafix_argv(), "doctor", "--venv", base]
-    )
-    run.check(
-        "doctor finds no more problems after the repair than on the built venv",
-        problems(after) <= problems(before),
-        f"after: {problems(after)} (exit {after.returncode}); before: {problems(before)}",
+        (),
     )
     shutil.rmtree(venv, ignore_errors=True)
 
 
-def problems(done: Timed) -> int:
-    """N from doctor's last line ``N problem(s) found.`` (0 when healthy)."""
-    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    word = last.split(" ", 1)[0]
-    return int(word) if "problem" in last and word.isdigit() else 0
+def tail_line(done: Timed) -> str:
+    lines = [ln for ln in (done.stdout + "\n" + done.stderr).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    return f"exit {done.returncode}: " + ((errors or lines or [""])[-1])[:400]
+
+
+def incident_plain(run: Run, base: Path, work: Path) -> None:
+    """Plain uv breaks it; doctor says so and prints a command; that command repairs it."""
+    venv = work / "incident-plain-uv"
+    copy(base, venv)
+    want, extras = dist_version(venv, "nvidia-cudnn-cu12"), extras_of(base)
+    run.step(
+        "incident: uv pip uninstall the four cu13 (plain)",
+        [uv.find_uv_bin(), "pip", "uninstall", "--python", venv / "bin" / "python", *INCIDENT.over],
+    )
+    broken_import(run, "incident: after plain uv", venv, ".so")
+    done = doctor(run, "incident: cudafix doctor after plain uv", venv)
+    run.check("incident: doctor exits 1 after plain uv", done.returncode == 1, problems(done))
+    named_paths(run, venv)
+    words = printed_next(done.stdout)
+    if not run.check(
+        "incident: doctor prints a `Next: cudafix ...` command", words is not None, problems(done)
+    ):
+        shutil.rmtree(venv, ignore_errors=True)
+        return
+    assert words is not None
+    printed = " ".join(words)
+    verbatim = run.step(
+        f"incident: `{printed}` (verbatim)",
+        as_argv(words, cudafix_argv()),
+        cwd=work,
+        env=user_env(),
+    )
+    done, named = verbatim, names_target(words, venv)
+    run.check(f"incident: printed `{printed}` names the venv", named, f"venv {venv}")
+    run.check(
+        f"incident: printed `{printed}` exits 0 verbatim",
+        verbatim.returncode == 0,
+        tail_line(verbatim),
+    )
+    if not named:
+        words = with_target(words, venv)
+        run.notes.append(
+            f"incident: the printed command names no venv; continued as `{' '.join(words)}`"
+        )
+        done = run.step(
+            f"incident: `{' '.join(words)}` (--venv added)",
+            as_argv(words, cudafix_argv()),
+            cwd=work,
+            env=user_env(),
+        )
+    if "--dry-run" in words:
+        words = applying(words)
+        done = run.step(
+            f"incident: `{' '.join(words)}`",
+            as_argv(words, cudafix_argv()),
+            cwd=work,
+            env=user_env(),
+        )
+    run.check(
+        f"incident: `{' '.join(words)}` commits (exit 0)", done.returncode == 0, tail_line(done)
+    )
+    check_cudnn(run, "incident: after doctor's repair", venv, "nvidia-cudnn-cu12", want)
+    judge_doctor(
+        run,
+        "incident: doctor clean (but the extras' own requirements) after doctor's repair",
+        "incident: cudafix doctor --json after doctor's repair",
+        venv,
+        extras,
+    )
+    shutil.rmtree(venv, ignore_errors=True)
+
+
+def incident_remove(run: Run, base: Path, work: Path) -> None:
+    """``cudafix remove 'nvidia-*-cu13'``: refused plain, committed with ``--repair`` (PyPI)."""
+    venv = work / "incident-cudafix"
+    copy(base, venv)
+    want = dist_version(venv, "nvidia-cudnn-cu12")
+    argv: list[str | Path] = [*cudafix_argv(), "remove", "nvidia-*-cu13", "--venv", venv]
+    done = run.step("incident: cudafix remove 'nvidia-*-cu13' --dry-run", [*argv, "--dry-run"])
+    run.check(
+        "incident: cudafix refuses the plain removal (exit 3)",
+        done.returncode == 3,
+        f"exit {done.returncode}",
+    )
+    done = run.step(
+        "incident: cudafix remove 'nvidia-*-cu13' --repair --yes", [*argv, "--repair", "--yes"]
+    )
+    run.check("incident: --repair commits (exit 0)", done.returncode == 0, tail_line(done))
+    check_cudnn(run, "incident: after cudafix --repair", venv, "nvidia-cudnn-cu12", want)
+    judge_doctor(
+        run,
+        "incident: doctor clean (but the extras' own requirements) after --repair",
+        "incident: cudafix doctor --json after --repair",
+        venv,
+        extras_of(base),
+    )
+    shutil.rmtree(venv, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,39 +477,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-ldd", action="store_true")
     args = parser.parse_args(argv)
     root = cache_dir()
-    base, work = root / "base", root / "work"
+    work = root / "work"
     work.mkdir(parents=True, exist_ok=True)
     run = Run()
-    build_base(run, base, args.python3)
-    versions = {n: dist_version(base, n) for n in ("torch", CU12, CU13)}
+    for d in (SEED, INCIDENT):
+        build_pristine(run, root / d.pristine, d.torch, args.python3)
+    pristine_doctor(run, root)
+    seed, incident = build_direction(run, root, SEED), build_direction(run, root, INCIDENT)
+    names = ("torch", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "flashinfer-python", "sglang")
+    versions = {v.name: {n: dist_version(v, n) for n in names} for v in (seed, incident)}
+    run.step("seed: import torch in the built venv", [seed / "bin" / "python", "-c", VERSION_CODE])
     run.step(
-        "import torch in the built venv (cu12 cuDNN over cu13)",
-        [base / "bin" / "python", "-c", VERSION_CODE],
+        "incident: import torch in the built venv",
+        [incident / "bin" / "python", "-c", VERSION_CODE],
     )
-    wheel_dir = find_wheel_dir(base / "bin" / "python", CU13)
-    run.check(f"{CU13} wheel found in pip's local index", wheel_dir is not None, str(wheel_dir))
-    plain_uninstall(run, base, work)
-    cudafix_repair(run, base, work, wheel_dir)
-    ldd = None
+    wheel_dir = find_wheel_dir(seed / "bin" / "python", "nvidia-cudnn-cu13")
+    run.check(
+        "nvidia-cudnn-cu13 wheel found in pip's local index", wheel_dir is not None, str(wheel_dir)
+    )
+    seed_direction(run, seed, work, wheel_dir)
+    incident_plain(run, incident, work)
+    incident_remove(run, incident, work)
+    ldd: dict[str, tuple[Comparison, float]] = {}
     if not args.skip_ldd:
-        start = time.perf_counter()
-        ldd = compare(base)
-        ldd_seconds = time.perf_counter() - start
-        run.check(
-            "resolver agrees with ldd on every object",
-            not ldd.disagreements,
-            f"{ldd.agree}/{ldd.objects} objects",
-        )
-    return report(args.out, run, versions, ldd, ldd_seconds if ldd else 0.0)
+        for venv in (seed, incident):
+            start = time.perf_counter()
+            result = compare(venv)
+            ldd[venv.name] = (result, time.perf_counter() - start)
+            run.check(
+                f"{venv.name}: resolver agrees with ldd on every object",
+                not result.disagreements,
+                f"{result.agree}/{result.objects} objects, "
+                f"{result.needs_agree}/{result.needs} edges",
+            )
+    return report(args.out, run, versions, ldd)
 
 
 def report(
-    out: Path, run: Run, versions: dict[str, str | None], ldd: Any, ldd_seconds: float
+    out: Path,
+    run: Run,
+    versions: dict[str, dict[str, str | None]],
+    ldd: dict[str, tuple[Comparison, float]],
 ) -> int:
     facts = machine.describe()
     print(f"# cudafix e2e-real ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
     print(machine.as_markdown(facts) + "\n")
-    print("Installed: " + ", ".join(f"{k}=={v}" for k, v in versions.items()) + "\n")
+    for venv, got in versions.items():
+        print(f"Installed in {venv}: " + ", ".join(f"{k}=={v}" for k, v in got.items() if v) + "\n")
     rows = [
         [s["step"], f"{s['seconds']:.2f}", s["exit"], s["rss_mib"], (s["tail"] or [""])[-1][:120]]
         for s in run.steps
@@ -252,21 +532,24 @@ def report(
     print(
         table(["check", "ok", "detail"], [[w, "yes" if ok else "NO", d] for w, ok, d in run.checks])
     )
+    for note in run.notes:
+        print(f"\n- note: {note}")
     data: dict[str, Any] = {
         "machine": facts,
         "versions": versions,
         "steps": run.steps,
         "checks": run.checks,
+        "notes": run.notes,
     }
-    if ldd is not None:
-        print(f"\n## Resolver vs ldd ({ldd_seconds:.1f} s)\n")
-        print(f"- objects compared: {ldd.objects}; agree on every need: {ldd.agree}")
-        print(f"- needs compared: {ldd.needs}; agree: {ldd.needs_agree}")
-        print(f"- not found by both: {ldd.both_not_found}")
-        print(f"- skipped: {len(ldd.skipped)} " + "; ".join(ldd.skipped[:5]))
-        for line in ldd.disagreements[:40]:
+    for name, (result, seconds) in ldd.items():
+        print(f"\n## Resolver vs ldd on {name} ({seconds:.1f} s)\n")
+        print(f"- objects compared: {result.objects}; agree on every need: {result.agree}")
+        print(f"- needs compared: {result.needs}; agree: {result.needs_agree}")
+        print(f"- not found by both: {result.both_not_found}")
+        print(f"- skipped: {len(result.skipped)} " + "; ".join(result.skipped[:5]))
+        for line in result.disagreements[:40]:
             print(f"- DISAGREE {line}")
-        data["ldd"] = ldd.__dict__ | {"seconds": ldd_seconds}
+        data.setdefault("ldd", {})[name] = result.__dict__ | {"seconds": seconds}
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"e2e-real-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from cudafix.model.errors import LockedError, PlanRefused
+from cudafix.model.errors import CudafixError, LockedError, PlanRefused
 from cudafix.model.sources import Sources
 
 if TYPE_CHECKING:
@@ -76,6 +76,14 @@ class RemoveArgs:
     exclude: tuple[str, ...] = ()
     repair: bool = False
     keep_shared: bool = False
+    allow_broken_requirements: bool = False
+
+
+@dataclass(frozen=True)
+class InstallArgs:
+    """What ``cudafix install`` was asked to install (requirement specifiers, as for uv)."""
+
+    specs: tuple[str, ...]
     allow_broken_requirements: bool = False
 
 
@@ -202,6 +210,66 @@ def plan_repair(
     return _plan(facts, request, sources)
 
 
+def plan_install(
+    args: FactArgs,
+    request: InstallArgs,
+    sources: Sources,
+    backend: Backend,
+    *,
+    mutating: bool,
+    on_event: OnEvent = _quiet,
+) -> Plan:
+    """The plan for ``uv pip install SPEC...`` simulated on the after-state; when refused,
+    with the matching-major installs that pass when planned the same way."""
+    import shlex
+
+    from cudafix.model.plan import Alternative
+    from cudafix.plan.install import matching_builds
+
+    target = locate(args.target)
+    check_pending(target, mutating=mutating, on_event=on_event)
+    facts = read_facts(args, target)
+    plan = _install_plan(facts, request, sources, backend)
+    if plan.verdict == "pass":
+        return plan
+    alternatives = []
+    for specs in matching_builds(plan, request.specs):
+        try:
+            alt = _install_plan(
+                facts, InstallArgs(specs, request.allow_broken_requirements), sources, backend
+            )
+        except CudafixError:
+            continue
+        if alt.verdict != "pass":
+            continue
+        words = ["cudafix", "install", *specs, "--venv", str(target.prefix)]
+        words += ["--offline"] if sources.offline else []
+        words += [w for link in sources.find_links for w in ("--find-links", link)]
+        pins = ", ".join(f"{i.name}=={i.version}" for i in alt.install)
+        summary = (
+            f"install {pins}, the build the consumers load today"
+            if pins
+            else "already satisfied: the build the consumers load today is installed"
+        )
+        alternatives.append(Alternative(command=shlex.join([*words, "--dry-run"]), summary=summary))
+    return plan.model_copy(update={"alternatives": alternatives})
+
+
+def _install_plan(facts: Facts, request: InstallArgs, sources: Sources, backend: Backend) -> Plan:
+    """Resolve with uv (what it would install and uninstall), stage, plan the after-state."""
+    from cudafix.plan.install import resolve
+    from cudafix.plan.planner import Request
+
+    inv = facts.inventory
+    python = inv.python or inv.prefix / "bin" / "python"
+    resolution = resolve(str(python), request.specs, sources)
+    options = _options(
+        sources, backend, allow_broken_requirements=request.allow_broken_requirements
+    )
+    planned = Request(resolution.replaced, request.specs, options, installs=resolution.installs)
+    return _plan(facts, planned, sources)
+
+
 def plan_script(
     args: FactArgs,
     file: Path,
@@ -276,6 +344,52 @@ def execute(plan: Plan, run: RunArgs, on_event: OnEvent = _quiet) -> transaction
         command=run.command,
         on_event=on_event,
         precondition=functools.partial(quick_differences, plan),
+    )
+
+
+def run_command(
+    args: FactArgs,
+    argv: Sequence[str],
+    run: RunArgs,
+    *,
+    accept: bool = False,
+    on_event: OnEvent = _quiet,
+) -> transaction.GuardedRun:
+    """Run any command that changes the environment (``uv pip install -U torch``,
+    ``pip install -r req.txt``) as a transaction: the whole site-packages and ``bin/`` are
+    snapshotted by hard link, the environment is diagnosed again after, and the run is rolled
+    back when it introduced a problem doctor reports (``accept``: commit anyway) or a probe
+    fails."""
+    from cudafix.plan.doctor import diagnose
+    from cudafix.tx import transaction
+    from cudafix.tx.probe import ProbeSpec
+
+    target = locate(args.target)
+    check_pending(target, mutating=True, on_event=on_event)
+    flags = target_flags(args.target, target)
+    facts = read_facts(args, target)
+    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
+
+    def judge() -> list[str]:
+        after = diagnose(read_facts(args, target), flags)
+        return [
+            f"[{f.kind}] {f.message}"
+            for f in after.findings
+            if f.severity != "info" and (f.kind, f.message) not in known
+        ]
+
+    roots = [*facts.inventory.site_packages, "bin"]
+    probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
+    return transaction.run_guarded(
+        target.prefix,
+        roots,
+        argv,
+        judge=judge,
+        probes=probes,
+        accept=accept,
+        lock_timeout=run.lock_timeout,
+        command=run.command,
+        on_event=on_event,
     )
 
 

@@ -82,7 +82,7 @@ def build_spec(spec: Scenario, dest: Path, *, stage: str = "ready") -> BuiltScen
     steps = spec.steps_for(stage)
     dest = dest.absolute()
     env = builder_env()
-    venv = Venv(dest, wheelhouse(spec), uv_binary(), env)
+    venv = Venv(dest, wheelhouse(spec), uv_binary(), env, spec.compile)
     _fresh_venv(dest, env)
     for step in steps:
         replay(venv, step)

@@ -2,7 +2,9 @@
 
 Builds the ``incident`` scenario twice under ``./demo-env`` (real gcc-compiled libraries,
 real wheels, real uv): one copy is broken the way pip and uv break it, the other is
-cleaned with cudafix. Every command is printed before it runs, as a user would type it.
+cleaned with cudafix. A third act goes back to how it began, an install: the ``seed``
+scenario (a cu12 torch) gets the cu13 cudnn from plain uv, silently, and cudafix refuses it.
+Every command is printed before it runs, as a user would type it.
 """
 
 from __future__ import annotations
@@ -70,6 +72,28 @@ def main() -> int:
     _show("import torch still works", [safe.python, "-c", "import torch; print('torch imports')"])
     _show("doctor after the cleanup", _cudafix("doctor", "--venv", safe.venv))
     _show("history", _cudafix("history", "--venv", safe.venv))
+
+    print("\n================ 3. How it began: an install ================")
+    seed_plain = build_scenario("seed", DEMO_DIR / "install-plain-uv")
+    seed_safe = build_scenario("seed", DEMO_DIR / "install-with-cudafix")
+    wheels = ["--offline", "--no-index", "--find-links", str(seed_plain.wheelhouse)]
+    install = ["nvidia-cudnn-cu13==9.13.0.50"]
+    _show(
+        "plain uv installs the cu13 cudnn over the cu12 one, without a word",
+        [_uv(), "pip", "install", "--python", seed_plain.python, *wheels, *install],
+    )
+    _show("...uv pip check is still clean", [_uv(), "pip", "check", "--python", seed_plain.python])
+    _show(
+        "doctor: torch now loads files cu13 overwrote",
+        _cudafix("doctor", "--venv", seed_plain.venv),
+    )
+    _show(
+        "cudafix install refuses it, naming the paths and the library that would switch",
+        _cudafix(
+            "install", *install, "--venv", seed_safe.venv, "--dry-run",
+            "--offline", "--find-links", seed_safe.wheelhouse,
+        ),
+    )  # fmt: skip
     print(f"\nThe demo environments are in {DEMO_DIR.resolve()}; delete them when done.")
     return code
 

@@ -243,6 +243,9 @@ class Scenario(_Model):
     dlopen: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     """soname -> sonames it dlopen()s: edges no DT_NEEDED shows, for the resolver."""
     expect: Expect = Field(default_factory=Expect)
+    compile: bool = False
+    """Install steps leave bytecode as pip does by default (``.pyc`` files; pip also RECORDs
+    them, with an empty hash). Off: no install step writes bytecode."""
 
     @model_validator(mode="after")
     def _unique_dists(self) -> Scenario:

@@ -35,6 +35,8 @@ class Venv:
     wheelhouse: Path
     uv: Path
     env: Mapping[str, str]
+    compile_bytecode: bool = False
+    """Install steps write ``.pyc`` files (the scenario's ``compile``)."""
 
     @property
     def python(self) -> Path:
@@ -108,13 +110,16 @@ def _check(venv: Venv, argv: list[str]) -> None:
 
 
 def _install(venv: Venv, step: Step) -> None:
+    """Offline install; bytecode only where the scenario asks (pip compiles by default)."""
     deps = ["--no-deps"] if step.no_deps else []
     links = ["--no-index", "--find-links", str(venv.wheelhouse)]
     if step.installer == "uv":
         base = [str(venv.uv), "pip", "install", "--offline", *links, "--python", str(venv.python)]
+        base += ["--compile-bytecode"] if venv.compile_bytecode else []
     else:
         base = [sys.executable, "-m", "pip", "--python", str(venv.python), "install", *links]
         base += ["--no-cache-dir", "--disable-pip-version-check"]
+        base += [] if venv.compile_bytecode else ["--no-compile"]
     _check(venv, [*base, *deps, *step.packages])
 
 

@@ -22,10 +22,15 @@ def test_demo_shows_uv_breaking_and_cudafix_repairing(tmp_path: Path) -> None:
     )
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
-    broken, _, fixed = out.partition("2. The same removal with cudafix")
+    broken, _, rest = out.partition("2. The same removal with cudafix")
+    fixed, _, began = rest.partition("3. How it began: an install")
     assert "libcudnn.so.9: cannot open shared object file" in broken
     assert (
         "Verdict: REFUSED" in fixed
         and "libcudnn.so.9 needed by torch/lib/libtorch_cuda.so" in fixed
     )
     assert "Committed transaction" in fixed and "Healthy: no problems found." in fixed
+    plain, _, guarded = began.partition("cudafix install refuses it")
+    assert "[clobbered]" in plain and "nvidia-cudnn-cu12 and nvidia-cudnn-cu13" in plain
+    assert "Verdict: REFUSED" in guarded
+    assert "would switch builds of libcudnn.so.9" in guarded

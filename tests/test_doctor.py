@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,7 @@ def test_driver_and_on_demand_gaps_are_information_not_problems(tmp_path: Path) 
     assert set(unresolved) == {"libcuda.so.1", "libucp.so.0", "libcudafix_nowhere.so.7"}
     assert all(f["severity"] == "info" for f in unresolved.values()), unresolved
     assert "the NVIDIA driver" in unresolved["libcuda.so.1"]["message"]
+    assert "install" not in unresolved["libcuda.so.1"]["hint"]
     assert "no extension module loads it" in unresolved["libcudafix_nowhere.so.7"]["message"]
     assert proc.returncode == 0, proc.stdout
 
@@ -213,6 +215,7 @@ def test_a_pristine_install_shape_is_healthy(tmp_path: Path) -> None:
     assert "no consumer's search path holds two" in dup["message"]
     [shared] = _finding(report, "shared")
     assert any("__pycache__" in p for p in shared["paths"])
+    assert "cudafix remove" not in shared["hint"].replace("`cudafix remove` plans", "")
     assert _finding(report, "clobbered") == []
 
 
@@ -262,6 +265,25 @@ def test_own_files_holding_another_builds_bytes_are_found_and_repair_fixes_them(
     assert cudafix("doctor", "--venv", built.venv).returncode == 0
 
 
+def test_overwritten_files_are_found_after_the_venv_was_copied(tmp_path: Path) -> None:
+    """A copy (``cp -a``) sets every ctime anew, RECORD's possibly last; the overwrite's
+    later mtime still marks the file to hash."""
+    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    site = _site(built.venv)
+    lib = site / "nvidia" / "cu13" / "lib" / "libcupti.so.13"
+    [record] = site.glob("nvidia_cuda_cupti-*.dist-info/RECORD")
+    old = record.stat()
+    os.utime(record, ns=(old.st_atime_ns, old.st_mtime_ns - 10**9))
+    data = bytearray(lib.read_bytes())
+    data[-1] ^= 0xFF
+    lib.write_bytes(bytes(data))
+    record.chmod(record.stat().st_mode)  # RECORD's inode now changed after the overwrite
+    assert record.stat().st_ctime_ns >= lib.stat().st_ctime_ns
+    proc = cudafix("doctor", "--json", "--venv", built.venv)
+    [foreign] = _finding(as_json(proc), "foreign-bytes")
+    assert foreign["paths"] == [str(lib.relative_to(built.venv))] and proc.returncode == 1
+
+
 def test_the_mixed_cuda_hint_names_the_major_nothing_loaded_needs(
     scenario: ScenarioFactory,
 ) -> None:
@@ -292,3 +314,39 @@ def test_a_load_probe_failing_only_on_the_driver_passes_with_a_note(tmp_path: Pa
     )
     [result] = run_probes(built.venv, built.python, broken, tmp_path)
     assert not result.ok and "libcudafix_nowhere.so.7" in result.error
+
+
+def test_the_shadowing_scenario_warns_and_names_the_copy_to_remove(
+    scenario: ScenarioFactory,
+) -> None:
+    """A cu12 cusparseLt found ahead of a cu13 torch's own copy: a warning, exit 1."""
+    built = scenario("shadowing")
+    proc = cudafix("doctor", "--json", "--venv", built.venv)
+    report = as_json(proc)
+    [shadowed] = [f for f in _finding(report, "shadowed") if f["severity"] == "warning"]
+    assert shadowed["need"] == "libcusparseLt.so.0" and proc.returncode == 1
+    assert shadowed["provider"].endswith("nvidia/cusparselt/lib/libcusparseLt.so.0")
+    assert (
+        f"cudafix remove nvidia-cusparselt-cu12 --dry-run --venv {built.venv}" in (shadowed["hint"])
+    )
+
+
+def test_the_clobbered_hint_removes_the_build_import_does_not_need_and_runs_as_printed(
+    scenario: ScenarioFactory,
+) -> None:
+    """On a cu12 torch with cu13 wheels installed over its cu12 ones, the hint removes the
+    cu13 owner, and the printed command plans a removal that passes."""
+    built = scenario("incident")
+    report = as_json(cudafix("doctor", "--json", "--venv", built.venv))
+    clobbered = [f for f in _finding(report, "clobbered") if "nvidia-cudnn-cu12" in f["owners"]]
+    assert clobbered, report["findings"]
+    [command] = [
+        h.split("`")[1] for f in clobbered if (h := f["hint"]) and "nvidia-cudnn-cu13" in h
+    ]
+    words = command.split()
+    assert words[:3] == ["cudafix", "remove", "nvidia-cudnn-cu13"]
+    assert words[-2:] == ["--venv", str(built.venv)]
+    wheels = ["--offline", "--find-links", str(built.wheelhouse)]
+    planned = cudafix(*words[1:], *wheels)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "Verdict: PASS" in planned.stdout

@@ -343,6 +343,32 @@ def test_concurrent_builds_share_one_cache_entry(
         assert out.returncode == 0
 
 
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+@pytest.mark.parametrize("compile_bytecode", [True, False])
+def test_compile_leaves_bytecode_as_the_installer_does(
+    tmp_path: Path, installer: str, compile_bytecode: bool
+) -> None:
+    """``compile = true``: pip writes .pyc and RECORDs it with an empty hash (as pip does by
+    default), uv writes .pyc only; ``false``: neither writes bytecode."""
+    spec = Scenario.model_validate(
+        {
+            "name": "bytecode",
+            "description": "one package with a module",
+            "compile": compile_bytecode,
+            "dist": [{"name": "pkg", "version": "1.0", "files": {"pkg/__init__.py": "X = 1\n"}}],
+            "steps": [{"action": "install", "installer": installer, "packages": ["pkg==1.0"]}],
+        }
+    )
+    built = build_spec(spec, tmp_path / "venv")
+    pycs = sorted(p.name for p in site(built).glob("pkg/__pycache__/*.pyc"))
+    assert pycs == ([f"__init__.{sys.implementation.cache_tag}.pyc"] if compile_bytecode else [])
+    (record,) = site(built).glob("pkg-1.0.dist-info/RECORD")
+    rows = [r for r in record.read_text().splitlines() if ".pyc" in r]
+    assert rows == (
+        [f"pkg/__pycache__/{pycs[0]},,"] if compile_bytecode and installer == "pip" else []
+    )
+
+
 def test_build_refuses_a_non_empty_dest(tmp_path: Path) -> None:
     (tmp_path / "keep.txt").write_text("user data")
     with pytest.raises(UsageError):

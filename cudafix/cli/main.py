@@ -29,6 +29,8 @@ from cudafix.cli.common import (
     style_for,
     target_options,
 )
+from cudafix.cli.install import install as install_command
+from cudafix.cli.install import run_command
 from cudafix.model.errors import CudafixError, ExitCode
 from cudafix.tx import DEFAULT_KEEP
 
@@ -224,3 +226,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 cli.add_command(apply_command)
+cli.add_command(install_command)
+cli.add_command(run_command)

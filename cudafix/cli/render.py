@@ -76,9 +76,15 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
     out += _section(
         "Provider switches",
         [
-            style("~ ", fg="yellow") + f"{s.need} for {_site(plan, s.consumer)}: "
-            f"{_site(plan, s.before)} ({', '.join(s.before_owners) or 'system'}) -> "
-            f"{_site(plan, s.after)} ({', '.join(s.after_owners) or 'system'})"
+            style("~ ", fg="yellow")
+            + f"{s.need} for {_site(plan, s.consumer)}: "
+            + (
+                f"{_site(plan, s.before)} ({', '.join(s.before_owners) or 'system'}) -> "
+                f"{_site(plan, s.after)} ({', '.join(s.after_owners) or 'system'})"
+                if s.before != s.after
+                else f"{_site(plan, s.after)}, {', '.join(s.before_owners)}'s build -> "
+                f"{', '.join(s.after_owners)}'s build (same path, other bytes)"
+            )
             for s in plan.switches
         ],
     )
@@ -88,6 +94,10 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
             style(f"+ {i.name}=={i.version}", fg="green") + f"  ({len(i.paths)} files)"
             for i in plan.install
         ],
+    )
+    out += _section(
+        "Overwritten (paths installed distributions claim, written by an install)",
+        _overwritten_groups(plan),
     )
     out += _section("Probes (from the script)", _script_probes(plan))
     out += _section(
@@ -122,6 +132,18 @@ def _script_probes(plan: Plan) -> list[str]:
     return lines + [f"{e.python or e.command!r} prints {e.output!r}" for e in p.expect]
 
 
+def _overwritten_groups(plan: Plan) -> list[str]:
+    """One line per (writer, owners, same bytes or not), every path listed."""
+    groups: dict[tuple[str, tuple[str, ...], bool], list[str]] = {}
+    for c in plan.overwritten:
+        groups.setdefault((c.by, tuple(c.owners), c.same_bytes), []).append(_site(plan, c.path))
+    return [
+        f"{by} writes over {len(paths)} path(s) {' and '.join(owners)} claims"
+        f" ({'same bytes' if same else 'OTHER BYTES'}):" + "".join(f"\n    {p}" for p in paths)
+        for (by, owners, same), paths in groups.items()
+    ]
+
+
 def _shared_groups(plan: Plan) -> list[str]:
     """One line per (owners, holder, fate): 28 cudnn paths read as one fact, not 28."""
     groups: dict[tuple[tuple[str, ...], str | None, str], list[str]] = {}
@@ -151,6 +173,8 @@ def _counts(plan: Plan) -> str:
 
 def _command(plan: Plan, flag: str) -> str:
     """The full command line of an alternative, with the options the plan was made with."""
+    if flag.startswith("cudafix "):
+        return flag  # an alternative that is a command of its own (an install's)
     words = ["cudafix", "remove", *(shlex.quote(s) for s in plan.selectors)]
     words += ["--venv", shlex.quote(plan.target.prefix), flag]
     opts = plan.options

@@ -165,8 +165,9 @@ def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvP
     hashing to learn whether another install overwrote them.
 
     An installer writes RECORD last, so its own files are no newer than it; a later install
-    over them (a copy, or uv's hard link) is. Sizes that already disagree with RECORD, and
-    bytecode, need no hash.
+    over them (a copy, or uv's hard link) is. The inode change time catches a hard link; the
+    modification time catches a copy even in a venv copied since (``cp -a`` keeps it, but
+    sets every ctime anew). Sizes that already disagree with RECORD, and bytecode, need no hash.
     """
     out: list[EnvPath] = []
     for name in names:
@@ -178,7 +179,8 @@ def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvP
             st = inv.files.get(e.path)
             if st is None or st.kind != "file" or not e.sha256 or is_bytecode(e.path):
                 continue
-            if (e.size is None or e.size == st.size) and st.ctime_ns > record.ctime_ns:
+            newer = st.ctime_ns > record.ctime_ns or st.mtime_ns > record.mtime_ns
+            if (e.size is None or e.size == st.size) and newer:
                 out.append(e.path)
     return out
 

@@ -19,6 +19,14 @@ EnvPath = NewType("EnvPath", str)
 DIST_INFO_SUFFIX = ".dist-info"
 _SEPARATORS = re.compile(r"[-_.]+")
 
+_CUDA_SUFFIX = re.compile(r"-cu(\d+)$")
+
+
+def cuda_major(name: str) -> int | None:
+    """The CUDA major a ``*-cuNN`` distribution is built for (``nvidia-cudnn-cu12`` -> 12)."""
+    m = _CUDA_SUFFIX.search(normalize_name(name))
+    return int(m.group(1)) if m else None
+
 
 def normalize_name(name: str) -> DistName:
     """PEP 503 normalisation: selectors and RECORD owners compare on this form.

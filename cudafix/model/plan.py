@@ -132,6 +132,20 @@ class Install(_Frozen):
     paths: list[str] = Field(default_factory=list)
     requires: list[str] = Field(default_factory=list)
     """Its Requires-Dist, verbatim (checked against the after-state when planned)."""
+    sha256: dict[str, str] = Field(default_factory=dict)
+    """The staged RECORD's sha256 per path: what the install must have written (verified)."""
+
+
+class OverwrittenPath(_Frozen):
+    """A path an installed distribution claims that an install would write over."""
+
+    path: str
+    owners: list[str]
+    """Remaining distributions whose RECORD claims it."""
+    by: str
+    """The distribution whose wheel writes it."""
+    same_bytes: bool
+    """The wheel's bytes equal those on disk (harmless now; a later uninstall still deletes it)."""
 
 
 class ExpectProbe(_Frozen):
@@ -207,6 +221,8 @@ class Plan(_Frozen):
     preconditions: Precondition
     install: list[Install] = Field(default_factory=list)
     """Exact pins installed (``--no-deps``) after the reinstalls, in order (``cudafix apply``)."""
+    overwritten: list[OverwrittenPath] = Field(default_factory=list)
+    """Paths remaining distributions claim that the installs write over (clobbers)."""
     probes: Probes = Field(default_factory=Probes)
     """Probes saved with the plan, so a plan file applied elsewhere is checked the same way."""
     source: str | None = None

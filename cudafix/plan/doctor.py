@@ -20,12 +20,11 @@ from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
 from cudafix.linker.loader import LoadTree, Step, expand_entry
-from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
+from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers
 from cudafix.plan.requirements import check_requirements, requirement_closure
 
 DOCTOR_SCHEMA_VERSION = 1
-_CUDA_SUFFIX = re.compile(r"-cu(\d+)$")
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
 
 Severity = Literal["error", "warning", "info"]
@@ -90,13 +89,14 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
     trees = resolve_trees(roots, view, facts.search, facts.dlopen)
     edges = edges_of(trees.values())
     imported = imported_objects(trees.values())
+    loaded = loaded_closure(facts, imported)
     cmd = _Commands(target_flags)
     findings = [
         *_missing(inv, cmd),
-        *_clobbered(inv, cmd),
+        *_clobbered(inv, loaded, cmd),
         *_foreign_bytes(facts, cmd),
         *_unresolved(inv, edges.values(), imported, cmd),
-        *_mixed_cuda(facts, trees.values(), imported, cmd),
+        *_mixed_cuda(inv, loaded, trees.values(), cmd),
         *_shadowed(facts, edges.values(), cmd),
         *_requirements(facts, cmd),
         *_unsafe(inv),
@@ -162,18 +162,20 @@ def _missing(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
         )
 
 
-def _clobbered(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
+def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> Iterable[Finding]:
     """Shared paths, grouped by owners; a warning where bytes differ from an owner's RECORD.
 
     Paths whose bytes every owner's RECORD matches (the empty ``nvidia/__init__.py`` of
     every nvidia wheel) are information: uninstalling one owner still deletes them. Owners
     whose RECORD row has no hash (pip's rows for the ``.pyc`` it compiled) cannot disagree.
+    The owner the hint removes is one that what ``import`` loads does not require (``loaded``).
     """
     groups: dict[tuple[DistName, ...], list[SharedPath]] = defaultdict(list)
     for s in inv.shared:
         groups[s.owners].append(s)
     for owners, paths in sorted(groups.items()):
         differ = [s for s in paths if _disagrees(inv, s)]
+        spare = [o for o in owners if o not in loaded] or [owners[-1]]
         yield Finding(
             kind="clobbered" if differ else "shared",
             severity="warning" if differ else "info",
@@ -184,7 +186,11 @@ def _clobbered(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
             owners=list(owners),
             hint=(
                 "uninstalling any one of them with pip or uv deletes these files for all; "
-                f"remove one with `{cmd(f'cudafix remove {owners[-1]} --repair --dry-run')}`"
+                + (
+                    f"remove one with `{cmd(f'cudafix remove {spare[-1]} --repair --dry-run')}`"
+                    if differ
+                    else "`cudafix remove` plans for that (it reinstalls or keeps them)"
+                )
             ),
         )
 
@@ -262,6 +268,7 @@ def _unresolved(
     """
     prefix = str(inv.prefix)
     system = provided_by_system()
+    elsewhere = _copies_by_name(inv)
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):
         if e.provider is not None:
             continue
@@ -270,10 +277,14 @@ def _unresolved(
         claimants = _claimants(inv, e.need)
         severity: Severity = "error" if claimants or e.requester in imported else "info"
         why = ""
+        hint = cmd("cudafix repair --dry-run") if claimants else None
         if not claimants and e.need in system:
             severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
+            hint = f"nothing to do unless this host should have {system[e.need]}"
         elif severity == "info":
             why = "; no extension module loads it, so nothing fails until something does"
+        if hint is None:
+            hint = _where_else(inv, e.need, elsewhere.get(e.need, []))
         yield Finding(
             kind="unresolved",
             severity=severity,
@@ -287,10 +298,33 @@ def _unresolved(
             consumer=_show_env(inv, e.requester),
             need=e.need,
             owners=claimants,
-            hint=cmd("cudafix repair --dry-run")
-            if claimants
-            else f"install the distribution that provides {e.need}",
+            hint=hint,
         )
+
+
+def _copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:
+    """Every file in the venv by base name: where a soname sits, on anyone's path or not."""
+    out: dict[str, list[EnvPath]] = defaultdict(list)
+    for path in inv.files:
+        name = path.rsplit("/", 1)[-1]
+        if ".so" in name:
+            out[name].append(path)
+    return out
+
+
+def _where_else(inv: Inventory, need: str, copies: list[EnvPath]) -> str:
+    """The next step for a need nothing on the search path provides: a copy the venv holds
+    off that path (found only once a process has loaded it by another route), or a provider
+    to install."""
+    if not copies:
+        return f"install the distribution that provides {need}"
+    shown = ", ".join(
+        f"{_show(inv, p)} ({', '.join(inv.owners.get(p, ())) or 'unowned'})" for p in sorted(copies)
+    )
+    return (
+        f"{need} is in the venv at {shown}, not on this object's search path: it loads "
+        "only in a process that has already loaded that copy"
+    )
 
 
 _EXTENSION = re.compile(r"\.(cpython-[^/]*|abi3)\.so$")
@@ -309,12 +343,21 @@ def _claimants(inv: Inventory, soname: str) -> list[str]:
 
 
 def _cuda_major(name: str) -> str | None:
-    m = _CUDA_SUFFIX.search(name)
-    return m.group(1) if m else None
+    major = cuda_major(name)
+    return None if major is None else str(major)
+
+
+def loaded_closure(facts: Facts, imported: frozenset[str]) -> frozenset[DistName]:
+    """The requirement closure of the distributions owning the extension modules ``import``
+    loads: what the environment is for (torch and its pins), as opposed to leftovers."""
+    inv = facts.inventory
+    extensions = [obj for obj in imported if _EXTENSION.search(obj)]
+    loaders = {o for obj in extensions for o in _owners_abs(inv, obj)}
+    return frozenset(requirement_closure(inv.distributions, loaders, facts.marker_env))
 
 
 def _mixed_cuda(
-    facts: Facts, trees: Iterable[LoadTree], imported: frozenset[str], cmd: _Commands
+    inv: Inventory, loaded: frozenset[DistName], trees: Iterable[LoadTree], cmd: _Commands
 ) -> Iterable[Finding]:
     """More than one CUDA major installed; the hint names the major nothing loaded needs.
 
@@ -322,17 +365,13 @@ def _mixed_cuda(
     the extension modules ``import`` loads (torch's ``nvidia-*-cu12`` pins on a cu12 torch);
     the leftover is any other. Without that evidence the hint stays generic rather than guess.
     """
-    inv = facts.inventory
     majors: dict[str, list[str]] = defaultdict(list)
     for name in inv.distributions:
         major = _cuda_major(name)
         if major:
             majors[major].append(name)
     if len(majors) > 1:
-        extensions = [obj for obj in imported if _EXTENSION.search(obj)]
-        loaders = {o for obj in extensions for o in _owners_abs(inv, obj)}
-        closure = requirement_closure(inv.distributions, loaders, facts.marker_env)
-        used = {m for n in closure if (m := _cuda_major(n))}
+        used = {m for n in loaded if (m := _cuda_major(n))}
         leftover = sorted(set(majors) - used)
         if used and len(leftover) == 1:
             remove = cmd(f"cudafix remove 'nvidia-*-cu{leftover[0]}' --repair --dry-run")
@@ -395,11 +434,9 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
     """
     inv = facts.inventory
     prefix = str(inv.prefix)
-    copies: dict[str, set[str]] = defaultdict(set)
-    for path in inv.files:
-        name = path.rsplit("/", 1)[-1]
-        if ".so" in name:
-            copies[name].add(f"{prefix}/{path}")
+    copies = {
+        name: {f"{prefix}/{p}" for p in paths} for name, paths in _copies_by_name(inv).items()
+    }
     by_need: dict[str, list[tuple[Edge, list[str]]]] = defaultdict(list)
     for e in edges:
         if e.provider is None or len(copies.get(e.need, ())) < 2:

@@ -9,7 +9,7 @@ including paths other distributions claim.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -18,10 +18,11 @@ from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import diff_edges, env_roots, resolve_edges, to_env_path
 from cudafix.model import plan as P
 from cudafix.model.names import DistName, EnvPath, site_relative
+from cudafix.plan import install
 from cudafix.plan.facts import Facts
 from cudafix.plan.preconditions import record_digest
 from cudafix.plan.requirements import Declared, check_requirements
-from cudafix.plan.staging import Pin, StagedWheel, wheel_differences
+from cudafix.plan.staging import Pin, StagedWheel, comparable, wheel_differences
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,14 @@ def _simulate(
     rewritten: list[str] = sorted(
         {e.path for r in reinstall for e in inv.distributions[DistName(r.name)].files}
     )
-    gone = frozenset(p for p in deleted if p not in set(kept) | set(rewritten))
-    changed = frozenset(deleted) | {EnvPath(p) for p in rewritten}
-    lost, switches, touched = _linkage(facts, view, gone, changed)
     installs = _installs(facts, request.installs)
-    breaks = _requirement_breaks(facts, remaining, [w for _, w in installs if w])
+    wheels = [w for _, w in installs if w]
+    new = install.written(wheels)
+    gone = frozenset(p for p in deleted if p not in set(kept) | set(rewritten) | new)
+    changed = frozenset(deleted) | {EnvPath(p) for p in rewritten} | new
+    clobbers = install.overwritten(inv, wheels, removed, facts.path_hashes)
+    lost, switches, touched = _linkage(facts, view, gone, changed, wheels, clobbers, removed)
+    breaks = _requirement_breaks(facts, remaining, wheels)
     backend_reads = removed | {DistName(r.name) for r in reinstall}
     refused = [
         P.RefusedPath(distribution=u.distribution, entry=u.raw, reason=u.reason)
@@ -118,7 +122,7 @@ def _simulate(
         if u.distribution in backend_reads
     ]
     fate: Fate = "kept" if request.options.keep_shared else "deleted"
-    restored = set(rewritten)
+    restored = set(rewritten) | new
     shared_out = [
         P.SharedPath(
             path=s.path,
@@ -164,6 +168,7 @@ def _simulate(
         reasons=[],
         alternatives=[],
         install=[i for i, _ in installs],
+        overwritten=clobbers,
         probes=request.probes,
         source=request.source,
         preconditions=_preconditions(
@@ -173,8 +178,15 @@ def _simulate(
             [EnvPath(p) for i, _ in installs for p in i.paths],
         ),
     )
-    reasons = _reasons(plan, facts, request.options)
-    return plan.model_copy(update={"verdict": "refused" if reasons else "pass", "reasons": reasons})
+    reasons = _reasons(plan, facts, request.options) + install.install_reasons(plan)
+    warnings = [*plan.warnings, *install.install_warnings(plan, inv)]
+    return plan.model_copy(
+        update={
+            "verdict": "refused" if reasons else "pass",
+            "reasons": reasons,
+            "warnings": warnings,
+        }
+    )
 
 
 def _holders_after(inv: Inventory, reinstall: Sequence[P.Reinstall]) -> dict[str, str]:
@@ -255,14 +267,26 @@ def _co_owner_reason(inv: Inventory, paths: Sequence[str]) -> str:
 
 
 def _linkage(
-    facts: Facts, view: EnvironmentView, gone: frozenset[EnvPath], changed: frozenset[EnvPath]
+    facts: Facts,
+    view: EnvironmentView,
+    gone: frozenset[EnvPath],
+    changed: frozenset[EnvPath],
+    wheels: Sequence[StagedWheel] = (),
+    clobbers: Sequence[P.OverwrittenPath] = (),
+    removed: Iterable[DistName] = (),
 ) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath]]:
-    """Needs lost and switched, and the remaining objects whose providers change on disk."""
+    """Needs lost and switched, and the remaining objects whose providers change on disk.
+
+    ``wheels`` are installed after ``gone`` is deleted: the after-state has their files,
+    so a need may then resolve into them, or to a path whose bytes they replace.
+    """
     inv, prefix = facts.inventory, str(facts.inventory.prefix)
     roots = env_roots(prefix, facts.elf, gone)
     before = resolve_edges(roots, view, facts.search, facts.dlopen)
-    after = resolve_edges(roots, view.without(gone), facts.search, facts.dlopen)
+    after_view = install.after_view(view, gone, wheels)
+    after = resolve_edges(roots, after_view, facts.search, facts.dlopen)
     diff = diff_edges(before, after)
+    claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
     lost = [
         P.LostNeed(
             consumer=_display(prefix, old.requester),
@@ -282,9 +306,21 @@ def _linkage(
             before=_display(prefix, old.provider or ""),
             after=_display(prefix, new.provider or ""),
             before_owners=list(_owners(inv, prefix, old.provider or "")),
-            after_owners=list(_owners(inv, prefix, new.provider or "")),
+            after_owners=list(claims.get(EnvPath(_display(prefix, new.provider or "")), ())),
         )
         for old, new in diff.switched
+    ]
+    switches += [
+        P.ProviderSwitch(
+            consumer=_display(prefix, edge.requester),
+            consumer_distribution=_owner(inv, prefix, edge.requester),
+            need=edge.need,
+            before=clobber.path,
+            after=clobber.path,
+            before_owners=list(clobber.owners),
+            after_owners=[clobber.by],
+        )
+        for edge, clobber in install.same_path_switches(prefix, before, gone, clobbers)
     ]
     touched = {
         rel
@@ -349,6 +385,7 @@ def _installs(facts: Facts, pins: Sequence[Pin]) -> list[tuple[P.Install, Staged
             version=wheel.version,
             paths=sorted(wheel.files),
             requires=list(wheel.requires),
+            sha256={p: h for p, h in wheel.files.items() if h and comparable(p, wheel.dist_info)},
         )
         out.append((install, wheel))
     return out
@@ -380,6 +417,7 @@ def _warnings(
         f"{s.consumer} ({s.consumer_distribution or 'unowned'}) will load {s.need} from "
         f"{s.after} instead of {s.before}"
         for s in switches
+        if s.before != s.after  # same path, new bytes: an install's, refused on its own
     ]
     if refused:
         out.append(

@@ -20,7 +20,15 @@ from pathlib import Path
 from cudafix.env.distinfo import CoreMetadata, is_installer_file, parse_metadata
 from cudafix.env.inventory import Distribution, derive_top_level, is_bytecode
 from cudafix.env.record import Refusal, parse_record, resolve_record_path
-from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
+from cudafix.linker.elf import ElfInfo
+from cudafix.linker.elfindex import read_elf_nofollow
+from cudafix.model.names import (
+    DistName,
+    EnvPath,
+    is_so_name,
+    normalize_name,
+    split_dist_info_name,
+)
 from cudafix.model.sources import Sources
 from cudafix.process import run
 from cudafix.tx.backend import UvBackend
@@ -42,6 +50,9 @@ class StagedWheel:
     dist_info: EnvPath
     requires: tuple[str, ...]
     top_level: tuple[str, ...]
+    elf: Mapping[EnvPath, ElfInfo] = field(default_factory=dict)
+    """The wheel's shared objects and extensions, read where they landed: the after-state's
+    libraries, for simulating an install with the loader."""
 
     @property
     def version_pin(self) -> Pin:
@@ -122,10 +133,17 @@ def _read_staged(root: Path, site: EnvPath) -> list[StagedWheel]:
             continue
         record = parse_record((info / "RECORD").read_text(encoding="utf-8"))
         files: dict[EnvPath, str | None] = {}
+        elf: dict[EnvPath, ElfInfo] = {}
         for entry in record.entries:
             path = _landing(site, entry.path)
-            if path is not None:
-                files[path] = entry.sha256
+            if path is None:
+                continue
+            files[path] = entry.sha256
+            local = posixpath.normpath(entry.path)
+            if is_so_name(local) and not local.startswith("../"):
+                verdict = read_elf_nofollow(root / local)
+                if isinstance(verdict, ElfInfo):
+                    elf[path] = verdict
         meta = _metadata(info / "METADATA")
         top = info / "top_level.txt"
         tops = (
@@ -141,6 +159,7 @@ def _read_staged(root: Path, site: EnvPath) -> list[StagedWheel]:
                 dist_info=EnvPath(f"{site}/{info.name}"),
                 requires=meta.requires,
                 top_level=tops,
+                elf=elf,
             )
         )
     return out
@@ -161,7 +180,7 @@ def _landing(site: EnvPath, row: str) -> EnvPath | None:
 # -- comparing (pure) ----------------------------------------------------------------------
 
 
-def _comparable(path: str, dist_info: str) -> bool:
+def comparable(path: str, dist_info: str) -> bool:
     """Rows two installs of one wheel agree on: not bytecode, scripts or installer files."""
     return not (
         is_bytecode(path)
@@ -177,8 +196,8 @@ def wheel_differences(installed: Distribution, staged: StagedWheel) -> list[str]
     dist-info contents are left out (the directory name's case and installer files vary
     between installers); what matters is the files the distribution provides.
     """
-    have = {e.path: e.sha256 for e in installed.files if _comparable(e.path, installed.dist_info)}
-    want = {p: h for p, h in staged.files.items() if _comparable(p, staged.dist_info)}
+    have = {e.path: e.sha256 for e in installed.files if comparable(e.path, installed.dist_info)}
+    want = {p: h for p, h in staged.files.items() if comparable(p, staged.dist_info)}
     out = [f"{p}: not in the wheel" for p in sorted(set(have) - set(want))]
     out += [f"{p}: only in the wheel" for p in sorted(set(want) - set(have))]
     out += [

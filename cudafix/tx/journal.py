@@ -57,6 +57,7 @@ class Event(str, enum.Enum):
     COMMIT_BEGIN = "commit-begin"
     COMMIT = "commit"
     UNDO_BEGIN = "undo-begin"
+    RUN_BEGIN = "run-begin"
 
     def __str__(self) -> str:
         return self.value

@@ -216,6 +216,26 @@ def _same_inode(live: Path, e: Entry) -> bool:
     return (st.st_dev, st.st_ino) == (e.dev, e.ino)
 
 
+def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
+    """Snapshotted files something rewrote in place (same inode, other size or mtime).
+
+    A hard-link snapshot shares the inode, so its copy changed too: those paths cannot be
+    restored from it. Writers that replace files (uv, pip) create new inodes and are safe.
+    """
+    out = []
+    for e in manifest.entries:
+        if e.kind != "file" or e.sha256 is not None:
+            continue  # copies (sha256 set) were not linked
+        try:
+            st = os.lstat(prefix / e.path)
+        except FileNotFoundError:
+            continue
+        same = (st.st_dev, st.st_ino) == (e.dev, e.ino)
+        if same and (st.st_size != e.size or st.st_mtime_ns != e.mtime_ns):
+            out.append(e.path)
+    return out
+
+
 def mismatch(prefix: Path, e: Entry) -> str | None:
     """How the live path differs from entry ``e``, or None when it is identical."""
     live = prefix / e.path

@@ -39,6 +39,7 @@ from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
 from cudafix.tx.journal import Event
 from cudafix.tx.probe import ProbeSpec, run_probes
+from cudafix.tx.verify import install_mismatches
 
 DEFAULT_LOCK_TIMEOUT = 60.0
 Verify = Callable[[], list[str]]
@@ -427,13 +428,12 @@ def _install(prefix: Path, tx: TxDir, plan: Plan, backend: Backend, on_event: On
     journal.append(tx.journal, Event.INSTALL_BEGIN, {"pins": pins})
     on_event(f"installing {', '.join(pins)}")
     _backend_step(tx, f"{plan.options.backend} install", backend.reinstall(pins))
-    absent = [
-        f"{i.name}=={i.version}"
-        for i in plan.install
-        if _dist_info(prefix, plan, i.name, i.version) is None
-    ]
-    if absent:
-        raise _StepFailed("not installed after the install step: " + ", ".join(absent))
+    problems = install_mismatches(plan)
+    if problems:
+        more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise _StepFailed(
+            "the install differs from the staged wheels: " + "; ".join(problems[:5]) + more
+        )
 
 
 def _sanitize_records(prefix: Path, tx: TxDir, plan: Plan) -> None:
@@ -596,7 +596,7 @@ def _fail(prefix: Path, tx: TxDir, reason: str, exc: BaseException, on_event: On
     on_event(f"rolled back transaction {tx.txid}")
     raise TransactionFailed(
         f"{reason}; rolled back",
-        context=[f"restored {restored} snapshotted paths; the environment is as before"],
+        context=[f"restored {restored} snapshotted paths and verified them"],
     ) from exc
 
 
@@ -635,6 +635,93 @@ def _commit(prefix: Path, tx: TxDir, manifest: snapshot.Manifest) -> None:
     snapshot.write_json(tx.post, snapshot.lstat_state(prefix, _after_paths(prefix, manifest)))
     journal.append(tx.journal, Event.COMMIT)
     gc(prefix, keep=DEFAULT_KEEP)
+
+
+# -- run: any command as a transaction ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GuardedRun:
+    """A command that ran inside a transaction and was committed."""
+
+    txid: str
+    prefix: Path
+    completed: Completed
+    findings: tuple[str, ...]
+    """Problems the command introduced, accepted with ``accept``."""
+    probes: tuple[str, ...]
+    in_place: tuple[str, ...]
+    """Files the command rewrote in place (the snapshot could not have restored them)."""
+
+
+def _forget(tx: TxDir, manifest: snapshot.Manifest, paths: Sequence[str]) -> None:
+    """Drop entries whose snapshot is not the old content (in-place writes) from the manifest,
+    so the rollback restores everything else and finishes instead of failing on them."""
+    gone = set(paths)
+    kept = tuple(e for e in manifest.entries if e.path not in gone)
+    snapshot.write_json(tx.manifest, snapshot.Manifest(kept, manifest.listings).to_json())
+
+
+def run_guarded(
+    prefix: Path,
+    roots: Sequence[str],
+    argv: Sequence[str],
+    *,
+    judge: Callable[[], list[str]],
+    probes: ProbeSpec,
+    accept: bool = False,
+    timeout: float | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    command: Sequence[str] = (),
+    on_event: OnEvent = _quiet,
+) -> GuardedRun:
+    """Snapshot ``roots`` (hard links), run ``argv``, then commit only when it succeeded,
+    ``judge`` (what the environment looks like now) has nothing new and the probes pass;
+    otherwise roll back and raise. ``accept`` commits despite ``judge``'s findings."""
+    python = prefix / "bin" / "python"
+    env = {"VIRTUAL_ENV": str(prefix), "PATH": f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    outcome: dict[str, Any] = {}
+    with _locked(prefix, lock_timeout, on_event) as state:
+        _require_no_pending(state)
+        tx = _begin(state, {"kind": "run", "argv": list(argv)}, command)
+        manifest = _snapshot(prefix, tx, list(roots), [], on_event)
+
+        def step() -> tuple[str, ...]:
+            journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(argv)})
+            on_event(f"running {' '.join(argv)}")
+            done = run(argv, env=env, timeout=timeout)
+            outcome["completed"] = done
+            in_place = snapshot.written_in_place(prefix, manifest)
+            outcome["in_place"] = tuple(in_place)
+            try:
+                _backend_step(tx, "the command", done)  # journals it; raises when it failed
+                findings = judge()
+                outcome["findings"] = tuple(findings)
+                if findings and not accept:
+                    raise _StepFailed(
+                        "the command left the environment with new problems: " + "; ".join(findings)
+                    )
+                return _probe(prefix, tx, python, probes, on_event)
+            except _StepFailed as failed:
+                if not in_place:
+                    raise
+                _forget(tx, manifest, in_place)
+                raise _StepFailed(
+                    f"{failed}; {len(in_place)} file(s) were rewritten in place, so their "
+                    f"snapshot (a hard link) changed too and they stay as the command left "
+                    f"them: {', '.join(in_place[:5])}; after the rollback, `cudafix doctor "
+                    f"--venv {prefix}` names their distributions to repair"
+                ) from failed
+
+        passed = _execute(prefix, tx, manifest, step, on_event)
+    return GuardedRun(
+        tx.txid,
+        prefix,
+        outcome["completed"],
+        outcome.get("findings", ()),
+        passed,
+        outcome.get("in_place", ()),
+    )
 
 
 # -- recover -------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import installed_versions, is_bytecode
 from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Plan
@@ -54,3 +55,24 @@ def prediction_mismatches(plan: Plan) -> list[str]:
 def _installer_metadata(path: str) -> bool:
     """dist-info files each installer writes its own way (INSTALLER, uv_cache.json, ...)."""
     return any(part.endswith(".dist-info") for part in path.split("/")[:-1])
+
+
+def install_mismatches(plan: Plan) -> list[str]:
+    """After the install step: each pin is installed, and every file its staged RECORD
+    hashes holds those bytes (so what was planned on is what landed)."""
+    prefix = Path(plan.target.prefix)
+    sites = [EnvPath(s) for s in plan.target.site_packages]
+    installed = installed_versions(prefix, sites)
+    digest = HashCache(prefix)
+    problems = [
+        f"{i.name}=={i.version} is not installed after the install step"
+        for i in plan.install
+        if installed.get(DistName(i.name)) != i.version
+    ]
+    for i in plan.install:
+        for path, sha in sorted(i.sha256.items()):
+            now = digest(EnvPath(path))
+            if now != sha:
+                what = "missing" if now is None else "other bytes than the staged wheel"
+                problems.append(f"{path}: {what} ({i.name}=={i.version})")
+    return problems

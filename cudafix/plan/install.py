@@ -1,0 +1,281 @@
+"""Installs: what uv would do for ``cudafix install SPEC...``, and the after-state it makes.
+
+pip and uv write a wheel's files over whatever is there, including paths another installed
+distribution claims; a cu13 wheel that ships cu12's paths silently swaps the build every
+consumer loads. Planning an install therefore needs the environment *after* it, seen by the
+same loader model as before: :func:`after_view` overlays the staged wheels' files and ELF
+objects on the environment (minus what upgrades uninstall), and the planner diffs the
+resolution. The rest of this module is pure findings on top of that: which claimed paths a
+wheel overwrites (:func:`overwritten`), which consumers would load a file with another
+distribution's bytes at the same path (:func:`same_path_switches`), mixed CUDA majors
+introduced, and the refusal reasons. :func:`resolve` is the only function that runs a
+process: it asks uv what it would install, so the plan is uv's plan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cudafix.env.inventory import FileStat, Inventory
+from cudafix.linker.elfindex import EnvironmentView
+from cudafix.linker.linkage import Edge, EdgeKey, to_env_path
+from cudafix.model import plan as P
+from cudafix.model.errors import InputError
+from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
+from cudafix.model.sources import Sources
+from cudafix.plan.staging import Pin, StagedWheel
+
+RESOLVE_TIMEOUT = 600.0
+"""Seconds uv may take to resolve (an index may be slow)."""
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What ``uv pip install SPEC...`` would change in the target."""
+
+    installs: tuple[Pin, ...]
+    """Exact pins uv would install (new distributions, upgrades and downgrades)."""
+    replaced: tuple[DistName, ...]
+    """Installed distributions uv would uninstall first (the old side of an upgrade)."""
+
+
+_CHANGE = re.compile(r"^ (?P<op>[+-]) (?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)$")
+
+
+def parse_dry_run(text: str) -> Resolution:
+    """uv's ``--dry-run`` report (`` + name==version`` / `` - name==version`` lines)."""
+    installs: list[Pin] = []
+    replaced: list[DistName] = []
+    for line in text.splitlines():
+        m = _CHANGE.match(line.rstrip())
+        if m is None:
+            continue
+        name = normalize_name(m.group("name"))
+        if m.group("op") == "+":
+            installs.append((name, m.group("version")))
+        else:
+            replaced.append(name)
+    return Resolution(tuple(installs), tuple(dict.fromkeys(replaced)))
+
+
+def resolve(python: str, specs: Sequence[str], sources: Sources) -> Resolution:
+    """Ask uv, against the target and with the plan's sources, what it would install.
+
+    This and :func:`cudafix.plan.staging.stage` are the whole of how an install is
+    fetched: replace them together to stage differently.
+    """
+    from cudafix.process import run
+    from cudafix.tx.backend import UvBackend
+
+    uv = UvBackend(Path(python), sources.offline, sources.find_links)
+    argv = [
+        a for a in uv.reinstall_argv(specs, dry_run=True) if a not in ("--reinstall", "--no-deps")
+    ]
+    done = run(argv, timeout=RESOLVE_TIMEOUT)
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+        cause = [ln for ln in lines if not ln.startswith("Using Python")]
+        raise InputError(
+            f"uv cannot resolve {' '.join(specs)}: {cause[0] if cause else 'no output'}",
+            context=cause[1:4],
+            hint="check the names and versions, and --find-links / --index-url / --offline",
+        )
+    return parse_dry_run(done.stderr + "\n" + done.stdout)
+
+
+# -- the after-state (pure) ----------------------------------------------------------------
+
+
+def written(wheels: Iterable[StagedWheel]) -> frozenset[EnvPath]:
+    """Every path the installs write."""
+    return frozenset(p for w in wheels for p in w.files)
+
+
+def after_view(
+    view: EnvironmentView, gone: frozenset[EnvPath], wheels: Sequence[StagedWheel]
+) -> EnvironmentView:
+    """The loader's view after deleting ``gone`` and writing the staged wheels' files."""
+    if not wheels:
+        return view.without(gone)
+    new = written(wheels)
+    elf = {p: info for w in wheels for p, info in w.elf.items()}
+    index = view.index
+    objects = {**{p: i for p, i in index.objects.items() if p not in new}, **elf}
+    expected = index.expected
+    after = replace(
+        index,
+        objects=objects,
+        problems={p: v for p, v in index.problems.items() if p not in new},
+        foreign=frozenset(
+            {p for p in index.foreign if p not in new}
+            | {p for p, i in elf.items() if (i.elf_class, i.machine) != expected}
+        ),
+    )
+    stub = FileStat(kind="file", size=0, mode=0o644, dev=0, ino=0, mtime_ns=0)
+    files = {**view.files, **dict.fromkeys(new, stub)}
+    return EnvironmentView(Path(view.prefix), after, files, gone, view.system)
+
+
+def owners_after(
+    inv: Inventory, wheels: Sequence[StagedWheel], removed: Iterable[DistName]
+) -> dict[EnvPath, tuple[DistName, ...]]:
+    """Who claims each written path after the installs (the writer first)."""
+    gone = set(removed)
+    out: dict[EnvPath, tuple[DistName, ...]] = {}
+    for w in wheels:
+        for p in w.files:
+            rest = tuple(o for o in inv.owners.get(p, ()) if o not in gone and o != w.name)
+            out[p] = (w.name, *rest)
+    return out
+
+
+def overwritten(
+    inv: Inventory,
+    wheels: Sequence[StagedWheel],
+    removed: Iterable[DistName],
+    hashes: Mapping[EnvPath, str | None],
+) -> list[P.OverwrittenPath]:
+    """Paths a remaining distribution claims that a wheel writes over, same bytes or not."""
+    gone = set(removed)
+    out = []
+    for w in wheels:
+        for path, sha in sorted(w.files.items()):
+            if path not in inv.files or path.startswith(w.dist_info + "/"):
+                continue
+            owners: list[str] = [
+                o for o in inv.owners.get(path, ()) if o not in gone and o != w.name
+            ]
+            if not owners:
+                continue
+            on_disk = hashes.get(path)
+            same = sha is not None and on_disk is not None and sha == on_disk
+            out.append(P.OverwrittenPath(path=path, owners=owners, by=w.name, same_bytes=same))
+    return out
+
+
+def same_path_switches(
+    prefix: str,
+    before: Mapping[EdgeKey, Edge],
+    gone: frozenset[EnvPath],
+    clobbers: Sequence[P.OverwrittenPath],
+) -> list[tuple[Edge, P.OverwrittenPath]]:
+    """Needs that keep resolving to the same path, whose bytes an install replaces.
+
+    Consumers the install replaces too are left out: they are the new build themselves.
+    """
+    changed = {c.path: c for c in clobbers if not c.same_bytes}
+    out = []
+    for edge in before.values():
+        provider = to_env_path(prefix, edge.provider) if edge.provider else None
+        requester = to_env_path(prefix, edge.requester)
+        if provider in changed and requester not in gone and requester not in changed:
+            out.append((edge, changed[provider]))
+    return sorted(out, key=lambda pair: (pair[0].requester, pair[0].need))
+
+
+# -- findings (pure) -----------------------------------------------------------------------
+
+
+def _builds(owners: Sequence[str]) -> str:
+    """``nvidia-cudnn-cu13 (CUDA 13)``: whose build, and for which major when it says."""
+    shown = []
+    for o in owners:
+        major = cuda_major(o)
+        shown.append(f"{o} (CUDA {major})" if major else o)
+    return " and ".join(shown) or "no distribution"
+
+
+def _paths(plan: P.Plan, paths: Sequence[str], limit: int = 4) -> str:
+    sites = plan.target.site_packages
+    shown = ", ".join(site_relative(p, sites) for p in paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def install_reasons(plan: P.Plan) -> list[str]:
+    """Why an install is refused: it overwrites a remaining distribution's files with other
+    bytes, or a remaining consumer would load another distribution's build of a library."""
+    if not plan.install:
+        return []
+    sites = plan.target.site_packages
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for c in plan.overwritten:
+        if not c.same_bytes:
+            groups.setdefault((c.by, tuple(c.owners)), []).append(c.path)
+    reasons = [
+        f"{by} would overwrite {len(paths)} path(s) that {' and '.join(owners)} claims with "
+        f"other bytes: {_paths(plan, paths)}"
+        for (by, owners), paths in groups.items()
+    ]
+    written_paths = {p for i in plan.install for p in i.paths}
+    for s in plan.switches:
+        if s.after not in written_paths or set(s.before_owners) & set(s.after_owners):
+            continue
+        what = (
+            f"{site_relative(s.after, sites)} would hold {_builds(s.after_owners[:1])}'s bytes"
+            if s.before == s.after
+            else f"{site_relative(s.after, sites)} ({_builds(s.after_owners[:1])}) would shadow "
+            f"{site_relative(s.before, sites)}"
+        )
+        reasons.append(
+            f"{site_relative(s.consumer, sites)} ({s.consumer_distribution or 'no distribution'})"
+            f" would switch builds of {s.need}: {what}, not {_builds(s.before_owners)}'s"
+        )
+    return reasons
+
+
+def install_warnings(plan: P.Plan, inv: Inventory) -> list[str]:
+    """What an install does that is worth knowing but does not refuse it."""
+    if not plan.install:
+        return []
+    same: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for c in plan.overwritten:
+        if c.same_bytes:
+            same.setdefault((c.by, tuple(c.owners)), []).append(c.path)
+    out = [
+        f"{by} also claims {len(paths)} path(s) of {' and '.join(owners)} (same bytes): "
+        f"{_paths(plan, paths)}; uninstalling either later deletes them for both "
+        "(cudafix remove guards that)"
+        for (by, owners), paths in same.items()
+    ]
+    removed = {r.name for r in plan.remove}
+    before = {m for n in inv.distributions if (m := cuda_major(n)) is not None}
+    staying = {m for n in inv.distributions if n not in removed and (m := cuda_major(n))}
+    added: dict[int, list[str]] = {}
+    for i in plan.install:
+        major = cuda_major(i.name)
+        if major is not None and before and major not in before:
+            added.setdefault(major, []).append(i.name)
+    out += [
+        f"mixed CUDA majors introduced: {', '.join(names)} (CUDA {major}) into an environment "
+        f"of CUDA {', '.join(map(str, sorted(staying or before)))} distributions"
+        for major, names in sorted(added.items())
+    ]
+    return out
+
+
+def matching_builds(plan: P.Plan, specs: Sequence[str]) -> list[tuple[str, ...]]:
+    """Specs to try instead of a refused install: each ``*-cuNN`` spec whose install swaps
+    a consumer's build, renamed to the major the consumer loads today (unpinned)."""
+    loaded = {
+        s.after_owners[0]: [m for o in s.before_owners if (m := cuda_major(o)) is not None]
+        for s in plan.switches
+        if s.after_owners
+    }
+    out: list[tuple[str, ...]] = []
+    for major in sorted({m for ms in loaded.values() for m in ms}):
+        changed = False
+        new = []
+        for spec in specs:
+            name = normalize_name(re.split(r"[\s<>=!~;\[@]", spec, maxsplit=1)[0])
+            have = cuda_major(name)
+            if name in loaded and have is not None and have != major:
+                new.append(re.sub(r"-cu\d+$", f"-cu{major}", name))
+                changed = True
+            else:
+                new.append(spec)
+        if changed:
+            out.append(tuple(new))
+    return out
