@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint demo bench e2e-real clean
+.PHONY: install test lint demo bench bench-real e2e-real clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
+
+bench-real: $(STAMP)
+	$(BIN)/python -m benchmarks.real $(BENCH_ARGS)
 
 e2e-real: $(STAMP)
 	$(BIN)/python -m benchmarks.e2e_real

@@ -7,7 +7,7 @@ import json
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,6 +46,21 @@ def copy(src: Path, dest: Path) -> Path:
     subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dest)], check=True)
     forget_state(dest)
     return dest
+
+
+def link_copy(src: Path, dest: Path) -> Path:
+    """``cp -al``: the same tree with every file hard-linked, in seconds instead of minutes
+    for a 5 GB venv. Safe for what is measured on it: uv and cudafix never write a file in
+    place (they unlink, or rename a new file over), and cudafix's own state is dropped."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(src), str(dest)], check=True)
+    forget_state(dest)
+    return dest
+
+
+Copier = Callable[[Path, Path], Path]
 
 
 @contextmanager

@@ -78,16 +78,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results["page_cache_dropped"] = env.drop
     main_venv = fixtures.pristine(out / "venvs", _params(args, args.files))
     if "1" in only:
-        results["plan"] = _emit(sections.plan_cold_warm(env, main_venv, args.plan_dist))
+        results["plan"] = emit(sections.plan_cold_warm(env, main_venv, args.plan_dist))
     if "2" in only:
-        results["transaction"] = _emit(sections.transaction_overhead(env, main_venv, args.tx_dist))
-        results["snapshot"] = _emit(sections.snapshot_cost(env, args.sparse_mib))
+        results["transaction"] = emit(sections.transaction_overhead(env, main_venv, args.tx_dist))
+        results["snapshot"] = emit(sections.snapshot_cost(env, args.sparse_mib))
     if "3" in only:
-        results["commit_rollback"] = _emit(sections.commit_rollback(env, main_venv))
+        results["commit_rollback"] = emit(sections.commit_rollback(env, main_venv))
     sizes = [int(s) for s in args.scaling.split(",") if s.strip()]
     if "4" in only and sizes:
         venvs = {n: fixtures.pristine(out / "venvs", _params(args, n)) for n in sizes}
-        results["scaling"] = _emit(sections.scaling(env, venvs))
+        results["scaling"] = emit(sections.scaling(env, venvs))
     path = out / f"bench-{time.strftime('%Y%m%dT%H%M%S')}.json"
     text = json.dumps(results, indent=2, default=str)
     path.write_text(text + "\n")
@@ -96,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return results
 
 
-def _emit(section: sections.Section) -> dict[str, Any]:
+def emit(section: sections.Section) -> dict[str, Any]:
+    """Print one section as Markdown; its data for the JSON file."""
     print(f"\n## {section.title}\n\n{section.markdown}", flush=True)
     if section.notes:
         print("\n" + "\n".join(f"- {n}" for n in section.notes), flush=True)

@@ -20,6 +20,7 @@ from benchmarks.journaltimes import latest_spans, snapshot_entries
 from benchmarks.proc import Timed, check, timed
 from benchmarks.stats import median, spread, table
 from cudafix.env.statedir import StateDir, new_txid
+from cudafix.env.treecache import RACY_NS
 from cudafix.tx import snapshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +50,12 @@ class Section:
     markdown: str
     data: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+
+
+def settle() -> None:
+    """Let a fresh copy's directories age past the tree cache's racy window: a copy made a
+    second ago is all "just changed", which a user's venv never is."""
+    time.sleep(RACY_NS / 1e9 + 0.1)
 
 
 def cudafix_argv() -> list[str]:
@@ -81,8 +88,11 @@ def _ratio(num: Sequence[float], den: Sequence[float]) -> float:
 # -- 1. doctor and remove --dry-run, cold and warm ------------------------------------------
 
 
-def plan_cold_warm(env: Env, pristine: Path, plan_dist: str) -> Section:
-    venv = fixtures.copy(pristine, env.work / "plan")
+def plan_cold_warm(
+    env: Env, pristine: Path, plan_dist: str, copy: fixtures.Copier = fixtures.copy
+) -> Section:
+    venv = copy(pristine, env.work / "plan")
+    settle()
     ops: dict[str, tuple[list[str], tuple[int, ...], list[str]]] = {
         "doctor": (["doctor", "--venv", str(venv)], (0, 1), ["doctor"]),
         f"remove {plan_dist} --dry-run": (
@@ -178,7 +188,7 @@ def _plan_section(
                     f"{_ratio(wall[c], wall[base]):.2f}x",
                     f"{median(parsed[i]):.0f}",
                     f"{median(rss[c]):.0f}",
-                    _target(state, inner[i], inner[base]),
+                    _target(state, wall[c], wall[base]),
                 ]
             )
     header = [
@@ -190,7 +200,7 @@ def _plan_section(
         "CLI / baseline wall",
         "ELF files parsed",
         "CLI peak RSS MiB",
-        "target (in-process)",
+        "target (CLI wall vs baseline wall)",
     ]
     notes = [
         f"{info.get('files')} files, {info.get('elf_objects')} ELF objects; outcomes: "
@@ -210,17 +220,21 @@ def _plan_section(
 
 
 def _target(state: str, values: Sequence[float], base: Sequence[float]) -> str:
+    """The project's targets, on what a user waits for: the CLI's wall against the baseline
+    process's wall, paired per run."""
     ratio = _ratio(values, base)
     if state == "cold":
-        return f"<=1.5x baseline: {'met' if ratio <= 1.5 else 'MISSED'}"
-    ok = median(values) <= 0.5 and ratio <= 3.0
-    return f"<=0.5 s and <=3x: {'met' if ok else 'MISSED'}"
+        return f"<=1.2x baseline: {'met' if ratio <= 1.2 else 'MISSED'}"
+    ok = median(values) <= 0.5 and ratio <= 0.8
+    return f"<=0.5 s and <=0.8x: {'met' if ok else 'MISSED'}"
 
 
 # -- 2. transaction overhead and snapshot cost ----------------------------------------------
 
 
-def transaction_overhead(env: Env, pristine: Path, dist: str) -> Section:
+def transaction_overhead(
+    env: Env, pristine: Path, dist: str, copy: fixtures.Copier = fixtures.copy
+) -> Section:
     ours: list[float] = []
     theirs: list[float] = []
     rss_ours: list[float] = []
@@ -228,8 +242,9 @@ def transaction_overhead(env: Env, pristine: Path, dist: str) -> Section:
     spans: dict[str, list[float]] = defaultdict(list)
     entries: list[int] = []
     for i in range(env.runs):
-        a = fixtures.copy(pristine, env.work / "tx-a")
-        b = fixtures.copy(pristine, env.work / "tx-b")
+        a = copy(pristine, env.work / "tx-a")
+        b = copy(pristine, env.work / "tx-b")
+        settle()
         cli(["remove", dist, "--venv", a, "--dry-run"])  # warm-up: what a user runs first
         steps = [("cudafix", a), ("uv", b)] if i % 2 == 0 else [("uv", b), ("cudafix", a)]
         for who, venv in steps:
@@ -276,7 +291,8 @@ def transaction_overhead(env: Env, pristine: Path, dist: str) -> Section:
     )
     verdict = "met" if median(extra) <= 0.3 else "MISSED"
     notes = [
-        f"alternating order per run; identical cp -a copies; {n_entries:.0f} paths snapshotted "
+        f"alternating order per run; identical {copy.__name__} copies; {n_entries:.0f} paths "
+        "snapshotted "
         f"({snap_ms / max(n_entries, 1):.3f} ms per path).",
         f"target extra wall <= 0.3 s: {verdict} (median paired extra {median(extra):.3f} s).",
     ]

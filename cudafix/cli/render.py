@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
-from cudafix.model.plan import Plan
-from cudafix.plan.doctor import DoctorReport, Finding
+
+if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pydantic
+    from cudafix.model.plan import Plan
+    from cudafix.plan.doctor import DoctorReport, Finding
 
 Style = Callable[..., str]
 

@@ -69,6 +69,7 @@ class HashCache:
         self.prefix = prefix
         self._real_prefix = Path(os.path.realpath(prefix))
         self._entries: dict[StatKey, str] = dict(entries or {})
+        self._learnt = False
 
     def __call__(self, path: EnvPath) -> str | None:
         """Digest of the regular file at ``path``; None if missing, not a file, or escaping."""
@@ -86,6 +87,7 @@ class HashCache:
             key = _key(st)
             if key not in self._entries:
                 self._entries[key] = hash_fd(fd)
+                self._learnt = True
             return self._entries[key]
         except OSError:
             return None
@@ -117,7 +119,12 @@ class HashCache:
         return cls(prefix, entries)
 
     def save(self, cache_file: Path) -> bool:
-        """Write the cache atomically (temp file + replace); False if the location is unwritable."""
+        """Write the cache atomically (temp file + replace); False if the location is unwritable.
+
+        Nothing is written when this run hashed nothing new (a warm run must not fsync).
+        """
+        if not self._learnt and cache_file.is_file():
+            return True
         payload = {
             "version": CACHE_VERSION,
             "entries": {":".join(map(str, k)): v for k, v in self._entries.items()},

@@ -7,18 +7,28 @@ never writes and never follows a symlinked directory.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
-import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from cudafix.env.distinfo import CoreMetadata, parse_metadata
 from cudafix.env.hashing import HashCache
 from cudafix.env.record import ParsedRecord, RawEntry, Refusal, parse_record, resolve_record_path
-from cudafix.env.statedir import STATE_DIR_NAME
+from cudafix.env.treecache import (
+    DIST_INFO_FILES,
+    TreeCache,
+    racy,
+    stat_key,
+    symlink_fingerprint,
+)
+from cudafix.env.treecache import (
+    FileStat as FileStat,  # re-exported: the inventory's files are these
+)
 from cudafix.model.errors import InputError, TargetError
 from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
 
@@ -26,9 +36,11 @@ Hasher = Callable[[EnvPath], "str | None"]
 """RECORD-encoded sha256 of the bytes at an EnvPath, or None (see ``hashing.HashCache``)."""
 
 
-@dataclass(frozen=True)
-class RecordEntry:
-    """One line of a RECORD file, with its path made relative to the environment prefix."""
+class RecordEntry(NamedTuple):
+    """One line of a RECORD file, with its path made relative to the environment prefix.
+
+    A named tuple: a warm run rebuilds one per RECORD row from the cache.
+    """
 
     path: EnvPath
     raw: str
@@ -87,23 +99,6 @@ class Unmanaged:
     kind: str
     """``egg-info``, ``no-record``, ``symlink`` (a symlinked dist-info) or ``duplicate``
     (a second dist-info of a name already read; the first in sorted order is managed)."""
-
-
-@dataclass(frozen=True)
-class FileStat:
-    """What ``lstat`` said about one path in the environment."""
-
-    kind: str
-    """``file``, ``symlink`` or ``other``."""
-    size: int
-    mode: int
-    dev: int
-    ino: int
-    mtime_ns: int
-    link_target: str | None = None
-    ctime_ns: int = 0
-    """Inode change time: a hard link (uv's default install mode) or an overwrite sets it,
-    so a file changed after its distribution's RECORD was written is newer than it."""
 
 
 @dataclass(frozen=True)
@@ -263,19 +258,24 @@ def read_inventory(
     python: Path | None,
     *,
     hasher: Hasher | None = None,
+    cache: TreeCache | None = None,
 ) -> Inventory:
     """Read the environment at ``prefix`` once: files, dist-infos, ownership, shared holders.
 
-    Raises InputError for an unreadable RECORD or METADATA and TargetError when the
-    prefix or a site-packages directory is unusable.
+    ``cache`` (loaded by the caller, saved by it after the run) lets unchanged directories
+    and dist-infos be reused; the answer is the same with or without it. Raises InputError
+    for an unreadable RECORD or METADATA and TargetError when the prefix or a
+    site-packages directory is unusable.
     """
     prefix = Path(os.path.normpath(prefix.absolute()))
     if not prefix.is_dir():
         raise TargetError(f"{prefix}: no such environment directory")
     sites = canonical_site_packages(prefix, site_packages)
-    files = walk_files(prefix)
-    read = _read_distributions(prefix, sites)
+    tree = cache if cache is not None else TreeCache()
+    files = walk_files(prefix, tree)
+    read = _read_distributions(prefix, sites, files, tree)
     owners = _ownership(read.distributions.values())
+    tree.watch(p for p, o in owners.items() if len(o) > 1)  # a shared path's holder can change
     inv = Inventory(
         prefix=prefix,
         python=python,
@@ -309,51 +309,12 @@ def canonical_site_packages(prefix: Path, site_packages: Sequence[EnvPath]) -> t
     return tuple(out)
 
 
-def walk_files(prefix: Path) -> dict[EnvPath, FileStat]:
-    """lstat every non-directory under ``prefix``, never descending into symlinked dirs."""
-    out: dict[EnvPath, FileStat] = {}
-    stack: list[tuple[str, str]] = [("", str(prefix))]
-    while stack:
-        rel, full = stack.pop()
-        try:
-            it = os.scandir(full)
-        except OSError:
-            continue
-        with it:
-            for entry in it:
-                _visit(entry, rel, stack, out)
-    return dict(sorted(out.items()))
+def walk_files(prefix: Path, cache: TreeCache | None = None) -> dict[EnvPath, FileStat]:
+    """lstat every non-directory under ``prefix``, never descending into symlinked dirs.
 
-
-def _visit(
-    entry: os.DirEntry[str],
-    rel: str,
-    stack: list[tuple[str, str]],
-    out: dict[EnvPath, FileStat],
-) -> None:
-    path = rel + entry.name
-    try:
-        if entry.is_dir(follow_symlinks=False):
-            if path != STATE_DIR_NAME:  # cudafix's own state is not the venv's
-                stack.append((path + "/", entry.path))
-            return
-        st = entry.stat(follow_symlinks=False)
-        link = str(Path(entry.path).readlink()) if stat.S_ISLNK(st.st_mode) else None
-    except OSError:
-        return
-    out[EnvPath(path)] = _file_stat(st, link)
-
-
-def _file_stat(st: os.stat_result, link: str | None) -> FileStat:
-    if stat.S_ISLNK(st.st_mode):
-        kind = "symlink"
-    elif stat.S_ISREG(st.st_mode):
-        kind = "file"
-    else:
-        kind = "other"
-    return FileStat(
-        kind, st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns, link, st.st_ctime_ns
-    )
+    With ``cache``, unchanged directories are not listed again (:mod:`cudafix.env.treecache`).
+    """
+    return (cache if cache is not None else TreeCache()).walk(prefix)
 
 
 @dataclass
@@ -366,9 +327,12 @@ class _Read:
     issues: list[RecordIssue] = field(default_factory=list)
 
 
-def _read_distributions(prefix: Path, sites: Sequence[EnvPath]) -> _Read:
+def _read_distributions(
+    prefix: Path, sites: Sequence[EnvPath], files: Mapping[EnvPath, FileStat], tree: TreeCache
+) -> _Read:
     read = _Read()
     guard = SymlinkGuard(prefix)
+    links = symlink_fingerprint(prefix, files)
     for site in sites:
         for name, is_dir in _listdir(prefix / site):
             info = EnvPath(f"{site}/{name}")
@@ -378,14 +342,18 @@ def _read_distributions(prefix: Path, sites: Sequence[EnvPath]) -> _Read:
             elif name.endswith(".dist-info") and not is_dir:
                 read.unmanaged.append(Unmanaged(info, name[: -len(".dist-info")], "symlink"))
             elif name.endswith(".dist-info"):
-                _read_one(prefix, site, info, guard, read)
+                stats = [files.get(EnvPath(f"{info}/{f}")) for f in DIST_INFO_FILES]
+                key = None if any(map(racy, stats)) else [site, [*map(stat_key, stats)], links]
+                parse = functools.partial(_parse_one, prefix, site, info, guard)
+                parsed = tree.distribution(key, info, parse)
+                _add_one(info, parsed, read)
     return read
 
 
 def read_distribution(prefix: Path, site: EnvPath, info: EnvPath) -> Distribution | None:
     """One dist-info read exactly as :func:`read_inventory` reads it (None: no RECORD)."""
     read = _Read()
-    _read_one(prefix, site, info, SymlinkGuard(prefix), read)
+    _add_one(info, _parse_one(prefix, site, info, SymlinkGuard(prefix)), read)
     return next(iter(read.distributions.values()), None)
 
 
@@ -414,30 +382,69 @@ def _listdir(path: Path) -> list[tuple[str, bool]]:
         raise TargetError(f"{path}: cannot list site-packages ({e.strerror or e})") from e
 
 
-def _read_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard, read: _Read) -> None:
+def _parse_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard) -> Any:
+    """One dist-info read and parsed, as the JSON-able value the tree cache keeps.
+
+    ``["no-record", name]`` or ``["dist", distribution, unsafe rows, issue rows]``.
+    """
     full = prefix / info
     fallback_name, fallback_version = split_dist_info_name(posixpath.basename(info)) or ("", "")
     if not os.path.lexists(full / "RECORD"):
-        read.unmanaged.append(Unmanaged(info, fallback_name, "no-record"))
-        return
+        return ["no-record", fallback_name]
     record = parse_record(_read_text(full / "RECORD", "RECORD"))
     meta = _read_metadata(full / "METADATA")
     name = normalize_name(meta.name or fallback_name)
+    entries, unsafe = _resolve_entries(site, record, guard)
+    dist = [
+        name,
+        meta.version or fallback_version,
+        info,
+        site,
+        _read_optional(full / "INSTALLER"),
+        list(meta.requires),
+        [_encode_entry(site, e) for e in entries],
+        list(_top_level(full / "top_level.txt", record.entries)),
+    ]
+    issues = [[p.line, p.row, p.reason] for p in record.problems]
+    return ["dist", dist, unsafe, issues]
+
+
+def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
+    """Add one parsed dist-info to ``read``; a second dist-info of a name is a duplicate."""
+    if parsed[0] == "no-record":
+        read.unmanaged.append(Unmanaged(info, parsed[1], "no-record"))
+        return
+    _kind, dist, unsafe, issues = parsed
+    name = DistName(dist[0])
     if name in read.distributions:
         read.unmanaged.append(Unmanaged(info, name, "duplicate"))
         return
-    entries = _resolve_entries(name, site, record, guard, read)
-    read.issues.extend(RecordIssue(name, p.line, p.row, p.reason) for p in record.problems)
+    site = EnvPath(dist[3])
+    read.unsafe.extend(UnsafeEntry(name, raw, reason) for raw, reason in unsafe)
+    read.issues.extend(RecordIssue(name, line, row, reason) for line, row, reason in issues)
     read.distributions[name] = Distribution(
         name=name,
-        version=meta.version or fallback_version,
+        version=dist[1],
         dist_info=info,
         site_packages=site,
-        installer=_read_optional(full / "INSTALLER"),
-        requires=meta.requires,
-        files=entries,
-        top_level=_top_level(full / "top_level.txt", record.entries),
+        installer=dist[4],
+        requires=tuple(dist[5]),
+        files=tuple(_decode_entry(site, row) for row in dist[6]),
+        top_level=tuple(dist[7]),
     )
+
+
+def _encode_entry(site: EnvPath, e: RecordEntry) -> list[Any]:
+    """``[raw, sha256, size]``, plus the resolved path when it is not ``site/raw``."""
+    row: list[Any] = [e.raw, e.sha256, e.size]
+    if e.path != f"{site}/{e.raw}":
+        row.append(e.path)
+    return row
+
+
+def _decode_entry(site: EnvPath, row: list[Any]) -> RecordEntry:
+    path = row[3] if len(row) > 3 else f"{site}/{row[0]}"
+    return RecordEntry(EnvPath(path), row[0], row[1], row[2])
 
 
 def _read_text(path: Path, what: str) -> str:
@@ -470,20 +477,20 @@ def _read_optional(path: Path) -> str | None:
 
 
 def _resolve_entries(
-    name: DistName, site: EnvPath, record: ParsedRecord, guard: SymlinkGuard, read: _Read
-) -> tuple[RecordEntry, ...]:
+    site: EnvPath, record: ParsedRecord, guard: SymlinkGuard
+) -> tuple[list[RecordEntry], list[list[str]]]:
+    """Entries made relative to the prefix, and ``[raw, reason]`` of the ones refused."""
     out: list[RecordEntry] = []
+    unsafe: list[list[str]] = []
     for raw in record.entries:
         resolved = resolve_record_path(site, raw.path)
         if isinstance(resolved, Refusal):
-            read.unsafe.append(UnsafeEntry(name, raw.path, resolved.reason))
+            unsafe.append([raw.path, resolved.reason])
         elif guard.escapes(resolved):
-            read.unsafe.append(
-                UnsafeEntry(name, raw.path, "through a symlink out of the environment")
-            )
+            unsafe.append([raw.path, "through a symlink out of the environment"])
         else:
             out.append(RecordEntry(resolved, raw.path, raw.sha256, raw.size))
-    return tuple(out)
+    return out, unsafe
 
 
 def _top_level(top_level_txt: Path, entries: Sequence[RawEntry]) -> tuple[str, ...]:
@@ -509,11 +516,16 @@ def derive_top_level(raw_paths: Iterable[str]) -> tuple[str, ...]:
 
 
 def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, ...]]:
-    index: dict[EnvPath, set[DistName]] = {}
+    index: dict[EnvPath, tuple[DistName, ...]] = {}
     for dist in dists:
+        name = dist.name
         for e in dist.files:
-            index.setdefault(e.path, set()).add(dist.name)
-    return {p: tuple(sorted(o)) for p, o in sorted(index.items())}
+            have = index.get(e.path)
+            if have is None:
+                index[e.path] = (name,)
+            elif name not in have:  # rare: only shared paths sort their owners
+                index[e.path] = tuple(sorted((*have, name)))
+    return dict(sorted(index.items()))
 
 
 def _missing(

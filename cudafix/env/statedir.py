@@ -7,7 +7,7 @@
     .cudafix/transactions/<id>/manifest.json   what the snapshot holds, and how to verify it
     .cudafix/transactions/<id>/snapshot/<EnvPath>  hard links (or copies) of the pre-state
     .cudafix/transactions/<id>/post.json       post-state of touched paths at commit (for undo)
-    .cudafix/cache/                        caches other layers may keep (ELF index)
+    .cudafix/cache/                        caches other layers may keep (tree, ELF, hashes)
 """
 
 from __future__ import annotations
@@ -85,6 +85,21 @@ class StateDir:
     def elf_cache(self) -> Path:
         """Parsed ELF dynamic sections by stat key (:mod:`cudafix.linker.elfindex`)."""
         return self.cache / "elf-cache.json"
+
+    @property
+    def tree_cache(self) -> Path:
+        """Directory listings and parsed dist-infos (:mod:`cudafix.env.treecache`)."""
+        return self.cache / "tree-cache.json"
+
+    @property
+    def interpreter_cache(self) -> Path:
+        """The target interpreter's last answer (:func:`cudafix.env.target.query_interpreter`)."""
+        return self.cache / "interpreter.json"
+
+    @property
+    def host_cache(self) -> Path:
+        """Host facts by the stat of their files (:mod:`cudafix.linker.hostcache`)."""
+        return self.cache / "host-cache.json"
 
     def tx(self, txid: str) -> TxDir:
         return TxDir(self.transactions / txid)

@@ -8,18 +8,23 @@ cannot answer the layout on disk and ``pyvenv.cfg`` stand in.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import platform
 import re
 import shutil
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cudafix.env.record import env_path_of
+from cudafix.env.statedir import StateDir, save_cache_file
+from cudafix.env.treecache import RACY_NS
 from cudafix.model.errors import TargetError, UsageError
 from cudafix.model.names import EnvPath
 from cudafix.process import run
@@ -195,6 +200,12 @@ def query_interpreter(target: TargetEnv, *, timeout: float = QUERY_TIMEOUT) -> I
     """Ask the target interpreter (one isolated subprocess); fall back to the disk layout."""
     if target.python is None:
         return fallback_info(target.prefix, "the environment has no interpreter")
+    cache_file = StateDir(target.prefix).interpreter_cache
+    key = _answer_key(target)
+    cached = _cached_answer(cache_file, key)
+    if cached is not None:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            return _parse_answer(target, cached)
     done = run([target.python, "-I", "-S", "-c", _QUERY], timeout=timeout)
     if done.timed_out:
         return fallback_info(target.prefix, f"{target.python} timed out after {timeout:g}s")
@@ -204,9 +215,50 @@ def query_interpreter(target: TargetEnv, *, timeout: float = QUERY_TIMEOUT) -> I
             target.prefix, f"{target.python} exited {done.returncode}: {last[:200]}"
         )
     try:
-        return _parse_answer(target, json.loads(done.stdout))
+        data = json.loads(done.stdout)
+        info = _parse_answer(target, data)
     except (ValueError, KeyError, TypeError) as e:
         return fallback_info(target.prefix, f"{target.python} gave an unreadable answer ({e})")
+    if key is not None:
+        save_cache_file(cache_file, json.dumps({"key": key, "answer": data}))
+    return info
+
+
+def _answer_key(target: TargetEnv) -> list[Any] | None:
+    """What the interpreter's answer depends on: the interpreter (link and target), its
+    ``pyvenv.cfg``, the kernel (``platform_release``) and the question itself.
+
+    None when any of those files changed within the racy window (not cached then).
+    """
+    assert target.python is not None
+    parts: list[Any] = [str(target.python), hashlib.sha256(_QUERY.encode()).hexdigest()]
+    parts.append(list(os.uname()))
+    now = time.time_ns()
+    for path, follow in ((target.python, False), (target.python, True),
+                         (target.prefix / "pyvenv.cfg", True)):  # fmt: skip
+        try:
+            st = path.stat() if follow else path.lstat()
+        except OSError:
+            parts.append(None)
+            continue
+        changed = max(st.st_mtime_ns, st.st_ctime_ns)
+        if changed >= now - RACY_NS:
+            return None
+        parts.append([st.st_dev, st.st_ino, st.st_size, changed])
+    return parts
+
+
+def _cached_answer(cache_file: Path, key: list[Any] | None) -> Mapping[str, Any] | None:
+    if key is None:
+        return None
+    try:
+        data = json.loads(cache_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    answer = data.get("answer")
+    return answer if isinstance(answer, dict) else None
 
 
 def _parse_answer(target: TargetEnv, data: Mapping[str, Any]) -> InterpreterInfo:

@@ -6,15 +6,13 @@ segment and returns frozen, tuple-valued facts, or a problem value saying why it
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
-
-from elftools.common.exceptions import ELFError, ELFParseError
-from elftools.elf.elffile import ELFFile
 
 from cudafix.model.names import Soname
 
@@ -60,6 +58,34 @@ class ElfProblem:
     detail: str
 
 
+def verdict_to_json(verdict: ElfInfo | ElfProblem) -> list[Any]:
+    """``["elf", fields]`` or ``["problem", [reason, detail]]``: how caches store a verdict."""
+    if isinstance(verdict, ElfInfo):
+        return ["elf", asdict(verdict)]
+    return ["problem", [verdict.reason, verdict.detail]]
+
+
+def verdict_from_json(kind: Any, body: Any) -> ElfInfo | ElfProblem | None:
+    """The inverse of :func:`verdict_to_json`; None for anything malformed (re-read it)."""
+    try:
+        if kind == "elf":
+            return ElfInfo(
+                elf_class=int(body["elf_class"]),
+                machine=str(body["machine"]),
+                soname=Soname(body["soname"]) if body["soname"] is not None else None,
+                needed=tuple(Soname(str(n)) for n in body["needed"]),
+                rpath=tuple(str(p) for p in body["rpath"]),
+                runpath=tuple(str(p) for p in body["runpath"]),
+                nodeflib=bool(body["nodeflib"]),
+                interpreter=body.get("interpreter"),
+            )
+        if kind == "problem":
+            return ElfProblem(str(body[0]), str(body[1]))
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError):
+        return None
+    return None
+
+
 def is_elf(head: bytes) -> bool:
     """Sniff the magic; extensions lie (``libfoo.so`` may be a linker script)."""
     return head[:4] == ELF_MAGIC
@@ -70,9 +96,7 @@ _OS_OR_PROC_TAGS = (0x6000000D, 0x7FFFFFFF)
 """DT_LOOS..DT_HIPROC: tags pyelftools may not name but a valid object may carry."""
 _SNIFF = 512
 _LINKER_SCRIPT_WORDS = (b"GROUP", b"INPUT", b"OUTPUT_FORMAT", b"SEARCH_DIR", b"/*")
-_PARSE_ERRORS = (
-    ELFError,
-    ELFParseError,
+_BUILTIN_PARSE_ERRORS: tuple[type[BaseException], ...] = (
     struct.error,
     ValueError,
     KeyError,
@@ -83,6 +107,16 @@ _PARSE_ERRORS = (
     UnicodeDecodeError,
     AssertionError,
 )
+
+
+@functools.cache
+def _pyelftools() -> tuple[Any, tuple[type[BaseException], ...]]:
+    """``ELFFile`` and every error a parse may raise; imported on first use, since a warm
+    run (every verdict cached) parses nothing and should not pay for the import."""
+    from elftools.common.exceptions import ELFError, ELFParseError
+    from elftools.elf.elffile import ELFFile
+
+    return ELFFile, (ELFError, ELFParseError, *_BUILTIN_PARSE_ERRORS)
 
 
 def read_elf(path: Path, *, follow_symlinks: bool = True) -> ElfInfo | ElfProblem:
@@ -114,11 +148,12 @@ def _read_stream(path: Path, stream: IO[bytes]) -> ElfInfo | ElfProblem:
             return ElfProblem("truncated", f"{path}: {len(head)} bytes, cut inside the ELF magic")
         return _not_elf(path, head)
     size = os.fstat(stream.fileno()).st_size
+    elf_file, parse_errors = _pyelftools()
     try:
-        elf = ELFFile(stream)
+        elf = elf_file(stream)
         truncated = _declared_end(elf) > size
         info = None if truncated else _dynamic_facts(elf)
-    except _PARSE_ERRORS as exc:
+    except parse_errors as exc:
         reason = "truncated" if size < 64 or _header_says_truncated(stream, size) else "corrupt"
         return ElfProblem(reason, f"{path}: {exc}")
     if truncated:
@@ -149,10 +184,11 @@ def _not_elf(path: Path, head: bytes) -> ElfProblem:
 
 def _header_says_truncated(stream: IO[bytes], size: int) -> bool:
     """Best effort after a parse error: did the failure come from running off the end?"""
+    elf_file, parse_errors = _pyelftools()
     try:
-        elf = ELFFile(stream)
+        elf = elf_file(stream)
         return _declared_end(elf) > size
-    except _PARSE_ERRORS:
+    except parse_errors:
         return size < 52
 
 

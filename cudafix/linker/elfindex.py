@@ -15,19 +15,20 @@ import os
 import posixpath
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cudafix.env.inventory import FileStat
 from cudafix.env.statedir import STATE_DIR_NAME, save_cache_file
-from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf
-from cudafix.model.names import EnvPath, Soname
+from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf, verdict_from_json, verdict_to_json
+from cudafix.linker.hostcache import HOST
+from cudafix.model.names import EnvPath, is_so_name
 
 log = logging.getLogger("cudafix.linker.elfindex")
 
 CACHE_FORMAT = "cudafix-elf-cache"
-CACHE_VERSION = 2  # 2: garbage dynamic tags and empty DT_NEEDED are problems
+CACHE_VERSION = 3  # 2: garbage dynamic tags are problems; non-ELF files as stat keys only
 _NOT_ELF = ("not-elf", "linker-script")
 
 Reader = Callable[[Path], "ElfInfo | ElfProblem"]
@@ -50,10 +51,17 @@ class ElfIndex:
     """Files actually opened by this scan (0 on a fully warm cache)."""
 
 
+def read_host_elf(path: str) -> Verdict:
+    """``read_elf`` of a file outside the environment, remembered by its stat (``HOST``)."""
+    return HOST.answer(
+        "elf", path, lambda: read_elf(Path(path)), verdict_to_json, lambda v: verdict_from_json(*v)
+    )
+
+
 @functools.lru_cache(maxsize=1)
 def host_arch() -> tuple[int, str]:
     """(class, machine) of ``sys.executable``: what the environment's ld.so can load."""
-    info = read_elf(Path(sys.executable))
+    info = read_host_elf(sys.executable)
     if isinstance(info, ElfInfo):
         return info.elf_class, info.machine
     return 64, "EM_X86_64"
@@ -72,23 +80,38 @@ def index_environment(
     expected: tuple[int, str] | None = None,
     read: Reader = read_elf_nofollow,
 ) -> ElfIndex:
-    """Classify every regular file in ``files``; reuse cached verdicts for unchanged ones."""
-    cached = _load_cache(cache_path) if cache_path else {}
-    fresh: dict[str, tuple[Key, Verdict]] = {}
+    """Classify every regular file in ``files``; reuse cached verdicts for unchanged ones.
+
+    Most files are not ELF: the cache keeps only their stat key, so a warm run compares
+    four integers per file and decodes nothing but the ELF objects.
+    """
+    cached = _load_cache(cache_path) if cache_path else _Cached({}, {})
+    plain: dict[str, list[int]] = {}
+    found: dict[str, tuple[list[int], Verdict]] = {}
     parsed = 0
     for rel, stat in files.items():
         if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/"):
             continue
-        key = (stat.dev, stat.ino, stat.size, stat.mtime_ns)
-        hit = cached.get(rel)
-        if hit is not None and hit[0] == key:
-            fresh[rel] = hit
+        key = [stat.dev, stat.ino, stat.size, stat.mtime_ns]
+        if cached.plain.get(rel) == key:
+            plain[rel] = key
             continue
-        fresh[rel] = (key, read(prefix / rel))
+        row = cached.elf.get(rel)
+        hit = _decode(row) if row is not None and row[:4] == key else None
+        if hit is not None:
+            found[rel] = (key, hit)
+            continue
+        verdict = read(prefix / rel)
         parsed += 1
-    if cache_path is not None and (parsed or fresh.keys() != cached.keys()):
-        _save_cache(cache_path, fresh)
-    index = _build(fresh, expected or host_arch(), parsed)
+        if isinstance(verdict, ElfProblem) and verdict.reason == "not-elf":
+            plain[rel] = key
+        else:
+            found[rel] = (key, verdict)
+    if cache_path is not None and (
+        parsed or plain.keys() != cached.plain.keys() or found.keys() != cached.elf.keys()
+    ):
+        _save_cache(cache_path, plain, found)
+    index = _build(prefix, plain, found, expected or host_arch(), parsed)
     odd = _odd_libraries(files)
     return replace(index, problems={**index.problems, **odd}) if odd else index
 
@@ -134,75 +157,71 @@ def _loops(files: Mapping[EnvPath, FileStat], start: EnvPath) -> bool:
 
 
 def _build(
-    fresh: Mapping[str, tuple[Key, Verdict]], expected: tuple[int, str], parsed: int
+    prefix: Path,
+    plain: Mapping[str, object],
+    found: Mapping[str, tuple[list[int], Verdict]],
+    expected: tuple[int, str],
+    parsed: int,
 ) -> ElfIndex:
     objects: dict[EnvPath, ElfInfo] = {}
     problems: dict[EnvPath, ElfProblem] = {}
-    for rel, (_key, verdict) in fresh.items():
+    for rel, (_key, verdict) in found.items():
         path = EnvPath(rel)
         if isinstance(verdict, ElfInfo):
             objects[path] = verdict
         elif verdict.reason not in _NOT_ELF or is_so_name(rel):
             problems[path] = verdict
+    for rel in plain:
+        if is_so_name(rel):  # a library name without ELF magic: worth reporting
+            problems[EnvPath(rel)] = ElfProblem("not-elf", f"{prefix / rel}: no ELF magic")
     foreign = frozenset(p for p, i in objects.items() if (i.elf_class, i.machine) != expected)
     return ElfIndex(objects, problems, foreign, expected, parsed)
-
-
-def is_so_name(path: str) -> bool:
-    """``libfoo.so`` or ``libfoo.so.1.2``: a name the loader (or a linker) would look for."""
-    name = posixpath.basename(path)
-    return name.endswith(".so") or ".so." in name
 
 
 # --- cache -------------------------------------------------------------------------------
 
 
-def _load_cache(path: Path) -> dict[str, tuple[Key, Verdict]]:
+@dataclass(frozen=True)
+class _Cached:
+    """The cache file's rows: ``plain`` = stat keys of files without ELF magic, ``elf`` =
+    ``[dev, ino, size, mtime_ns, kind, body]`` of everything else (decoded on a hit)."""
+
+    plain: Mapping[str, list[int]]
+    elf: Mapping[str, list[Any]]
+
+
+def _load_cache(path: Path) -> _Cached:
     """A corrupt, foreign-version or unreadable cache is an empty one (never fatal)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
             data = json.load(fh)
         if data.get("format") != CACHE_FORMAT or data.get("version") != CACHE_VERSION:
-            return {}
-        return {rel: _decode(rel, row) for rel, row in data["entries"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            return _Cached({}, {})
+        plain, elf = data["plain"], data["elf"]
+        if not isinstance(plain, dict) or not isinstance(elf, dict):
+            return _Cached({}, {})
+        return _Cached(plain, elf)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         log.debug("ignoring ELF cache %s: %s", path, exc)
-        return {}
+        return _Cached({}, {})
 
 
-def _decode(rel: str, row: list[Any]) -> tuple[Key, Verdict]:
-    dev, ino, size, mtime, kind, body = row
-    key: Key = (int(dev), int(ino), int(size), int(mtime))
-    if kind == "elf":
-        info = ElfInfo(
-            elf_class=int(body["elf_class"]),
-            machine=str(body["machine"]),
-            soname=Soname(body["soname"]) if body["soname"] is not None else None,
-            needed=tuple(Soname(str(n)) for n in body["needed"]),
-            rpath=tuple(str(p) for p in body["rpath"]),
-            runpath=tuple(str(p) for p in body["runpath"]),
-            nodeflib=bool(body["nodeflib"]),
-            interpreter=body.get("interpreter"),
-        )
-        return key, info
-    if kind == "problem":
-        return key, ElfProblem(str(body[0]), str(body[1]) if len(body) > 1 else f"{rel}: {body[0]}")
-    raise ValueError(f"unknown cache row kind {kind!r}")
+def _decode(row: list[Any]) -> Verdict | None:
+    """One ``elf`` row; None for a malformed one (the file is read again, never trusted)."""
+    return verdict_from_json(row[4], row[5]) if len(row) == 6 else None
 
 
-def _encode(rel: str, key: Key, verdict: Verdict) -> list[Any]:
-    if isinstance(verdict, ElfInfo):
-        return [*key, "elf", asdict(verdict)]
-    if verdict.reason == "not-elf":
-        return [*key, "problem", [verdict.reason]]
-    return [*key, "problem", [verdict.reason, verdict.detail]]
+def _encode(key: list[int], verdict: Verdict) -> list[Any]:
+    return [*key, *verdict_to_json(verdict)]
 
 
-def _save_cache(path: Path, entries: Mapping[str, tuple[Key, Verdict]]) -> None:
+def _save_cache(
+    path: Path, plain: Mapping[str, list[int]], found: Mapping[str, tuple[list[int], Verdict]]
+) -> None:
     """Only inside a real ``.cudafix/`` directory (``statedir.save_cache_file``)."""
-    rows = {rel: _encode(rel, key, verdict) for rel, (key, verdict) in entries.items()}
-    payload = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": rows}
+    rows = {rel: _encode(key, verdict) for rel, (key, verdict) in found.items()}
+    payload = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "plain": plain, "elf": rows}
     if not save_cache_file(path, json.dumps(payload, separators=(",", ":"))):
         log.debug("could not write ELF cache %s", path)
 
@@ -227,7 +246,7 @@ class SystemLibraries:
         if path not in self._verdicts:
             directory, name = posixpath.split(path)
             present = name in self._listing(directory) and Path(path).exists()
-            self._verdicts[path] = read_elf(Path(path)) if present else None
+            self._verdicts[path] = read_host_elf(path) if present else None
         return self._verdicts[path]
 
     def canonical(self, path: str) -> str:
@@ -338,12 +357,14 @@ class EnvironmentView:
 
     def _directories(self) -> frozenset[str]:
         if self._dirs is None:
-            self._dirs = frozenset(
-                "/".join(parts[:i])
-                for path in self.files
-                for parts in [path.split("/")]
-                for i in range(1, len(parts))
-            )
+            # the parents of every file, then their ancestors: a few thousand directories
+            # climbed once each, instead of every prefix of 20k paths
+            dirs: set[str] = set()
+            for parent in {p.rpartition("/")[0] for p in self.files}:
+                while parent and parent not in dirs:
+                    dirs.add(parent)
+                    parent = parent.rpartition("/")[0]
+            self._dirs = frozenset(dirs)
         return self._dirs
 
     def canonical(self, path: str) -> str:

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import functools
 import struct
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+from cudafix.linker.hostcache import HOST
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
@@ -66,11 +69,29 @@ def parse_ld_cache(data: bytes) -> tuple[CacheEntry, ...]:
 
 
 def read_ld_cache(path: Path = Path("/etc/ld.so.cache")) -> tuple[CacheEntry, ...]:
-    """Read and parse; a missing or unreadable cache is empty (ld.so then skips it)."""
+    """Read and parse (remembered by the file's stat); missing or unreadable is empty, as
+    ld.so then skips it."""
+    return HOST.answer(
+        "ld.so.cache", str(path), lambda: _read_ld_cache(path), _entries_to_json, _entries_from_json
+    )
+
+
+def _read_ld_cache(path: Path) -> tuple[CacheEntry, ...]:
     try:
         return parse_ld_cache(path.read_bytes())
     except (OSError, CacheFormatError):
         return ()
+
+
+def _entries_to_json(entries: tuple[CacheEntry, ...]) -> list[Any]:
+    return [[e.key, e.path, e.flags, e.hwcap, e.hwcaps_subdir] for e in entries]
+
+
+def _entries_from_json(rows: Any) -> tuple[CacheEntry, ...] | None:
+    try:
+        return tuple(CacheEntry(str(k), str(p), int(f), int(h), s) for k, p, f, h, s in rows)
+    except (TypeError, ValueError):
+        return None
 
 
 def entries_for(
@@ -206,8 +227,26 @@ def hwcap_subdirs(host: HostLoader) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=4)
 def probe_host_loader(interpreter: str = "/lib64/ld-linux-x86-64.so.2") -> HostLoader:
     """Ask the host ld.so (read-only, through ``backend.run``); fall back to Debian x86-64."""
+    return HOST.answer(
+        "ld.so --help", interpreter, lambda: _probe(interpreter), asdict, _host_loader_from_json
+    )
+
+
+def _probe(interpreter: str) -> HostLoader:
     from cudafix.process import run
 
     done = run([interpreter, "--help"], timeout=10)
     parsed = parse_ldso_help(done.stdout) if done.returncode == 0 else None
     return parsed or DEBIAN_X86_64
+
+
+def _host_loader_from_json(d: Any) -> HostLoader | None:
+    try:
+        return HostLoader(
+            tuple(map(str, d["default_dirs"])),
+            tuple(map(str, d["hwcaps"])),
+            tuple(map(str, d["legacy"])),
+            d["platform"],
+        )
+    except (KeyError, TypeError):
+        return None

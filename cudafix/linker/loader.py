@@ -37,8 +37,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf
-from cudafix.linker.elfindex import EnvironmentView, SystemLibraries
+from cudafix.linker.elf import ElfInfo, ElfProblem
+from cudafix.linker.elfindex import EnvironmentView, SystemLibraries, read_host_elf
 from cudafix.linker.ldcache import (
     CacheEntry,
     entries_for,
@@ -498,7 +498,7 @@ class _Walk:
 
 
 def _host_interpreter() -> str:
-    info = read_elf(Path(sys.executable))
+    info = read_host_elf(sys.executable)
     if isinstance(info, ElfInfo) and info.interpreter:
         return info.interpreter
     return "/lib64/ld-linux-x86-64.so.2"

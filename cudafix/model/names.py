@@ -6,8 +6,6 @@ import re
 from collections.abc import Sequence
 from typing import NewType
 
-from packaging.utils import canonicalize_name
-
 DistName = NewType("DistName", str)
 """A PEP 503 normalised distribution name (``nvidia-cudnn-cu12``)."""
 
@@ -19,6 +17,7 @@ EnvPath = NewType("EnvPath", str)
 (``lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9``)."""
 
 DIST_INFO_SUFFIX = ".dist-info"
+_SEPARATORS = re.compile(r"[-_.]+")
 
 _CUDA_SUFFIX = re.compile(r"-cu(\d+)$")
 
@@ -30,8 +29,18 @@ def cuda_major(name: str) -> int | None:
 
 
 def normalize_name(name: str) -> DistName:
-    """PEP 503 normalisation: selectors and RECORD owners compare on this form."""
-    return DistName(canonicalize_name(name))
+    """PEP 503 normalisation: selectors and RECORD owners compare on this form.
+
+    The spec's own rule (as ``packaging.utils.canonicalize_name``), without importing
+    ``packaging.utils``, which pulls ``packaging.tags`` into every start-up.
+    """
+    return DistName(_SEPARATORS.sub("-", name).lower())
+
+
+def is_so_name(path: str) -> bool:
+    """``libfoo.so`` or ``libfoo.so.1.2``: a name the loader (or a linker) would look for."""
+    name = path.rpartition("/")[2]
+    return name.endswith(".so") or ".so." in name
 
 
 def split_dist_info_name(dirname: str) -> tuple[str, str] | None:

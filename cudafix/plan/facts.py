@@ -21,7 +21,9 @@ from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Inventory, changed_since_record, read_inventory
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import InterpreterInfo, TargetEnv, query_interpreter
+from cudafix.env.treecache import TreeCache
 from cudafix.linker.elfindex import ElfIndex, index_environment
+from cudafix.linker.hostcache import HOST
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.model.sources import Sources
@@ -54,11 +56,17 @@ def gather(
     ld_library_path: str | None = None,
 ) -> Facts:
     """Read the target; caches are saved only where cudafix may write (``.cudafix/``)."""
-    info = query_interpreter(target)
     state = StateDir(target.prefix)
+    HOST.use(state.host_cache)
+    info = query_interpreter(target)
     hashes = HashCache.load(target.prefix, state.hash_cache)
-    inventory = read_inventory(target.prefix, info.site_packages, target.python, hasher=hashes)
+    tree = TreeCache.load(state.tree_cache)
+    inventory = read_inventory(
+        target.prefix, info.site_packages, target.python, hasher=hashes, cache=tree
+    )
     elf = index_environment(target.prefix, inventory.files, state.elf_cache)
+    tree.watch([*elf.objects, *elf.problems])  # an in-place overwrite keeps the dir's mtime
+    tree.save(state.tree_cache)
     suspects = changed_since_record(inventory, elf_providers(inventory, elf))
     path_hashes = {p: hashes(p) for p in [*(s.path for s in inventory.shared), *suspects]}
     hashes.save(state.hash_cache)

@@ -21,8 +21,14 @@ from cudafix.env.distinfo import CoreMetadata, is_installer_file, parse_metadata
 from cudafix.env.inventory import Distribution, derive_top_level, is_bytecode
 from cudafix.env.record import Refusal, parse_record, resolve_record_path
 from cudafix.linker.elf import ElfInfo
-from cudafix.linker.elfindex import is_so_name, read_elf_nofollow
-from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
+from cudafix.linker.elfindex import read_elf_nofollow
+from cudafix.model.names import (
+    DistName,
+    EnvPath,
+    is_so_name,
+    normalize_name,
+    split_dist_info_name,
+)
 from cudafix.model.sources import Sources
 from cudafix.process import run
 from cudafix.tx.backend import UvBackend

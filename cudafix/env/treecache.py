@@ -1,0 +1,337 @@
+"""What a warm run may reuse of an environment's tree: directory listings and parsed dist-infos.
+
+A warm run must not touch every file. pip and uv never write a file in place: they unlink,
+create or rename into place, and each of those changes the directory's mtime and ctime. So
+an unchanged directory's listing, and the lstat of its files, are reused; what an in-place
+overwrite could change without touching the directory is lstat'ed on every run anyway
+(:func:`watched`: library-named and executable files, dist-info metadata, and the paths the
+caller marks, i.e. files several distributions claim and ELF objects). A dist-info is
+re-parsed when the stat of its RECORD, METADATA, INSTALLER or top_level.txt changed, or
+when any symlink of the environment did (they decide which RECORD paths escape it).
+
+File timestamps come from a clock coarser than ``time.time_ns``: a directory or RECORD
+whose timestamp lies within :data:`RACY_NS` of the scan is not remembered, so a change in
+the same tick as the scan can never hide behind an equal mtime (git's "racy clean" rule).
+
+The cache is plain JSON in ``.cudafix/cache/`` (written by ``statedir.save_cache_file``); a
+missing, foreign or corrupt file is an empty cache, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import stat
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from cudafix.env.statedir import STATE_DIR_NAME, save_cache_file
+from cudafix.model.names import EnvPath, is_so_name
+
+FORMAT = "cudafix-tree-cache"
+VERSION = 3
+RACY_NS = 2_000_000_000
+"""Listings and RECORDs changed this close to the scan are read again next time."""
+DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")
+"""The files of a dist-info that the parsed distribution is made of."""
+
+DirKey = tuple[int, int, int, int]
+"""(st_dev, st_ino, st_mtime_ns, st_ctime_ns) of a directory."""
+
+
+class FileStat(NamedTuple):
+    """What ``lstat`` said about one path in the environment.
+
+    A named tuple rather than a frozen dataclass: a warm run builds one per file from the
+    cache, and a tuple is several times cheaper to make.
+    """
+
+    kind: str
+    """``file``, ``symlink`` or ``other``."""
+    size: int
+    mode: int
+    dev: int
+    ino: int
+    mtime_ns: int
+    link_target: str | None = None
+    ctime_ns: int = 0
+    """Inode change time: a hard link (uv's default install mode) or an overwrite sets it,
+    so a file changed after its distribution's RECORD was written is newer than it."""
+
+
+@dataclass
+class _Listing:
+    key: DirKey
+    files: dict[str, FileStat]
+    subdirs: tuple[str, ...]
+    watched: tuple[str, ...] | None = None
+    """Names lstat'ed again on reuse; None until decided (at save, from :func:`watched`)."""
+
+
+def watched(path: str, st: FileStat) -> bool:
+    """Paths lstat'ed on every run even in an unchanged directory.
+
+    Libraries and executables are what the loader reads (an in-place ``cp`` over one keeps
+    the directory's mtime); dist-info files are what the distribution cache is keyed on;
+    symlinks are few and cheap.
+    """
+    return (
+        st.kind != "file"
+        or bool(st.mode & 0o111)
+        or is_so_name(path)
+        or posixpath.dirname(path).endswith(".dist-info")
+    )
+
+
+class TreeCache:
+    """Memo of one environment's listings and parsed dist-infos, loaded and saved as JSON.
+
+    Mutable on purpose, like ``HashCache``: a run reads through it and it remembers what
+    the run saw; :meth:`save` writes only when something changed.
+    """
+
+    def __init__(self) -> None:
+        self._listings: dict[str, _Listing] = {}
+        self._watch: set[str] = set()
+        self._dists: dict[str, tuple[Any, Any]] = {}
+        self._used_dists: set[str] = set()
+        self._dirty = False
+        self.reused_dirs = 0
+        """Directories whose listing this run reused (0 on a cold run)."""
+        self.scanned_dirs = 0
+        self.restatted = 0
+        """Files of reused listings lstat'ed again because they are watched."""
+
+    # -- the walk ---------------------------------------------------------------------------
+
+    def walk(self, prefix: Path) -> dict[EnvPath, FileStat]:
+        """lstat every non-directory under ``prefix`` (``.cudafix/`` and symlinked dirs not
+        descended), reusing unchanged directories' listings."""
+        start = time.time_ns()
+        fresh: dict[str, _Listing] = {}
+        out: dict[EnvPath, FileStat] = {}
+        stack: list[str] = [""]
+        while stack:
+            rel = stack.pop()
+            full = os.path.join(prefix, rel) if rel else str(prefix)  # noqa: PTH118
+            listing = self._list(full, rel, start)
+            if listing is None:
+                continue
+            fresh[rel] = listing
+            base = rel + "/" if rel else ""
+            for name, st in listing.files.items():
+                out[EnvPath(base + name)] = st
+            stack.extend(base + d for d in listing.subdirs)
+        if fresh.keys() != self._listings.keys():
+            self._dirty = True
+        self._listings = fresh
+        return dict(sorted(out.items()))
+
+    def _list(self, full: str, rel: str, start: int) -> _Listing | None:
+        try:
+            st = os.stat(full) if not rel else os.lstat(full)  # noqa: PTH116 - hot path, str paths
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None  # replaced by a file or symlink since the parent was listed
+        key: DirKey = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        old = self._listings.get(rel)
+        if old is not None and old.key == key:
+            self.reused_dirs += 1
+            return _Listing(key, self._refresh(full, rel, old), old.subdirs, old.watched)
+        self.scanned_dirs += 1
+        listing = _scan(full, rel, key)
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= start - RACY_NS:
+            listing.key = (-1, -1, -1, -1)  # too recent to vouch for: list it again next run
+        self._dirty = True
+        return listing
+
+    def _refresh(self, full: str, rel: str, old: _Listing) -> dict[str, FileStat]:
+        """The cached stats, with every watched path lstat'ed again."""
+        out = dict(old.files)
+        names = old.watched if old.watched is not None else self._watched_names(rel, old)
+        for name in names:
+            if name not in out:
+                continue
+            self.restatted += 1
+            new = _lstat(os.path.join(full, name))  # noqa: PTH118
+            if new is None:
+                del out[name]  # vanished during the run: as a fresh walk would see it
+            elif new != out[name]:
+                out[name] = new
+                self._dirty = True
+        return out
+
+    def _watched_names(self, rel: str, listing: _Listing) -> tuple[str, ...]:
+        base = rel + "/" if rel else ""
+        return tuple(
+            name
+            for name, st in listing.files.items()
+            if base + name in self._watch or watched(base + name, st)
+        )
+
+    def watch(self, paths: Iterable[str]) -> None:
+        """Also lstat ``paths`` on every run (shared paths, ELF objects)."""
+        before = len(self._watch)
+        self._watch.update(paths)
+        self._dirty |= len(self._watch) != before
+
+    # -- dist-infos -------------------------------------------------------------------------
+
+    def distribution(self, key: object, dist_info: str, parse: Callable[[], Any]) -> Any:
+        """The parsed dist-info, from the cache when ``key`` (JSON-able) is unchanged."""
+        self._used_dists.add(dist_info)
+        hit = self._dists.get(dist_info)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = parse()
+        if key is not None:
+            self._dists[dist_info] = (key, value)
+            self._dirty = True
+        return value
+
+    # -- persistence ------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, cache_file: Path) -> TreeCache:
+        """A saved cache; a missing, foreign-version or corrupt file gives an empty one."""
+        cache = cls()
+        try:
+            fd = os.open(cache_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as fh:
+                data = json.load(fh)
+            if data.get("format") != FORMAT or data.get("version") != VERSION:
+                return cache
+            cache._listings = {rel: _decode_listing(row) for rel, row in data["dirs"].items()}
+            cache._watch = {str(p) for p in data["watch"]}
+            cache._dists = {str(k): (v[0], v[1]) for k, v in data["dists"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+            return cls()
+        return cache
+
+    def save(self, cache_file: Path) -> bool:
+        """Write the cache if this run changed it; False when it could not be written."""
+        for gone in set(self._dists) - self._used_dists:
+            del self._dists[gone]
+            self._dirty = True
+        if not self._dirty:
+            return True
+        payload = {
+            "format": FORMAT,
+            "version": VERSION,
+            "dirs": {
+                rel: _encode_listing(v, self._watched_names(rel, v))
+                for rel, v in self._listings.items()
+            },
+            "watch": sorted(self._watch),
+            "dists": {k: [key, value] for k, (key, value) in self._dists.items()},
+        }
+        ok = save_cache_file(cache_file, json.dumps(payload, separators=(",", ":")))
+        self._dirty = not ok
+        return ok
+
+
+def stat_key(st: FileStat | None) -> list[int] | None:
+    """A JSON-able identity of a file's stat (None when absent)."""
+    if st is None:
+        return None
+    return [st.dev, st.ino, st.size, st.mtime_ns]
+
+
+def racy(st: FileStat | None) -> bool:
+    """A file changed within :data:`RACY_NS` of now: its stat cannot vouch for its bytes."""
+    return st is not None and st.mtime_ns >= time.time_ns() - RACY_NS
+
+
+def symlink_fingerprint(prefix: Path, files: Mapping[EnvPath, FileStat]) -> list[Any]:
+    """Every symlink of the environment, and where those leaving it resolve to.
+
+    Which RECORD paths escape the environment depends only on these and on the prefix.
+    """
+    out: list[Any] = [os.path.realpath(prefix)]
+    for path, st in files.items():
+        if st.kind != "symlink":
+            continue
+        target = st.link_target or ""
+        joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        outside = target.startswith("/") or joined == ".." or joined.startswith("../")
+        out.append([path, target, os.path.realpath(prefix / path) if outside else None])
+    return out
+
+
+def _scan(full: str, rel: str, key: DirKey) -> _Listing:
+    files: dict[str, FileStat] = {}
+    subdirs: list[str] = []
+    try:
+        it = os.scandir(full)
+    except OSError:
+        return _Listing(key, files, ())
+    with it:
+        for entry in it:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if rel or entry.name != STATE_DIR_NAME:  # cudafix's own state is not the venv's
+                        subdirs.append(entry.name)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                link = os.readlink(entry.path) if stat.S_ISLNK(st.st_mode) else None  # noqa: PTH115
+            except OSError:
+                continue
+            files[entry.name] = _from_stat(st, link)
+    return _Listing(key, files, tuple(subdirs))
+
+
+def _lstat(full: str) -> FileStat | None:
+    try:
+        st = os.lstat(full)
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        link = os.readlink(full) if stat.S_ISLNK(st.st_mode) else None  # noqa: PTH115
+    except OSError:
+        return None
+    return _from_stat(st, link)
+
+
+def _from_stat(st: os.stat_result, link: str | None) -> FileStat:
+    if stat.S_ISLNK(st.st_mode):
+        kind = "symlink"
+    elif stat.S_ISREG(st.st_mode):
+        kind = "file"
+    else:
+        kind = "other"
+    return FileStat(
+        kind, st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns, link, st.st_ctime_ns
+    )
+
+
+def _encode_listing(listing: _Listing, watched_names: tuple[str, ...]) -> list[Any]:
+    dev = listing.key[0]
+    rows = []
+    for name, s in listing.files.items():
+        row: list[Any] = [name, s.size, s.mode, s.ino, s.mtime_ns, s.link_target, s.ctime_ns]
+        if s.dev != dev:
+            row.append(s.dev)
+        rows.append(row)
+    return [list(listing.key), list(listing.subdirs), rows, list(watched_names)]
+
+
+def _decode_listing(row: list[Any]) -> _Listing:
+    key, subdirs, rows, names = row
+    dev = int(key[0])
+    files: dict[str, FileStat] = {}
+    kinds = {stat.S_IFREG: "file", stat.S_IFLNK: "symlink"}
+    for r in rows:
+        name, size, mode, ino, mtime, link, ctime = r[:7]
+        kind = kinds.get(stat.S_IFMT(mode), "other")
+        st_dev = r[7] if len(r) > 7 else dev
+        files[name] = FileStat(kind, size, mode, st_dev, ino, mtime, link, ctime)
+    return _Listing(
+        (int(key[0]), int(key[1]), int(key[2]), int(key[3])),
+        files,
+        tuple(map(str, subdirs)),
+        tuple(map(str, names)),
+    )
