@@ -27,6 +27,13 @@ class Completed:
     timed_out: bool = False
 
 
+def activated(prefix: Path) -> dict[str, str]:
+    """Variables that make a command act on the environment at ``prefix`` as if activated:
+    ``VIRTUAL_ENV`` and its ``bin/`` first on ``PATH``."""
+    path = f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {"VIRTUAL_ENV": str(prefix), "PATH": path}
+
+
 def run(
     argv: Sequence[str | Path],
     *,

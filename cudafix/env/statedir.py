@@ -123,6 +123,14 @@ def new_txid() -> str:
     return f"{stamp}-{time.time_ns() % 10**9:09d}-{secrets.token_hex(3)}"
 
 
+def write_durably(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd`` (``os.write`` may write less than asked), then fsync."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
 def fsync_dir(path: Path) -> None:
     """Make a directory entry (create, rename, unlink) durable."""
     with open_dir(path) as fd:
@@ -236,10 +244,7 @@ def write_atomic(path: Path, text: str) -> None:
         fd = os.open(tmp, flags, mode, dir_fd=dfd)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                write_durably(fd, data)
             finally:
                 os.close(fd)
             os.rename(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)

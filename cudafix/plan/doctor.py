@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -90,11 +90,12 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
     edges = edges_of(trees.values())
     imported = imported_objects(trees.values())
     loaded = loaded_closure(facts, imported)
+    foreign = foreign_files(facts)
     cmd = _Commands(target_flags)
     findings = [
         *_missing(inv, cmd),
         *_clobbered(inv, loaded, cmd),
-        *_foreign_bytes(facts, cmd),
+        *_foreign_bytes(inv, foreign, cmd),
         *_unresolved(inv, edges.values(), imported, cmd),
         *_mixed_cuda(inv, loaded, trees.values(), cmd),
         *_shadowed(facts, edges.values(), cmd),
@@ -108,7 +109,7 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
         distributions=len(inv.distributions),
         elf_objects=len(facts.elf.objects),
         findings=findings,
-        repair={n: r for n, r in repair_candidates(facts).items()},
+        repair={n: r for n, r in repair_candidates(facts, foreign).items()},
         target_flags=target_flags,
     )
 
@@ -123,14 +124,16 @@ class _Commands:
         return f"{command} {self.flags}" if self.flags else command
 
 
-def repair_candidates(facts: Facts) -> dict[DistName, str]:
+def repair_candidates(
+    facts: Facts, foreign: Mapping[DistName, list[tuple[EnvPath, str]]] | None = None
+) -> dict[DistName, str]:
     """Distributions to reinstall so that every missing RECORD file comes back, fewest first,
     and those whose own (unshared) files hold another build's bytes.
 
     A missing path claimed by several distributions needs only one of them reinstalled;
     reinstalling every claimant would clobber them in turn. Clobbered co-owners whose files
     are all present are not candidates: the fix there is removing one of them
-    (``cudafix remove X --repair``).
+    (``cudafix remove X --repair``). ``foreign``: :func:`foreign_files`, if already known.
     """
     inv = facts.inventory
     covered: set[str] = set()
@@ -141,7 +144,7 @@ def repair_candidates(facts: Facts) -> dict[DistName, str]:
         if fresh:
             chosen[name] = f"{len(paths)} file(s) from its RECORD are missing"
             covered.update(paths)
-    for name, wrong in foreign_files(facts).items():
+    for name, wrong in (foreign_files(facts) if foreign is None else foreign).items():
         chosen.setdefault(name, f"{len(wrong)} of its own file(s) hold another build's bytes")
     return dict(sorted(chosen.items()))
 
@@ -230,9 +233,10 @@ def foreign_files(facts: Facts) -> dict[DistName, list[tuple[EnvPath, str]]]:
     return out
 
 
-def _foreign_bytes(facts: Facts, cmd: _Commands) -> Iterable[Finding]:
-    inv = facts.inventory
-    for name, wrong in sorted(foreign_files(facts).items()):
+def _foreign_bytes(
+    inv: Inventory, foreign: Mapping[DistName, list[tuple[EnvPath, str]]], cmd: _Commands
+) -> Iterable[Finding]:
+    for name, wrong in sorted(foreign.items()):
         dist = inv.distributions[name]
         yield Finding(
             kind="foreign-bytes",
@@ -342,11 +346,6 @@ def _claimants(inv: Inventory, soname: str) -> list[str]:
     )
 
 
-def _cuda_major(name: str) -> str | None:
-    major = cuda_major(name)
-    return None if major is None else str(major)
-
-
 def loaded_closure(facts: Facts, imported: frozenset[str]) -> frozenset[DistName]:
     """The requirement closure of the distributions owning the extension modules ``import``
     loads: what the environment is for (torch and its pins), as opposed to leftovers."""
@@ -365,13 +364,13 @@ def _mixed_cuda(
     the extension modules ``import`` loads (torch's ``nvidia-*-cu12`` pins on a cu12 torch);
     the leftover is any other. Without that evidence the hint stays generic rather than guess.
     """
-    majors: dict[str, list[str]] = defaultdict(list)
+    majors: dict[int, list[str]] = defaultdict(list)
     for name in inv.distributions:
-        major = _cuda_major(name)
+        major = cuda_major(name)
         if major:
             majors[major].append(name)
     if len(majors) > 1:
-        used = {m for n in loaded if (m := _cuda_major(n))}
+        used = {m for n in loaded if (m := cuda_major(n)) is not None}
         leftover = sorted(set(majors) - used)
         if used and len(leftover) == 1:
             remove = cmd(f"cudafix remove 'nvidia-*-cu{leftover[0]}' --repair --dry-run")
@@ -511,10 +510,12 @@ def _wrong_pick(facts: Facts, e: Edge) -> bool:
     if not consumers or not providers:
         return False
     closure = requirement_closure(inv.distributions, consumers, facts.marker_env)
-    majors = {m for n in closure if (m := _cuda_major(n))}
+    majors = {m for n in closure if (m := cuda_major(n)) is not None}
     if not any(p in closure for p in providers):
         return True
-    return bool(majors) and any((m := _cuda_major(p)) and m not in majors for p in providers)
+    return bool(majors) and any(
+        (m := cuda_major(p)) is not None and m not in majors for p in providers
+    )
 
 
 def _owners_abs(inv: Inventory, path: str) -> list[DistName]:

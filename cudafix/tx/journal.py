@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudafix.env.statedir import fsync_dir, open_file, read_bytes
+from cudafix.env.statedir import fsync_dir, open_file, read_bytes, write_durably
 
 CRASH_ENV = "CUDAFIX_TEST_CRASH_AFTER"
 FAIL_ENV = "CUDAFIX_TEST_FAIL"
@@ -121,10 +121,7 @@ def append(path: Path, event: Event | str, data: Mapping[str, Any] | None = None
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
         fail_point("journal", name)
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        write_durably(fd, line)
     finally:
         os.close(fd)
     if size == 0:

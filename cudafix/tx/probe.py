@@ -7,13 +7,12 @@ carries the probe's own last error line (``ImportError: libcudnn.so.9: cannot op
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.linker.hostdeps import provided_by_system
-from cudafix.process import Completed, run
+from cudafix.process import Completed, activated, run
 
 _LOAD = """\
 import ctypes, sys
@@ -53,8 +52,7 @@ class ProbeResult:
 
 
 def _env(prefix: Path) -> dict[str, str]:
-    path = f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-    return {"PYTHONDONTWRITEBYTECODE": "1", "VIRTUAL_ENV": str(prefix), "PATH": path}
+    return {**activated(prefix), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _error(done: Completed, timeout: float) -> str:

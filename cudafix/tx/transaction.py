@@ -33,7 +33,7 @@ from cudafix.model.errors import (
 )
 from cudafix.model.names import EnvPath, normalize_name, split_dist_info_name
 from cudafix.model.plan import Plan
-from cudafix.process import Completed, run
+from cudafix.process import Completed, activated, run
 from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
 from cudafix.tx.journal import Event
@@ -292,16 +292,14 @@ def _touched(prefix: Path, plan: Plan) -> tuple[list[str], list[str]]:
 def _backend_side_effects(prefix: Path, touched: set[str]) -> set[str]:
     """What a backend changes beyond RECORD rows, so a rollback is byte-identical: the
     ``__pycache__`` next to every touched ``.py`` (uv and pip delete bytecode of the sources
-    they remove) and uv's lock file (absent ones are removed on rollback)."""
+    they remove). uv's lock file is :func:`_locked`'s: held for the whole run, and removed on
+    rollback when this run created it."""
     caches = {
         f"{posixpath.dirname(p)}/__pycache__" if "/" in p else "__pycache__"
         for p in touched
         if p.endswith(".py")
     }
-    return {
-        *(c for c in caches if snapshot.check_path(prefix, c) is None and (prefix / c).is_dir()),
-        INSTALLER_LOCK,
-    }
+    return {c for c in caches if snapshot.check_path(prefix, c) is None and (prefix / c).is_dir()}
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -822,7 +820,6 @@ def run_guarded(
     ``judge`` (what the environment looks like now) has nothing new and the probes pass;
     otherwise roll back and raise. ``accept`` commits despite ``judge``'s findings."""
     python = prefix / "bin" / "python"
-    env = {"VIRTUAL_ENV": str(prefix), "PATH": f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     outcome: dict[str, Any] = {}
     with _locked(prefix, lock_timeout, on_event) as state:
         _require_no_pending(state)
@@ -833,7 +830,7 @@ def run_guarded(
             journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(argv)})
             on_event(f"running {' '.join(argv)}")
             with _backend_runs(prefix):  # the command may be uv: hand it uv's lock
-                done = run(argv, env=env, timeout=timeout)
+                done = run(argv, env=activated(prefix), timeout=timeout)
             outcome["completed"] = done
             in_place = snapshot.written_in_place(prefix, manifest)
             outcome["in_place"] = tuple(in_place)
