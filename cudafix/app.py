@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from cudafix.model.commands import TargetFlags, cudafix_line, venv_flags
 from cudafix.model.errors import CudafixError, LockedError, PlanRefused
 from cudafix.model.sources import Sources
 
 if TYPE_CHECKING:
     from cudafix.env.target import TargetEnv
+    from cudafix.model.names import DistName
     from cudafix.model.plan import Options, Plan
     from cudafix.plan.doctor import DoctorReport
     from cudafix.plan.facts import Facts
@@ -32,6 +34,11 @@ Backend = Literal["uv", "pip"]
 
 OnEvent = Callable[[str], None]
 """Where a flow reports progress and warnings (the CLI sends them to stderr)."""
+
+
+class Progress(str):
+    """An event that only says how far a flow got (the CLI shows it on a terminal), as
+    opposed to a warning, which is always shown."""
 
 
 def _quiet(_message: str) -> None:
@@ -94,12 +101,12 @@ def locate(target: TargetArgs) -> TargetEnv:
     return locate_target(target.python, target.venv, os.environ, Path.cwd())
 
 
-def target_flags(args: TargetArgs, target: TargetEnv) -> str:
+def target_flags(args: TargetArgs, target: TargetEnv) -> TargetFlags:
     """How a printed next command names this target, so it runs as printed from anywhere:
     the interpreter if the user named one, else the environment's prefix."""
     if args.python is not None and target.python is not None:
-        return f"--python {shlex.quote(str(target.python))}"
-    return f"--venv {shlex.quote(str(target.prefix))}"
+        return ("--python", str(target.python))
+    return venv_flags(target.prefix)
 
 
 def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _quiet) -> None:
@@ -113,7 +120,7 @@ def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _qui
         on_event(f"another cudafix run is changing {target.prefix}; this one will wait for it")
         return
     what = f"unfinished transaction {pending[0]} in {target.prefix}"
-    recover = f"cudafix recover --venv {target.prefix}"
+    recover = cudafix_line("recover", target=venv_flags(target.prefix))
     if mutating:
         raise LockedError(
             f"{what}: the environment may be half-changed",
@@ -197,17 +204,35 @@ def plan_repair(
     mutating: bool,
     on_event: OnEvent = _quiet,
 ) -> Plan | None:
-    """The plan that reinstalls distributions whose files are missing (None: nothing to do)."""
+    """The plan that reinstalls distributions whose files are missing and installs, at the
+    version asked for, required distributions that are not installed (None: nothing to do).
+
+    A missing requirement is resolved by uv like ``cudafix install NAME==VERSION`` (so its
+    own requirements come too), then staged and simulated with the reinstalls as one plan.
+    """
     from cudafix.plan.doctor import repair_candidates
+    from cudafix.plan.install import resolve
     from cudafix.plan.planner import Request
+    from cudafix.plan.requirements import missing_requirements
 
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
     facts = read_facts(args, target)
     wanted = repair_candidates(facts)
-    if not wanted:
+    inv = facts.inventory
+    specs = tuple(
+        sorted({m.spec for m in missing_requirements(inv.distributions, facts.marker_env)})
+    )
+    if not wanted and not specs:
         return None
-    request = Request((), (), _options(sources, backend), reinstall=wanted)
+    installs: tuple[tuple[DistName, str], ...] = ()
+    replaced: tuple[DistName, ...] = ()
+    if specs:
+        resolution = resolve(str(inv.python or inv.prefix / "bin" / "python"), specs, sources)
+        installs, replaced = resolution.installs, resolution.replaced
+    request = Request(
+        replaced, specs, _options(sources, backend), reinstall=wanted, installs=installs
+    )
     return _plan(facts, request, sources)
 
 
@@ -222,7 +247,6 @@ def plan_install(
 ) -> Plan:
     """The plan for ``uv pip install SPEC...`` simulated on the after-state; when refused,
     with the matching-major installs that pass when planned the same way."""
-    import shlex
 
     from cudafix.model.plan import Alternative
     from cudafix.plan.install import matching_builds

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import click
 from click.core import ParameterSource
@@ -44,14 +45,97 @@ EXIT_CODES_HELP = (
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+ColorMode = Literal["auto", "always", "never"]
+
+
+@dataclass
+class Output:
+    """How much to say and whether to colour it: ``-q``/``-v``, ``--color``, ``NO_COLOR``.
+
+    One value per process, set by the options wherever they appear on the command line
+    (``cudafix -q doctor`` and ``cudafix doctor -q`` mean the same).
+    """
+
+    verbosity: int = 0
+    """-1 quiet, 0 default, 1 verbose."""
+    color: ColorMode = "auto"
+    as_json: bool = False
+    """``--json``: stdout is one JSON object, so progress stays off."""
+
+    def colours(self, stream_is_tty: bool) -> bool:
+        if self.color != "auto":
+            return self.color == "always"
+        return stream_is_tty and not os.environ.get("NO_COLOR")
+
+
+OUTPUT = Output()
+
+
 def style_for(stream_is_tty: bool) -> Callable[..., str]:
-    """Colour only a terminal."""
-    return click.style if stream_is_tty else plain
+    """Colour only a terminal (``--color always|never`` and ``NO_COLOR`` decide otherwise)."""
+    return click.style if OUTPUT.colours(stream_is_tty) else plain
 
 
 def echo_err(message: str) -> None:
-    """Progress and warnings go to stderr, so stdout stays the report (or the JSON)."""
-    click.echo(message, err=True)
+    """Warnings go to stderr, so stdout stays the report (or the JSON); progress (a
+    :class:`cudafix.app.Progress` line) only to a terminal, or anywhere under ``-v``, and
+    never under ``-q`` or ``--json``."""
+    if isinstance(message, app.Progress) and not _shows_progress():
+        return
+    click.echo(message, err=True, color=OUTPUT.colours(sys.stderr.isatty()))
+
+
+def _shows_progress() -> bool:
+    if OUTPUT.verbosity < 0 or OUTPUT.as_json:
+        return False
+    return OUTPUT.verbosity > 0 or sys.stderr.isatty()
+
+
+def echo_out(message: str) -> None:
+    """The report on stdout, coloured as ``--color`` says."""
+    click.echo(message, color=OUTPUT.colours(sys.stdout.isatty()))
+
+
+def _set_verbosity(level: int) -> Callable[[click.Context, click.Parameter, bool], None]:
+    def callback(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if value:
+            OUTPUT.verbosity = level
+
+    return callback
+
+
+def _set_color(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        OUTPUT.color = cast(ColorMode, value)
+
+
+def output_option_list() -> list[Callable[[Any], Any]]:
+    """``-q``, ``-v`` and ``--color``: accepted by the group and by every command."""
+    return [
+        click.option(
+            "-q",
+            "--quiet",
+            is_flag=True,
+            expose_value=False,
+            callback=_set_verbosity(-1),
+            help="Say only the verdict and the next command; no progress.",
+        ),
+        click.option(
+            "-v",
+            "--verbose",
+            is_flag=True,
+            expose_value=False,
+            callback=_set_verbosity(1),
+            help="Say everything: every finding, progress even off a terminal.",
+        ),
+        click.option(
+            "--color",
+            type=click.Choice(["auto", "always", "never"]),
+            expose_value=False,
+            callback=_set_color,
+            help="Colour output: auto (a terminal, unless NO_COLOR is set), always, never.",
+        ),
+    ]
 
 
 def stdout_style() -> Callable[..., str]:
@@ -77,15 +161,28 @@ def _decorate(func: F, options: list[Callable[[Any], Any]]) -> F:
     return func
 
 
+def output_options(func: F) -> F:
+    """``-q``, ``-v`` and ``--color`` on a command or group (they set :data:`OUTPUT`)."""
+    return _decorate(func, output_option_list())
+
+
 def _target_option_list() -> list[Callable[[Any], Any]]:
     return [
+        *output_option_list(),
         click.option(
             "--venv",
             "venv",
             metavar="DIR",
-            help="Target venv (default: $VIRTUAL_ENV, then ./.venv).",
+            help="Target venv, or its interpreter (default: $VIRTUAL_ENV, then .venv in this "
+            "directory or a parent).",
         ),
-        click.option("--python", "python", metavar="PATH", help="Target interpreter."),
+        click.option(
+            "-p",
+            "--python",
+            "python",
+            metavar="PATH",
+            help="Target interpreter, or a venv directory, as uv takes it (default: $UV_PYTHON).",
+        ),
     ]
 
 

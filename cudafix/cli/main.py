@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
 import click
 
@@ -19,11 +19,14 @@ from cudafix import __version__, app
 from cudafix.cli.apply import apply as apply_command
 from cudafix.cli.common import (
     EXIT_CODES_HELP,
+    OUTPUT,
     PlanFlags,
     confirm,
     echo_err,
+    echo_out,
     emit_json_error,
     facts_options,
+    output_options,
     plan_options,
     present_and_apply,
     stdout_style,
@@ -36,10 +39,35 @@ from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, Usage
 from cudafix.tx import DEFAULT_KEEP
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
-@click.version_option(__version__, prog_name="cudafix")
+class _Group(click.Group):
+    """Commands by name, and the aliases uv and pip users type (``uninstall``)."""
+
+    ALIASES: ClassVar[dict[str, str]] = {"uninstall": "remove"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        return (command.name if command else name), command, rest
+
+
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EXIT_CODES_HELP
+    + '\n\nShell completion: eval "$(_CUDAFIX_COMPLETE=bash_source cudafix)" '
+    "(zsh_source, fish_source for those shells).",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="cudafix")
+@output_options
 def cli() -> None:
-    """Uninstall and repair Python environments that hold CUDA libraries, safely."""
+    """Uninstall and repair Python environments that hold CUDA libraries, safely.
+
+    `uninstall` is another name for `remove`.
+    """
 
 
 # -- doctor ---------------------------------------------------------------------------------
@@ -47,9 +75,13 @@ def cli() -> None:
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @facts_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report (every finding).")
 def doctor(facts: app.FactArgs, as_json: bool) -> None:
-    """Diagnose missing files, clobbered shared paths, unresolved sonames, mixed CUDA majors."""
+    """Diagnose missing files, clobbered shared paths, unresolved sonames, mixed CUDA majors.
+
+    Errors first, then warnings, then one line per kind of information (-v lists it all;
+    -q says only the verdict and the command to run next).
+    """
     from cudafix.cli.render import render_report
 
     try:
@@ -61,7 +93,7 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:
-        click.echo(render_report(report, stdout_style()))
+        echo_out(render_report(report, stdout_style(), OUTPUT.verbosity))
     raise click.exceptions.Exit(ExitCode.OK if report.healthy else ExitCode.FAILURE)
 
 
@@ -107,16 +139,22 @@ def remove(
 @cli.command(epilog=EXIT_CODES_HELP)
 @plan_options
 def repair(flags: PlanFlags) -> None:
-    """Reinstall, at their recorded versions, distributions whose files are missing."""
+    """Reinstall distributions whose files are missing (at their installed versions), and
+    install required distributions that are not installed (at the version required)."""
     plan = app.plan_repair(
         flags.facts, flags.sources, flags.backend, mutating=flags.mutating, on_event=echo_err
     )
     if plan is None:
         prefix = app.locate(flags.facts.target).prefix
-        click.echo(
-            f"Nothing to repair in {prefix}: no distribution has missing files "
-            "or files holding another build's bytes."
-        )
+        if flags.as_json:
+            click.echo(
+                json.dumps({"state": "nothing-to-do", "exit_code": 0, "target": str(prefix)})
+            )
+        else:
+            click.echo(
+                f"Nothing to repair in {prefix}: no distribution has missing files or files "
+                "holding another build's bytes, and every required distribution is installed."
+            )
         raise click.exceptions.Exit(ExitCode.OK)
     present_and_apply(plan, flags)
 
@@ -186,7 +224,13 @@ def undo(txid: str, target: app.TargetArgs, yes: bool, lock_timeout: float) -> N
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @target_options
-@click.option("--keep", type=int, default=DEFAULT_KEEP, show_default=True)
+@click.option(
+    "--keep",
+    type=click.IntRange(min=0),
+    default=DEFAULT_KEEP,
+    show_default=True,
+    help="How many committed transactions keep their snapshot (for undo).",
+)
 def gc(target: app.TargetArgs, keep: int) -> None:
     """Delete old snapshots, keeping the newest KEEP committed ones."""
     gone = app.gc(target, keep)
@@ -221,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     args = list(argv) if argv is not None else sys.argv[1:]
     as_json = _wants_json(args)
+    OUTPUT.as_json = as_json
     try:
         code = cli.main(args=args, prog_name="cudafix", standalone_mode=False)
     except CudafixError as err:

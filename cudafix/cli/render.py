@@ -10,6 +10,7 @@ import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from cudafix.model.commands import shown
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
 
@@ -195,26 +196,75 @@ def _more(total: int, shown: int, what: str) -> list[str]:
 
 _DETAILS = 8
 _MARK = {"error": ("x", "red"), "warning": ("!", "yellow"), "info": ("i", "blue")}
+_NOTES = {
+    "unresolved": "needs only the NVIDIA driver, an optional system library or a plugin "
+    "nothing loads would provide, not found",
+    "shared": "path groups several distributions claim with identical bytes",
+    "duplicate-soname": "sonames with copies no search path puts side by side",
+    "shadowed": "sonames with several copies on one search path, the right one found first",
+    "bad-elf": "files named like libraries that this interpreter cannot load",
+    "unmanaged": "installs cudafix does not plan for",
+}
+
+Verbosity = int
+"""-1 ``--quiet``: the verdict and the next command; 0: problems, one line per kind of
+information; 1 ``--verbose``: every finding."""
 
 
-def render_report(report: DoctorReport, style: Style = plain) -> str:
-    """Doctor findings, most urgent first, each with its next step."""
+def render_report(report: DoctorReport, style: Style = plain, verbosity: Verbosity = 0) -> str:
+    """Doctor findings, errors first, then warnings, then information folded by kind (all of
+    it under ``verbosity`` 1); the verdict and the command to run next last."""
     out = [
         f"Environment: {report.prefix}",
         f"{report.distributions} distributions, {report.elf_objects} ELF objects",
     ]
-    for finding in report.findings:
-        out += _finding(finding, style)
-    out.append("")
+    for severity in ("error", "warning"):
+        for finding in (f for f in report.findings if f.severity == severity):
+            out += _finding(finding, style)
+    notes = [f for f in report.findings if f.severity == "info"]
+    if verbosity > 0:
+        for finding in notes:
+            out += _finding(finding, style)
+    elif notes:
+        out.append("")
+        out += _folded(notes, style)
+    if verbosity < 0:
+        out = []
+    else:
+        out.append("")
+    out += _verdict(report, style)
+    return "\n".join(out)
+
+
+def _folded(notes: Sequence[Finding], style: Style) -> list[str]:
+    """One line per kind of information: how many, what they are, how to see them."""
+    kinds: dict[str, int] = {}
+    for f in notes:
+        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    mark = style("i", fg="blue", bold=True)
+    return [
+        f"{mark} {n} {'note' if n == 1 else 'notes'}: {_NOTES.get(kind, kind)}; `--verbose` to list"
+        for kind, n in kinds.items()
+    ]
+
+
+def _verdict(report: DoctorReport, style: Style) -> list[str]:
     problems = [f for f in report.findings if f.severity != "info"]
     if not problems:
-        out.append(style("Healthy: no problems found.", fg="green", bold=True))
-    else:
-        out.append(style(f"{len(problems)} problem(s) found.", fg="red", bold=True))
-        if report.repair:
-            command = " ".join(filter(None, ["cudafix repair --dry-run", report.target_flags]))
-            out.append(f"Next: {command}   # reinstalls " + ", ".join(report.repair))
-    return "\n".join(out)
+        return [style("Healthy: no problems found.", fg="green", bold=True)]
+    out = [style(f"{len(problems)} problem(s) found.", fg="red", bold=True)]
+    if report.next_command:
+        out.append(f"Next: {shown(report.next_command)}   # {_next_why(report)}")
+    return out
+
+
+def _next_why(report: DoctorReport) -> str:
+    doing = []
+    if report.install:
+        doing.append("installs " + ", ".join(f"{s} ({why})" for s, why in report.install.items()))
+    if report.repair:
+        doing.append("reinstalls " + ", ".join(report.repair))
+    return "; ".join(doing)
 
 
 def _finding(f: Finding, style: Style) -> Iterable[str]:

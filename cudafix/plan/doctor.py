@@ -11,7 +11,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -20,9 +20,15 @@ from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
 from cudafix.linker.loader import LoadTree, Step, expand_entry
+from cudafix.model.commands import TargetFlags, cudafix_argv, shown
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers
-from cudafix.plan.requirements import check_requirements, requirement_closure
+from cudafix.plan.requirements import (
+    MissingRequirement,
+    check_requirements,
+    missing_requirements,
+    requirement_closure,
+)
 
 DOCTOR_SCHEMA_VERSION = 1
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
@@ -44,6 +50,11 @@ class Finding(BaseModel):
     details: list[str] = []
     """Every detail line (renderers may shorten; JSON has them all)."""
     hint: str | None = None
+    """The next step as a person reads it: ``reason`` and ``command`` together."""
+    command: list[str] = []
+    """The argv of the command that fixes this (empty: no command does), runnable as is."""
+    reason: str | None = None
+    """Why ``command`` is the fix, or what to do when no command does."""
     distribution: str | None = None
     consumer: str | None = None
     """The object whose need this is about (EnvPath, or absolute outside the venv)."""
@@ -69,18 +80,23 @@ class DoctorReport(BaseModel):
     findings: list[Finding]
     repair: dict[str, str]
     """Distributions ``cudafix repair`` would reinstall, with the reason."""
+    install: dict[str, str] = {}
+    """Requirements ``cudafix repair`` would install (``NAME==VERSION`` as required, not
+    installed at all), with who requires them."""
     target_flags: str = ""
     """``--venv DIR`` or ``--python PATH``, carried into every command the report prints."""
+    next_command: list[str] = []
+    """The argv to run next (empty when healthy or when no command fixes what is found)."""
 
     @property
     def healthy(self) -> bool:
         return not any(f.severity != "info" for f in self.findings)
 
 
-def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
+def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     """Run every check; the order of findings is the order a person should fix them in.
 
-    ``target_flags`` (``--venv DIR``) is appended to every printed command, so each one
+    ``target_flags`` (``--venv DIR``) is carried into every printed command, so each one
     runs as printed from wherever the user is.
     """
     inv = facts.inventory
@@ -92,36 +108,56 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
     loaded = loaded_closure(facts, imported)
     foreign = foreign_files(facts)
     cmd = _Commands(target_flags)
+    wanted = missing_requirements(inv.distributions, facts.marker_env)
     findings = [
         *_missing(inv, cmd),
         *_clobbered(inv, loaded, cmd),
         *_foreign_bytes(inv, foreign, cmd),
-        *_unresolved(inv, edges.values(), imported, cmd),
+        *_unresolved(inv, edges.values(), imported, cmd, wanted),
         *_mixed_cuda(inv, loaded, trees.values(), cmd),
         *_shadowed(facts, edges.values(), cmd),
-        *_requirements(facts, cmd),
+        *_requirements(facts, cmd, wanted),
         *_unsafe(inv),
         *_bad_elf(facts),
         *_unmanaged(inv),
     ]
+    repair = repair_candidates(facts, foreign)
+    install = {m.spec: f"required by {m.distribution}" for m in wanted}
+    problems = any(f.severity != "info" for f in findings)
     return DoctorReport(
         prefix=str(inv.prefix),
         distributions=len(inv.distributions),
         elf_objects=len(facts.elf.objects),
         findings=findings,
-        repair={n: r for n, r in repair_candidates(facts, foreign).items()},
-        target_flags=target_flags,
+        repair={n: r for n, r in repair.items()},
+        install=install,
+        target_flags=shown(target_flags),
+        next_command=cmd.argv(*_next_words(repair, wanted)) if problems else [],
     )
+
+
+def _next_words(
+    repair: Mapping[DistName, str], wanted: tuple[MissingRequirement, ...]
+) -> tuple[str, ...]:
+    """What to run next: ``install`` when only required distributions are missing (the
+    command a person would type), ``repair`` when files are missing too (it does both)."""
+    if wanted and not repair:
+        return ("install", *sorted({m.spec for m in wanted}), "--dry-run")
+    return ("repair", "--dry-run") if repair else ()
 
 
 @dataclass(frozen=True)
 class _Commands:
     """Commands as the report prints them: with the user's target flags, runnable as is."""
 
-    flags: str
+    flags: TargetFlags
 
-    def __call__(self, command: str) -> str:
-        return f"{command} {self.flags}" if self.flags else command
+    def argv(self, *words: str) -> list[str]:
+        """``cudafix WORDS... --venv DIR``, or nothing for no words."""
+        return cudafix_argv(*words, target=self.flags) if words else []
+
+    def __call__(self, *words: str) -> str:
+        return shown(self.argv(*words))
 
 
 def repair_candidates(
@@ -161,8 +197,19 @@ def _missing(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
             message=f"{name} {dist.version} is installed but {len(paths)} of its files are missing",
             details=[_show(inv, p) for p in paths],
             paths=list(paths),
-            hint=f"{cmd('cudafix repair --dry-run')}  (reinstalls {name}=={dist.version})",
+            **_step(cmd.argv("repair", "--dry-run"), f"reinstalls {name}=={dist.version}"),
         )
+
+
+class _Step(TypedDict):
+    command: list[str]
+    reason: str
+    hint: str
+
+
+def _step(argv: list[str], reason: str) -> _Step:
+    """A finding's next step: its command, why, and both as a person reads them."""
+    return {"command": argv, "reason": reason, "hint": f"{shown(argv)}  ({reason})"}
 
 
 def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> Iterable[Finding]:
@@ -190,7 +237,7 @@ def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> I
             hint=(
                 "uninstalling any one of them with pip or uv deletes these files for all; "
                 + (
-                    f"remove one with `{cmd(f'cudafix remove {spare[-1]} --repair --dry-run')}`"
+                    f"remove one with `{cmd('remove', spare[-1], '--repair', '--dry-run')}`"
                     if differ
                     else "`cudafix remove` plans for that (it reinstalls or keeps them)"
                 )
@@ -246,7 +293,7 @@ def _foreign_bytes(
             "does not list (another build was installed over them)",
             details=[f"{_show(inv, path)}: {why}" for path, why in wrong],
             paths=[path for path, _ in wrong],
-            hint=f"{cmd('cudafix repair --dry-run')}  (reinstalls {name}=={dist.version})",
+            **_step(cmd.argv("repair", "--dry-run"), f"reinstalls {name}=={dist.version}"),
         )
 
 
@@ -261,14 +308,19 @@ def _holds(inv: Inventory, s: SharedPath) -> str:
 
 
 def _unresolved(
-    inv: Inventory, edges: Iterable[Edge], imported: frozenset[str], cmd: _Commands
+    inv: Inventory,
+    edges: Iterable[Edge],
+    imported: frozenset[str],
+    cmd: _Commands,
+    wanted: tuple[MissingRequirement, ...],
 ) -> Iterable[Finding]:
     """Needs nothing provides, graded by what breaks.
 
     An error when the file should be there (a RECORD claims it) or when an extension
     module's load tree needs it (an import fails). Information when a driver or optional
     system stack provides it, or when no extension module loads the object that needs it
-    (plugins and optional transports are only loaded on demand).
+    (plugins and optional transports are only loaded on demand). When the consumer's
+    distribution requires one that is not installed, installing that is the next step.
     """
     prefix = str(inv.prefix)
     system = provided_by_system()
@@ -281,15 +333,17 @@ def _unresolved(
         claimants = _claimants(inv, e.need)
         severity: Severity = "error" if claimants or e.requester in imported else "info"
         why = ""
-        hint = cmd("cudafix repair --dry-run") if claimants else None
+        step = _install_step(cmd, wanted, owner) if not claimants else None
+        hint = cmd("repair", "--dry-run") if claimants else None
         if not claimants and e.need in system:
             severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
             hint = f"nothing to do unless this host should have {system[e.need]}"
         elif severity == "info":
             why = "; no extension module loads it, so nothing fails until something does"
-        if hint is None:
+        if hint is None and step is None:
             hint = _where_else(inv, e.need, elsewhere.get(e.need, []))
         yield Finding(
+            **(step if step is not None and hint is None else {"hint": hint}),
             kind="unresolved",
             severity=severity,
             distribution=owner[0] if owner else None,
@@ -302,8 +356,18 @@ def _unresolved(
             consumer=_show_env(inv, e.requester),
             need=e.need,
             owners=claimants,
-            hint=hint,
         )
+
+
+def _install_step(
+    cmd: _Commands, wanted: tuple[MissingRequirement, ...], owners: Iterable[str]
+) -> _Step | None:
+    """Installing what the consumer's distribution requires and lacks, as required."""
+    specs = sorted({m.spec for m in wanted if m.distribution in set(owners)})
+    if not specs:
+        return None
+    by = ", ".join(sorted(set(owners)))
+    return _step(cmd.argv("install", *specs, "--dry-run"), f"{by} requires it; not installed")
 
 
 def _copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:
@@ -373,11 +437,11 @@ def _mixed_cuda(
         used = {m for n in loaded if (m := cuda_major(n)) is not None}
         leftover = sorted(set(majors) - used)
         if used and len(leftover) == 1:
-            remove = cmd(f"cudafix remove 'nvidia-*-cu{leftover[0]}' --repair --dry-run")
+            remove = cmd("remove", f"nvidia-*-cu{leftover[0]}", "--repair", "--dry-run")
             needs = ", ".join(f"cu{m}" for m in sorted(used))
             hint = f"what import loads needs {needs}; remove the leftovers: `{remove}`"
         else:
-            remove = cmd("cudafix remove 'nvidia-*-cuNN' --repair --dry-run")
+            remove = cmd("remove", "nvidia-*-cuNN", "--repair", "--dry-run")
             hint = f"remove the leftovers of the major you do not use: `{remove}`"
         yield Finding(
             kind="mixed-cuda",
@@ -462,7 +526,7 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
         for e, competing in wrong or contested[:1]:
             provider = e.provider or ""
             unwanted = next(iter(_owners_abs(inv, provider)), "NAME")
-            remove = cmd(f"cudafix remove {unwanted} --dry-run")
+            remove = cmd("remove", unwanted, "--dry-run")
             yield Finding(
                 kind="shadowed",
                 severity="warning" if wrong else "info",
@@ -532,15 +596,31 @@ def _show_env(inv: Inventory, path: str) -> str:
     return to_env_path(str(inv.prefix), path) or path
 
 
-def _requirements(facts: Facts, cmd: _Commands) -> Iterable[Finding]:
+def _requirements(
+    facts: Facts, cmd: _Commands, wanted: tuple[MissingRequirement, ...]
+) -> Iterable[Finding]:
+    """Broken Requires-Dist; one that names a distribution not installed at all is fixed by
+    installing it as required (``cudafix install NAME==VERSION``, which ``repair`` also does)."""
+    missing = {(m.distribution, m.requirement): m for m in wanted}
     for p in check_requirements(facts.inventory.distributions, facts.marker_env):
+        gone = missing.get((p.distribution, p.requirement))
+        step = (
+            _step(
+                cmd.argv("install", gone.spec, "--dry-run"),
+                f"installs it as {p.distribution} requires",
+            )
+            if gone is not None
+            else {
+                "hint": "install a matching version, or "
+                f"`{cmd('remove', p.distribution, '--dry-run')}`"
+            }
+        )
         yield Finding(
             kind="requirement",
             severity="error",
             distribution=p.distribution,
             message=f"{p.distribution} requires {p.requirement}: {p.reason}",
-            hint="install a matching version, or "
-            f"`{cmd(f'cudafix remove {p.distribution} --dry-run')}`",
+            **step,
         )
 
 

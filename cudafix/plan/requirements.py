@@ -40,6 +40,49 @@ class RequirementProblem:
     reason: str
 
 
+@dataclass(frozen=True)
+class MissingRequirement:
+    """A Requires-Dist naming a distribution that is not installed at all."""
+
+    distribution: DistName
+    """Who requires it."""
+    requirement: str
+    """The Requires-Dist value, verbatim."""
+    name: DistName
+    spec: str
+    """What to install: the requirement without its marker (``nvidia-cudnn-cu13==9.24.0.43``)."""
+
+
+def missing_requirements(
+    distributions: Mapping[DistName, Declared],
+    marker_env: Mapping[str, str],
+) -> tuple[MissingRequirement, ...]:
+    """Every requirement (markers applied) whose distribution is absent: what installing at
+    the version asked for repairs, as opposed to a version mismatch, which needs a choice."""
+    out: list[MissingRequirement] = []
+    for name in sorted(distributions):
+        for raw in distributions[name].requires:
+            req = _applicable(raw, marker_env)
+            if req is None or normalize_name(req.name) in distributions:
+                continue
+            extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+            wanted = normalize_name(req.name)
+            spec = f"{wanted}{extras}{req.specifier}" if not req.url else f"{wanted} @ {req.url}"
+            out.append(MissingRequirement(name, raw, wanted, spec))
+    return tuple(out)
+
+
+def _applicable(raw: str, marker_env: Mapping[str, str]) -> Requirement | None:
+    """The parsed requirement when it applies here (no extra), else None."""
+    try:
+        req = Requirement(raw)
+        if req.marker is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
+            return None
+    except (InvalidRequirement, InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
+        return None
+    return req
+
+
 def check_requirements(
     distributions: Mapping[DistName, Declared],
     marker_env: Mapping[str, str],
@@ -106,16 +149,7 @@ def requirement_closure(
             continue
         seen.add(name)
         for raw in distributions[name].requires:
-            try:
-                req = Requirement(raw)
-                if req.marker is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
-                    continue
-            except (
-                InvalidRequirement,
-                InvalidMarker,
-                UndefinedComparison,
-                UndefinedEnvironmentName,
-            ):
-                continue
-            todo.append(normalize_name(req.name))
+            req = _applicable(raw, marker_env)
+            if req is not None:
+                todo.append(normalize_name(req.name))
     return frozenset(seen)
