@@ -117,7 +117,12 @@ def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _qui
     if not pending:
         return
     if transaction.lock_is_held(target.prefix):
-        on_event(f"another cudafix run is changing {target.prefix}; this one will wait for it")
+        on_event(
+            f"another cudafix run is changing {target.prefix}; this one will wait for it"
+            if mutating
+            else f"warning: another cudafix run is changing {target.prefix}; this report "
+            "may show it half-done (run again when it has finished)"
+        )
         return
     what = f"unfinished transaction {pending[0]} in {target.prefix}"
     recover = cudafix_line("recover", target=venv_flags(target.prefix))
@@ -185,7 +190,10 @@ def plan_remove(
     check_pending(target, mutating=mutating, on_event=on_event)
     facts = read_facts(args, target)
     inventory = facts.inventory
-    names = select(inventory.distributions, request.selectors, request.exclude, inventory.unmanaged)
+    versions = {n: d.version for n, d in inventory.distributions.items()}
+    names = select(
+        inventory.distributions, request.selectors, request.exclude, inventory.unmanaged, versions
+    )
     options = _options(
         sources,
         backend,
@@ -270,12 +278,10 @@ def plan_install(
         words = ["cudafix", "install", *specs, "--venv", str(target.prefix)]
         words += ["--offline"] if sources.offline else []
         words += [w for link in sources.find_links for w in ("--find-links", link)]
+        if not alt.install:
+            continue  # already satisfied: running it would change nothing, so not a way out
         pins = ", ".join(f"{i.name}=={i.version}" for i in alt.install)
-        summary = (
-            f"install {pins}, the build the consumers load today"
-            if pins
-            else "already satisfied: the build the consumers load today is installed"
-        )
+        summary = f"install {pins}, the build the consumers load today"
         alternatives.append(Alternative(command=shlex.join([*words, "--dry-run"]), summary=summary))
     return plan.model_copy(update={"alternatives": alternatives})
 

@@ -21,6 +21,7 @@ from click.core import ParameterSource
 
 from cudafix import app
 from cudafix.cli.render import plain
+from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import (
     CudafixError,
     ExitCode,
@@ -159,6 +160,30 @@ def _decorate(func: F, options: list[Callable[[Any], Any]]) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def lock_timeout_option() -> Callable[[F], F]:
+    """``--lock-timeout``: how long to wait for another cudafix run on the same environment."""
+    return click.option(
+        "--lock-timeout",
+        type=float,
+        default=60.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="How long to wait for another cudafix run on this environment (then exit 4).",
+    )
+
+
+def probe_timeout_option() -> Callable[[F], F]:
+    """``--probe-timeout``: how long each import/dlopen probe may take."""
+    return click.option(
+        "--probe-timeout",
+        type=float,
+        default=60.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="How long each probe may run before it counts as failed.",
+    )
 
 
 def output_options(func: F) -> F:
@@ -315,10 +340,15 @@ def plan_options(func: F) -> F:
             help="Write the plan JSON here.",
         ),
         click.option(
-            "--offline", is_flag=True, help="Reinstall only from uv's cache or --find-links."
+            "--offline",
+            is_flag=True,
+            help="Fetch wheels (to reinstall or install) only from uv's cache or --find-links.",
         ),
         click.option(
-            "--find-links", multiple=True, metavar="DIR", help="Extra wheel source for reinstalls."
+            "--find-links",
+            multiple=True,
+            metavar="DIR",
+            help="Extra wheel source (a directory of wheels) for what is reinstalled or installed.",
         ),
         click.option(
             "--no-fetch",
@@ -327,7 +357,11 @@ def plan_options(func: F) -> F:
             "check them. For air-gapped dry runs.",
         ),
         click.option(
-            "--backend", type=click.Choice(["uv", "pip"]), default="uv", show_default=True
+            "--backend",
+            type=click.Choice(["uv", "pip"]),
+            default="uv",
+            show_default=True,
+            help="The installer that applies the plan (pip: the target's, else one cudafix runs).",
         ),
         click.option("--yes", "-y", is_flag=True, help="Apply without asking."),
         click.option(
@@ -344,8 +378,8 @@ def plan_options(func: F) -> F:
             help="Shell command that must succeed after.",
         ),
         click.option("--no-probe", is_flag=True, help="Skip the automatic import/dlopen probes."),
-        click.option("--probe-timeout", type=float, default=60.0, show_default=True),
-        click.option("--lock-timeout", type=float, default=60.0, show_default=True),
+        probe_timeout_option(),
+        lock_timeout_option(),
         click.option(
             "--force",
             is_flag=True,
@@ -380,8 +414,13 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
     click.echo(
         f"Committed transaction {result.txid}: removed {len(result.removed)}, reinstalled "
         f"{len(result.reinstalled)}, installed {len(result.installed)}; probes passed: "
-        f"{len(result.probes)}.\nUndo with: cudafix undo {result.txid} --venv {result.prefix}"
+        f"{len(result.probes)}.\n{undo_line(result.txid, result.prefix)}"
     )
+
+
+def undo_line(txid: str, prefix: Path) -> str:
+    """How to go back, as a command that runs as printed."""
+    return "Undo with: " + cudafix_line("undo", txid, target=venv_flags(prefix))
 
 
 def confirm(yes: bool) -> None:
@@ -394,7 +433,10 @@ def confirm(yes: bool) -> None:
             "refusing to apply without confirmation: stdin is not a terminal", hint="pass --yes"
         )
     if not click.confirm("Apply this plan?", default=False):
-        raise UsageError("aborted; nothing was changed")
+        if OUTPUT.as_json:
+            click.echo(json.dumps({"state": "declined", "exit_code": int(ExitCode.FAILURE)}))
+        echo_err("Nothing changed.")
+        raise click.exceptions.Exit(ExitCode.FAILURE)
 
 
 def result_json(plan: Plan, result: TransactionResult) -> dict[str, Any]:

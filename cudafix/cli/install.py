@@ -11,6 +11,7 @@ roll back).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 import click
@@ -23,6 +24,7 @@ from cudafix.cli.common import (
     facts_options,
     plan_options,
     present_and_apply,
+    undo_line,
 )
 from cudafix.model.errors import ExitCode, UsageError
 
@@ -104,6 +106,6 @@ def run_command(
     for path in result.in_place:
         echo_err(f"warning: {path} was rewritten in place; a rollback could not have restored it")
     click.echo(
-        f"Committed transaction {result.txid}: {' '.join(argv)}; probes passed: "
-        f"{len(result.probes)}.\nUndo with: cudafix undo {result.txid} --venv {result.prefix}"
+        f"Committed transaction {result.txid}: {shlex.join(argv)}; probes passed: "
+        f"{len(result.probes)}.\n{undo_line(result.txid, result.prefix)}"
     )

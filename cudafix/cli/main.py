@@ -26,6 +26,7 @@ from cudafix.cli.common import (
     echo_out,
     emit_json_error,
     facts_options,
+    lock_timeout_option,
     output_options,
     plan_options,
     present_and_apply,
@@ -165,7 +166,7 @@ def repair(flags: PlanFlags) -> None:
 @cli.command(epilog=EXIT_CODES_HELP)
 @target_options
 @click.option("--dry-run", is_flag=True, help="Say what would be rolled back.")
-@click.option("--lock-timeout", type=float, default=60.0, show_default=True)
+@lock_timeout_option()
 def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
     """Roll back a transaction that was interrupted (killed, power loss)."""
     report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_err)
@@ -213,7 +214,7 @@ def show(txid: str, target: app.TargetArgs) -> None:
 @click.argument("txid")
 @target_options
 @click.option("--yes", "-y", is_flag=True)
-@click.option("--lock-timeout", type=float, default=60.0, show_default=True)
+@lock_timeout_option()
 def undo(txid: str, target: app.TargetArgs, yes: bool, lock_timeout: float) -> None:
     """Restore the state before a committed transaction, as a new transaction."""
     confirm(yes)
@@ -277,8 +278,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             emit_json_error(UsageError(exc.format_message()))
         exc.show()
         sys.exit(ExitCode.USAGE)
-    except click.exceptions.Abort:
-        echo_err("aborted; nothing was changed")
+    except click.exceptions.Abort:  # ^C or ^D at the prompt
+        echo_err("Nothing changed.")
         sys.exit(ExitCode.FAILURE)
     except KeyboardInterrupt:
         echo_err("interrupted")

@@ -118,6 +118,10 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
     else:
         out.append(style("Verdict: REFUSED", fg="red", bold=True))
         out += [f"  - {r}" for r in plan.reasons]
+        if plan.requirement_breaks and not plan.options.allow_broken_requirements:
+            out.append(
+                "  (add --allow-broken-requirements to go ahead, leaving those requirements broken)"
+            )
         if plan.alternatives:
             out.append("Safe alternatives (re-simulated, they pass):")
             out += [
@@ -166,8 +170,9 @@ def _searched(plan: Plan, dirs: Sequence[str]) -> str:
 
 
 def _counts(plan: Plan) -> str:
+    installed = f", {len(plan.install)} installed" if plan.install else ""
     return (
-        f"{len(plan.remove)} removed, {len(plan.reinstall)} reinstalled, "
+        f"{len(plan.remove)} removed, {len(plan.reinstall)} reinstalled{installed}, "
         f"{len(plan.deleted_paths)} paths deleted, {len(plan.kept_paths)} kept"
     )
 

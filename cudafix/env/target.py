@@ -111,21 +111,49 @@ class InterpreterInfo:
 def locate_target(
     python: str | None, venv: str | None, environ: Mapping[str, str], cwd: Path
 ) -> TargetEnv:
-    """Pick the target environment the way uv does; raise TargetError naming the path."""
+    """Pick the target environment the way uv does; raise TargetError naming the path.
+
+    ``--python`` (or ``$UV_PYTHON``) and ``--venv`` each take a venv directory or an
+    interpreter in it; then ``$VIRTUAL_ENV``; then ``.venv`` in ``cwd`` or the nearest parent
+    that has one.
+    """
     if python is not None and venv is not None:
         raise UsageError("--python and --venv are mutually exclusive", hint=HINT)
+    source = "--python"
+    if python is None and venv is None and _names_interpreter(environ.get("UV_PYTHON"), environ):
+        python, source = environ["UV_PYTHON"], "UV_PYTHON"
     if python is not None:
-        return _from_python(python, environ, cwd)
+        return _dir_or_python(python, source, environ, cwd)
     if venv is not None:
-        return _from_dir(_absolute(cwd, venv), "--venv")
+        return _dir_or_python(venv, "--venv", environ, cwd)
     if environ.get("VIRTUAL_ENV"):
         return _from_dir(_absolute(cwd, environ["VIRTUAL_ENV"]), "VIRTUAL_ENV")
-    default = cwd / ".venv"
-    if default.is_dir():
-        return _from_dir(_absolute(cwd, ".venv"), "./.venv")
+    for parent in (cwd, *cwd.parents):
+        if (parent / ".venv").is_dir():
+            return _from_dir(_absolute(parent, ".venv"), f"{parent / '.venv'}")
     raise TargetError(
-        f"{default}: no environment (VIRTUAL_ENV is not set and ./.venv does not exist)", hint=HINT
+        f"{cwd / '.venv'}: no environment (VIRTUAL_ENV is not set and no .venv in "
+        "this directory or a parent)",
+        hint=HINT,
     )
+
+
+def _names_interpreter(value: str | None, environ: Mapping[str, str]) -> bool:
+    """``UV_PYTHON`` as a path or a command on PATH; a version request (``3.11``) is uv's
+    to resolve among interpreters and leaves the choice to ``$VIRTUAL_ENV`` and ``.venv``."""
+    if not value:
+        return False
+    return os.sep in value or shutil.which(value, path=environ.get("PATH", "")) is not None
+
+
+def _dir_or_python(given: str, source: str, environ: Mapping[str, str], cwd: Path) -> TargetEnv:
+    """A directory is an environment; anything else an interpreter (a path or a name on PATH)."""
+    path = _absolute(cwd, given)
+    if path.is_dir():
+        return _from_dir(path, source)
+    if source == "--venv" and not os.path.lexists(path):
+        raise TargetError(f"{path}: no such directory (from --venv)", hint=HINT)
+    return _from_python(given, environ, cwd)
 
 
 def _absolute(cwd: Path, p: str) -> Path:

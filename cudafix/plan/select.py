@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from cudafix.env.inventory import Unmanaged
 from cudafix.model.errors import UsageError
@@ -22,11 +22,14 @@ def select(
     selectors: Sequence[str],
     exclude: Sequence[str] = (),
     unmanaged: Sequence[Unmanaged] = (),
+    versions: Mapping[DistName, str] | None = None,
 ) -> tuple[DistName, ...]:
     """Return the installed names matched by ``selectors`` and not by ``exclude``, sorted.
 
     A selector that matches nothing is an error, listing near misses, so a typo never
-    turns into a silent no-op in a cleanup script.
+    turns into a silent no-op in a cleanup script. ``NAME==VERSION`` (as pip and uv accept
+    it) selects NAME only if VERSION is what is installed (``versions``), else it is refused:
+    removing another version than the one named is never what was meant.
     """
     names = sorted(set(installed))
     if not selectors:
@@ -36,8 +39,11 @@ def select(
     chosen: set[DistName] = set()
     unmatched: list[str] = []
     for selector in selectors:
+        selector, version = _pinned(selector)
         pattern = _normalize_pattern(selector)
         hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if version is not None and hits:
+            _check_version(selector, version, hits, versions or {})
         if not hits:
             unmatched.append(selector)
         chosen.update(hits)
@@ -49,6 +55,23 @@ def select(
         )
     excluded = {n for n in chosen for e in exclude if fnmatch.fnmatchcase(n, _normalize_pattern(e))}
     return tuple(sorted(chosen - excluded))
+
+
+def _pinned(selector: str) -> tuple[str, str | None]:
+    """``NAME==VERSION`` split in two; a plain name or glob has no version."""
+    name, sep, version = selector.partition("==")
+    return (name.strip(), version.strip()) if sep else (selector, None)
+
+
+def _check_version(
+    selector: str, version: str, hits: Sequence[DistName], versions: Mapping[DistName, str]
+) -> None:
+    other = [f"{n} {versions[n]}" for n in hits if n in versions and versions[n] != version]
+    if other:
+        raise UsageError(
+            f"{selector}=={version} is not installed: the installed version is {other[0]}",
+            hint=f"remove it by name ({selector}) or name the installed version",
+        )
 
 
 _UNMANAGED_WHY = {
