@@ -140,9 +140,16 @@ def test_install_pass_line_counts_installs(scenario: ScenarioFactory) -> None:
 
 
 def test_every_option_says_what_it_does() -> None:
+    said = {
+        "--backend": "installer",
+        "--probe-timeout": "probe may run",
+        "--lock-timeout": "wait",
+        "--keep": "snapshot",
+    }
     for command in ("remove", "repair", "install", "apply", "gc", "undo", "recover"):
         text = cudafix(command, "--help").stdout
-        for option in ("--backend", "--probe-timeout", "--lock-timeout", "--keep"):
-            if option in text:
-                line = next(ln for ln in text.splitlines() if ln.strip().startswith(option))
-                assert len(line.split(None, 2)) > 2 or "SECONDS" in line, (command, line)
+        blocks = text.split("\n  -")
+        for option, words in said.items():
+            for block in blocks:
+                if block.lstrip("-").startswith(option.lstrip("-") + " "):
+                    assert words in " ".join(block.split()), (command, block)
