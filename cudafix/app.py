@@ -12,11 +12,11 @@ import functools
 import os
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from cudafix.model.commands import TargetFlags, cudafix_line, venv_flags
+from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
 from cudafix.model.errors import CudafixError, LockedError, PlanRefused
 from cudafix.model.sources import Sources
 
@@ -142,14 +142,28 @@ def read_facts(args: FactArgs, target: TargetEnv) -> Facts:
 
 
 def _options(sources: Sources, backend: Backend, **policy: bool) -> Options:
+    """The plan's options: its policy and where its wheels come from (kept in a saved plan)."""
     from cudafix.model.plan import Options
 
     return Options(
-        offline=sources.offline,
-        find_links=[str(Path(p).absolute()) for p in sources.find_links],
         backend=backend,
-        **policy,
-    )
+        **_source_options(sources),
+    ).model_copy(update=policy)
+
+
+def _source_options(sources: Sources) -> dict[str, Any]:
+    """``Options`` fields for ``sources``, local wheel directories made absolute."""
+    return {
+        "offline": sources.offline,
+        "find_links": [link_path(p) for p in sources.find_links],
+        "index_url": sources.index_url,
+        "extra_index_urls": list(sources.extra_index_urls),
+    }
+
+
+def link_path(link: str) -> str:
+    """A ``--find-links`` value as a saved plan keeps it: a URL as is, a directory absolute."""
+    return link if "://" in link else str(Path(link).absolute())
 
 
 def _plan(facts: Facts, request: Request, sources: Sources) -> Plan:
@@ -275,9 +289,9 @@ def plan_install(
             continue
         if alt.verdict != "pass":
             continue
-        words = ["cudafix", "install", *specs, "--venv", str(target.prefix)]
-        words += ["--offline"] if sources.offline else []
-        words += [w for link in sources.find_links for w in ("--find-links", link)]
+        words = cudafix_argv(
+            "install", *specs, target=venv_flags(target.prefix), tail=sources.cli_args()
+        )
         if not alt.install:
             continue  # already satisfied: running it would change nothing, so not a way out
         pins = ", ".join(f"{i.name}=={i.version}" for i in alt.install)
@@ -318,7 +332,7 @@ def plan_script(
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
     facts = read_facts(args, target)
-    sources = Sources(options.offline, tuple(options.find_links), sources.fetch)
+    sources = replace(options.sources, fetch=sources.fetch)
     return _plan(facts, script_request(loaded, facts, options), sources)
 
 
@@ -338,12 +352,15 @@ def plan_saved(
     own = args.target.venv is None and args.target.python is None
     target = locate(TargetArgs(plan.target.prefix, None) if own else args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    links = [str(Path(p).absolute()) for p in sources.find_links] or plan.options.find_links
-    options = plan.options.model_copy(
+    links = [link_path(p) for p in sources.find_links] or plan.options.find_links
+    saved = plan.options
+    options = saved.model_copy(
         update={
-            "offline": plan.options.offline or sources.offline,
+            "offline": saved.offline or sources.offline,
             "find_links": links,
-            "backend": backend or plan.options.backend,
+            "index_url": sources.index_url or saved.index_url,
+            "extra_index_urls": list(sources.extra_index_urls) or saved.extra_index_urls,
+            "backend": backend or saved.backend,
         }
     )
     plan = retarget(plan.model_copy(update={"options": options}), target.prefix, target.python)

@@ -67,7 +67,7 @@ def test_keeping_and_deleting_backends_commit_the_same_post_state(
         built = scenario("incident")
         plan = _plan(built.venv, built.wheelhouse, selector, **how)
         assert plan.verdict == "pass", plan.reasons
-        uv = UvBackend(built.python, True, (str(built.wheelhouse),))
+        uv = UvBackend(built.python, Sources(True, (str(built.wheelhouse),)))
         backend = DeletingBackend(uv, plan) if deleting else uv
         transaction.run_transaction(plan, backend=backend)
         assert plan.shared_paths

@@ -234,6 +234,7 @@ def test_offline_repair_without_the_wheel_is_refused(
         "no wheel for nvidia-cudnn-cu12==9.10.2.21 can be had from uv's cache (offline)"
         in proc.stdout
     )
+    assert "with --find-links DIR, --index-url URL or --extra-index-url URL" in proc.stdout
     found = cudafix(
         "remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--dry-run", env=env
     )

@@ -162,6 +162,40 @@ def _decorate(func: F, options: list[Callable[[Any], Any]]) -> F:
     return func
 
 
+def source_option_list() -> list[Callable[[Any], Any]]:
+    """Where wheels to reinstall or install come from: uv's options, by uv's names, and
+    uv's environment variables for its index."""
+    return [
+        click.option(
+            "-i",
+            "--index-url",
+            metavar="URL",
+            envvar=["UV_DEFAULT_INDEX", "UV_INDEX_URL"],
+            help="The index in place of PyPI (default: $UV_DEFAULT_INDEX, $UV_INDEX_URL).",
+        ),
+        click.option(
+            "--extra-index-url",
+            "extra_index_urls",
+            multiple=True,
+            metavar="URL",
+            envvar="UV_EXTRA_INDEX_URL",
+            help="Another index to search as well (default: $UV_EXTRA_INDEX_URL).",
+        ),
+        click.option(
+            "-f",
+            "--find-links",
+            multiple=True,
+            metavar="DIR|URL",
+            help="Also look for wheels (to reinstall or install) in this directory or page.",
+        ),
+        click.option(
+            "--offline",
+            is_flag=True,
+            help="Fetch wheels (to reinstall or install) only from uv's cache or --find-links.",
+        ),
+    ]
+
+
 def lock_timeout_option() -> Callable[[F], F]:
     """``--lock-timeout``: how long to wait for another cudafix run on the same environment."""
     return click.option(
@@ -279,6 +313,8 @@ _PLAN_OPTION_NAMES = (
     "out",
     "offline",
     "find_links",
+    "index_url",
+    "extra_index_urls",
     "no_fetch",
     "backend",
     "yes",
@@ -295,7 +331,13 @@ def _plan_flags(**kw: Any) -> PlanFlags:
     ctx = click.get_current_context()
     return PlanFlags(
         facts=_fact_args(kw["venv"], kw["python"], kw["dlopen_tables"]),
-        sources=Sources(kw["offline"], tuple(kw["find_links"]), fetch=not kw["no_fetch"]),
+        sources=Sources(
+            kw["offline"],
+            tuple(kw["find_links"]),
+            fetch=not kw["no_fetch"],
+            index_url=kw["index_url"] or None,
+            extra_index_urls=tuple(kw["extra_index_urls"]),
+        ),
         backend=kw["backend"],
         backend_given=ctx.get_parameter_source("backend") == ParameterSource.COMMANDLINE,
         dry_run=kw["dry_run"],
@@ -339,17 +381,7 @@ def plan_options(func: F) -> F:
             type=click.Path(dir_okay=False, path_type=Path),
             help="Write the plan JSON here.",
         ),
-        click.option(
-            "--offline",
-            is_flag=True,
-            help="Fetch wheels (to reinstall or install) only from uv's cache or --find-links.",
-        ),
-        click.option(
-            "--find-links",
-            multiple=True,
-            metavar="DIR",
-            help="Extra wheel source (a directory of wheels) for what is reinstalled or installed.",
-        ),
+        *source_option_list(),
         click.option(
             "--no-fetch",
             is_flag=True,

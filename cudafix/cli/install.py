@@ -10,7 +10,6 @@ roll back).
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 
@@ -32,22 +31,13 @@ from cudafix.model.errors import ExitCode, UsageError
 @click.command("install", epilog=EXIT_CODES_HELP)
 @click.argument("specs", nargs=-1)
 @click.option(
-    "--index-url",
-    metavar="URL",
-    help="The index uv resolves and fetches from (sets UV_DEFAULT_INDEX for this run).",
-)
-@click.option(
     "--allow-broken-requirements", is_flag=True, help="Do not refuse on broken Requires-Dist."
 )
 @plan_options
-def install(
-    specs: tuple[str, ...], index_url: str | None, allow_broken_requirements: bool, flags: PlanFlags
-) -> None:
+def install(specs: tuple[str, ...], allow_broken_requirements: bool, flags: PlanFlags) -> None:
     """Install requirements (as uv would) unless they clobber or swap a library in use."""
     if not specs:
         raise UsageError("nothing to install", hint="name at least one, e.g. nvidia-cudnn-cu12")
-    if index_url:
-        os.environ["UV_DEFAULT_INDEX"] = index_url
     request = app.InstallArgs(tuple(specs), allow_broken_requirements)
     plan = app.plan_install(
         flags.facts, request, flags.sources, flags.backend, mutating=flags.mutating,

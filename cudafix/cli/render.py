@@ -6,11 +6,10 @@ Rendering only formats values; it decides nothing. Colour is applied by the call
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from cudafix.model.commands import shown
+from cudafix.model.commands import cudafix_line, shown, venv_flags
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
 
@@ -181,14 +180,12 @@ def _command(plan: Plan, flag: str) -> str:
     """The full command line of an alternative, with the options the plan was made with."""
     if flag.startswith("cudafix "):
         return flag  # an alternative that is a command of its own (an install's)
-    words = ["cudafix", "remove", *(shlex.quote(s) for s in plan.selectors)]
-    words += ["--venv", shlex.quote(plan.target.prefix), flag]
     opts = plan.options
-    words += ["--offline"] if opts.offline else []
-    words += [w for link in opts.find_links for w in ("--find-links", shlex.quote(link))]
+    words = [flag, *opts.sources.cli_args()]
     words += ["--backend", opts.backend] if opts.backend != "uv" else []
     words += ["--allow-broken-requirements"] if opts.allow_broken_requirements else []
-    return " ".join([*words, "--dry-run"])
+    target = venv_flags(plan.target.prefix)
+    return cudafix_line("remove", *plan.selectors, target=target, tail=[*words, "--dry-run"])
 
 
 def _section(title: str, lines: Sequence[str]) -> list[str]:

@@ -6,7 +6,9 @@ environment), so both read a distribution the same way.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.metadata import parse_email
 
@@ -42,3 +44,18 @@ def is_installer_file(path: str, dist_info: str) -> bool:
     """Whether ``path`` is one of ``dist_info``'s installer-written files."""
     head, _, base = path.rpartition("/")
     return head == dist_info and base in INSTALLER_FILES
+
+
+def direct_url(prefix: Path, dist_info: str) -> str | None:
+    """Where the distribution was installed from, if its installer recorded a direct URL
+    (PEP 610 ``direct_url.json``: a wheel file, a local directory, a VCS URL). Never read
+    through a symlink that leaves the environment."""
+    path = prefix / dist_info / "direct_url.json"
+    try:
+        if not path.resolve().is_relative_to(prefix.resolve()):
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    url = data.get("url") if isinstance(data, dict) else None
+    return url if isinstance(url, str) and url else None

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cudafix.model.sources import Sources
+
 PLAN_SCHEMA_VERSION = 1
 
 
@@ -179,6 +181,19 @@ class Options(_Frozen):
     offline: bool = False
     find_links: list[str] = Field(default_factory=list)
     backend: Literal["uv", "pip"] = "uv"
+    index_url: str | None = None
+    """The index in place of PyPI the plan was made with (None: uv's default)."""
+    extra_index_urls: list[str] = Field(default_factory=list)
+
+    @property
+    def sources(self) -> Sources:
+        """Where the plan's wheels come from, as the backend is handed them."""
+        return Sources(
+            offline=self.offline,
+            find_links=tuple(self.find_links),
+            index_url=self.index_url,
+            extra_index_urls=tuple(self.extra_index_urls),
+        )
 
 
 class Plan(_Frozen):

@@ -1,15 +1,50 @@
-"""Where reinstalled and installed wheels may come from, as the user said it (passed to uv/pip)."""
+"""Where reinstalled and installed wheels may come from, as the user said it (passed to uv/pip).
+
+uv's own names (``--index-url``, ``--extra-index-url``, ``--find-links``, ``--offline``), so a
+user's habits carry over; a plan keeps them (``Options``), so a saved plan applied later on
+another node fetches from where it was planned.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+PYPI = "https://pypi.org/simple"
+
 
 @dataclass(frozen=True)
 class Sources:
-    """``--offline``, ``--find-links``, ``--no-fetch``: the wheel sources a plan may use."""
+    """``--offline``, ``--find-links``, ``--index-url``, ``--extra-index-url``, ``--no-fetch``:
+    the wheel sources a plan may use."""
 
     offline: bool = False
     find_links: tuple[str, ...] = ()
     fetch: bool = True
     """Stage (download) reinstalled and installed wheels while planning; off: ``--no-fetch``."""
+    index_url: str | None = None
+    """The index in place of PyPI (``--index-url``, ``$UV_INDEX_URL``, ``$UV_DEFAULT_INDEX``)."""
+    extra_index_urls: tuple[str, ...] = ()
+    """Indexes searched besides it (``--extra-index-url``, ``$UV_EXTRA_INDEX_URL``)."""
+
+    def cli_args(self) -> list[str]:
+        """The sources as cudafix's (and uv's) options, for a command printed to run next."""
+        args = ["--offline"] if self.offline else []
+        args += ["--index-url", self.index_url] if self.index_url else []
+        args += [w for url in self.extra_index_urls for w in ("--extra-index-url", url)]
+        return args + [w for link in self.find_links for w in ("--find-links", link)]
+
+    def installer_args(self, *, pip: bool = False) -> list[str]:
+        """The same sources as uv's (or pip's, which has no ``--offline``) options; offline
+        with local wheels means no index at all."""
+        args = [a for a in self.cli_args() if not (pip and a == "--offline")]
+        if self.offline and (self.find_links or pip):
+            args.append("--no-index")
+        return args
+
+    def described(self) -> list[str]:
+        """Each source tried, in the order uv tries them, in words a user can act on."""
+        said = [f"find-links {link}" for link in self.find_links]
+        if self.offline:
+            return [*said, "uv's cache (offline)"]
+        said.append(f"the index {self.index_url or PYPI}")
+        return said + [f"the extra index {url}" for url in self.extra_index_urls]

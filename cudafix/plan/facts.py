@@ -17,6 +17,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from cudafix.env.distinfo import direct_url
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Inventory, changed_since_record, read_inventory
 from cudafix.env.statedir import StateDir
@@ -112,6 +113,13 @@ def with_staging(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Facts:
     inv = facts.inventory
     python = inv.python or inv.prefix / "bin" / "python"
     staging = stage(python, pins, sources, inv.site_packages[0])
+    recorded = {
+        name: url
+        for name, _ in pins
+        if (dist := inv.distributions.get(name)) is not None
+        and (url := direct_url(inv.prefix, dist.dist_info)) is not None
+    }
+    staging = replace(staging, recorded=recorded)
     overwritten = [p for w in staging.wheels.values() for p in w.files if p in inv.files]
     return replace(with_hashes(facts, overwritten), staging=staging)
 

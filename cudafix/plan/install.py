@@ -70,7 +70,7 @@ def resolve(python: str, specs: Sequence[str], sources: Sources) -> Resolution:
     from cudafix.process import run
     from cudafix.tx.backend import UvBackend
 
-    uv = UvBackend(Path(python), sources.offline, sources.find_links)
+    uv = UvBackend(Path(python), sources)
     argv = [
         a for a in uv.reinstall_argv(specs, dry_run=True) if a not in ("--reinstall", "--no-deps")
     ]

@@ -9,6 +9,8 @@ including paths other distributions claim.
 
 from __future__ import annotations
 
+import posixpath
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -22,7 +24,7 @@ from cudafix.plan import install
 from cudafix.plan.facts import Facts
 from cudafix.plan.preconditions import record_digest
 from cudafix.plan.requirements import Declared, check_requirements
-from cudafix.plan.staging import Pin, StagedWheel, comparable, wheel_differences
+from cudafix.plan.staging import Pin, StagedWheel, Staging, comparable, wheel_differences
 
 
 @dataclass(frozen=True)
@@ -505,7 +507,8 @@ def _wheel_reasons(plan: P.Plan, facts: Facts) -> list[str]:
     for pin in pins:
         if pin in staging.problems:
             out.append(
-                f"no wheel for {pin[0]}=={pin[1]} can be had from {where}: {staging.problems[pin]}"
+                f"no wheel for {pin[0]}=={pin[1]} can be had from {where}: "
+                f"{staging.problems[pin]}; {_another_source(staging, pin[0])}"
             )
     for name, version in pins[: len(plan.reinstall)]:
         wheel = staging.wheels.get((name, version))
@@ -519,9 +522,27 @@ def _wheel_reasons(plan: P.Plan, facts: Facts) -> list[str]:
             out.append(
                 f"the wheel for {name}=={version} from {where} is another build than the "
                 f"installed one ({len(diffs)} path(s) differ: {shown}{more}); reinstalling it "
-                "would not bring the installed files back"
+                f"would not bring the installed files back; {_another_source(staging, name)}"
             )
     return out
+
+
+ADD_SOURCE = "--find-links DIR, --index-url URL or --extra-index-url URL"
+
+
+def _another_source(staging: Staging, name: DistName) -> str:
+    """How to point cudafix at the right wheel: where it was installed from, if recorded,
+    and the options that add a source."""
+    recorded = staging.recorded.get(name)
+    if recorded is None:
+        return f"point cudafix at the wheel it was installed from with {ADD_SOURCE}"
+    local = recorded.removeprefix("file://")
+    if local != recorded and local.endswith(".whl"):
+        return (
+            f"it was installed from {recorded} (its direct_url.json): "
+            f"add --find-links {shlex.quote(posixpath.dirname(local))}"
+        )
+    return f"it was installed from {recorded} (its direct_url.json): add it with {ADD_SOURCE}"
 
 
 def _removed(inv: Inventory, dist: Distribution) -> P.RemovedDistribution:

@@ -286,8 +286,10 @@ def script_options(
     s, base = loaded.script, loaded.path.parent
     removes = [st for st in s.steps if st.remove]
     links = [p if "://" in p else str((base / p).absolute()) for p in s.policy.find_links]
-    links += [str(Path(p).absolute()) for p in sources.find_links]
+    links += [p if "://" in p else str(Path(p).absolute()) for p in sources.find_links]
     return P.Options(
+        index_url=sources.index_url,
+        extra_index_urls=list(sources.extra_index_urls),
         repair=s.policy.repair or any(st.repair for st in removes),
         keep_shared=s.policy.keep_shared or any(st.keep_shared for st in removes),
         allow_broken_requirements=s.policy.allow_broken_requirements,

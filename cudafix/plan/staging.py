@@ -10,7 +10,6 @@ plan that passes is a plan that commits. The scratch directory is deleted after.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -70,17 +69,14 @@ class Staging:
     """Pins that could not be had, with uv's last word."""
     source: str = ""
     """Where uv looked, for messages: the find-links directories, the index, or its cache."""
+    recorded: Mapping[DistName, str] = field(default_factory=dict)
+    """Where installed distributions being reinstalled came from, when their
+    ``direct_url.json`` says: a source the user can add when the index has no such wheel."""
 
 
-def describe_sources(sources: Sources, environ: Mapping[str, str] = os.environ) -> str:
+def describe_sources(sources: Sources) -> str:
     """Where uv fetches from under ``sources``, in words a user can act on."""
-    links = ", ".join(sources.find_links)
-    if sources.offline:
-        return f"find-links {links} or uv's cache (offline)" if links else "uv's cache (offline)"
-    index = (
-        environ.get("UV_DEFAULT_INDEX") or environ.get("UV_INDEX_URL") or "https://pypi.org/simple"
-    )
-    return f"find-links {links}, then the index {index}" if links else f"the index {index}"
+    return ", then ".join(sources.described())
 
 
 def stage(python: Path, pins: Sequence[Pin], sources: Sources, site_packages: EnvPath) -> Staging:
@@ -92,7 +88,7 @@ def stage(python: Path, pins: Sequence[Pin], sources: Sources, site_packages: En
     where = describe_sources(sources)
     if not pins:
         return Staging(fetched=True, source=where)
-    uv = UvBackend(python, sources.offline, sources.find_links)
+    uv = UvBackend(python, sources)
     wheels, problems = _stage_together(uv, pins, site_packages)
     if problems and len(pins) > 1:
         wheels, problems = {}, {}

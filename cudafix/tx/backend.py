@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from cudafix.model.sources import Sources
 from cudafix.process import Completed, run
 
 
@@ -23,22 +24,12 @@ class Backend(Protocol):
         ...
 
 
-def _index_args(offline: bool, find_links: Sequence[str]) -> list[str]:
-    args = ["--offline"] if offline else []
-    for link in find_links:
-        args += ["--find-links", link]
-    if offline and find_links:
-        args.append("--no-index")
-    return args
-
-
 @dataclass(frozen=True)
 class UvBackend:
     """The bundled uv (``uv.find_uv_bin()``), driving the target interpreter."""
 
     python: Path
-    offline: bool = False
-    find_links: tuple[str, ...] = ()
+    sources: Sources = Sources()  # noqa: RUF009 - a frozen value
     uv: str = ""
 
     def _uv(self) -> str:
@@ -56,7 +47,7 @@ class UvBackend:
 
     def reinstall_argv(self, pins: Sequence[str], *, dry_run: bool = False) -> list[str]:
         """The reinstall command; ``dry_run`` asks uv only whether the wheels can be had."""
-        index = _index_args(self.offline, self.find_links)
+        index = self.sources.installer_args()
         argv = [self._uv(), "pip", "install", "--python", str(self.python)]
         return [
             *argv,
@@ -77,8 +68,7 @@ class PipBackend:
     """
 
     python: Path
-    offline: bool = False
-    find_links: tuple[str, ...] = ()
+    sources: Sources = Sources()  # noqa: RUF009 - a frozen value
 
     def _pip(self) -> list[str | Path]:
         own = run([self.python, "-m", "pip", "--version"], timeout=60)
@@ -90,16 +80,13 @@ class PipBackend:
         return run([*self._pip(), "uninstall", "-y", *names])
 
     def reinstall(self, pins: Sequence[str]) -> Completed:
-        index = [a for a in _index_args(self.offline, self.find_links) if a != "--offline"]
-        index += ["--no-index"] if self.offline and "--no-index" not in index else []
+        index = self.sources.installer_args(pip=True)
         flags = ["--force-reinstall", "--no-deps", "--no-compile", "--disable-pip-version-check"]
         return run([*self._pip(), "install", *flags, *index, *pins])
 
 
-def make_backend(
-    kind: str, python: Path, *, offline: bool = False, find_links: Sequence[str] = ()
-) -> Backend:
-    """The backend a plan asks for (``plan.options.backend``)."""
+def make_backend(kind: str, python: Path, sources: Sources = Sources()) -> Backend:  # noqa: B008
+    """The backend a plan asks for (``plan.options.backend``), fetching from ``sources``."""
     if kind == "pip":
-        return PipBackend(python, offline, tuple(find_links))
-    return UvBackend(python, offline, tuple(find_links))
+        return PipBackend(python, sources)
+    return UvBackend(python, sources)

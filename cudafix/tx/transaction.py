@@ -435,9 +435,7 @@ def _apply_plan(
     python = Path(plan.target.python or prefix / "bin" / "python")
     opts = plan.options
     if backend is None:
-        backend = make_backend(
-            opts.backend, python, offline=opts.offline, find_links=opts.find_links
-        )
+        backend = make_backend(opts.backend, python, opts.sources)
     _sanitize_records(prefix, tx, plan)
     if plan.remove:
         names = [r.name for r in plan.remove]
