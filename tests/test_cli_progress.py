@@ -1,0 +1,39 @@
+"""Long work shows progress: on a terminal, on stderr, at once, one line per phase; quiet
+under ``-q`` and ``--json``, and off a terminal unless ``-v``.
+
+``requires`` with its cuDNN uninstalled: ``repair --dry-run`` reads the venv, asks uv what
+installing the missing requirement takes, fetches two wheels and simulates.
+"""
+
+from __future__ import annotations
+
+from clihelp import cudafix, uv_uninstall
+from conftest import ScenarioFactory
+from ptyhelp import cudafix_tty
+
+PHASES = (
+    "reading distributions and ELF objects",
+    "asking uv what installing nvidia-cudnn-cu12==9.10.2.21 takes",
+    "fetching 2 wheel(s) to check them",
+    "fetched nvidia-cuda-nvrtc-cu12==12.8.93 (",
+    "simulating the plan",
+)
+
+
+def test_phases_show_on_a_terminal_and_under_verbose_only(scenario: ScenarioFactory) -> None:
+    built = scenario("requires")
+    uv_uninstall(built.python, "nvidia-cudnn-cu12")
+    args = ("repair", "--dry-run", "--venv", built.venv, "-f", built.wheelhouse, "--offline")
+    shown = cudafix_tty(*args)
+    assert shown.returncode == 0, shown.output
+    at = [shown.output.find(p) for p in PHASES]
+    assert -1 not in at and at == sorted(at), shown.output
+    assert shown.output.index(PHASES[-1]) < shown.output.index("Verdict: PASS")
+
+    piped = cudafix(*args)
+    assert piped.returncode == 0 and not any(p in piped.stderr for p in PHASES), piped.stderr
+    verbose = cudafix(*args, "-v")
+    assert all(p in verbose.stderr for p in PHASES), verbose.stderr
+    for flag in ("-q", "--json"):
+        quiet = cudafix_tty(*args, flag)
+        assert not any(p in quiet.output for p in PHASES), (flag, quiet.output)
