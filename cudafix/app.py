@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
-from cudafix.model.errors import CudafixError, LockedError, PlanRefused
+from cudafix.model.errors import CudafixError, InputError, LockedError, PlanRefused
 from cudafix.model.sources import Sources
 
 if TYPE_CHECKING:
@@ -134,11 +134,19 @@ def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _qui
     on_event(f"warning: {what}; the environment may be half-changed. Run `{recover}`.")
 
 
-def read_facts(args: FactArgs, target: TargetEnv) -> Facts:
+def read_facts(args: FactArgs, target: TargetEnv, on_event: OnEvent = _quiet) -> Facts:
     """Everything planning and doctor read from the target, gathered once."""
     from cudafix.plan.facts import gather
 
-    return gather(target, dlopen_tables=args.dlopen_tables)
+    on_event(Progress(f"Environment: {target.prefix}: reading distributions and ELF objects"))
+    facts = gather(target, dlopen_tables=args.dlopen_tables)
+    on_event(
+        Progress(
+            f"  read {len(facts.inventory.distributions)} distributions, "
+            f"{len(facts.elf.objects)} ELF objects"
+        )
+    )
+    return facts
 
 
 def _options(sources: Sources, backend: Backend, **policy: bool) -> Options:
@@ -166,13 +174,44 @@ def link_path(link: str) -> str:
     return link if "://" in link else str(Path(link).absolute())
 
 
-def _plan(facts: Facts, request: Request, sources: Sources) -> Plan:
+def _plan(facts: Facts, request: Request, sources: Sources, on_event: OnEvent = _quiet) -> Plan:
     """Every flow's planning: stage the wheels the plan needs, then plan once on the data."""
     from cudafix.plan.facts import with_staging
     from cudafix.plan.planner import build_plan, wheels_needed
 
-    staged = with_staging(facts, wheels_needed(facts, request), sources)
+    _check_backend(request.options.backend, facts)
+    pins = wheels_needed(facts, request)
+    if pins and sources.fetch:
+        names = ", ".join(f"{n}=={v}" for n, v in pins)
+        on_event(Progress(f"  fetching {len(pins)} wheel(s) to check them: {names}"))
+    staged = with_staging(facts, pins, sources)
+    if staged.staging.wheels:
+        on_event(Progress(f"  fetched {_fetched(staged)}"))
+    on_event(Progress("  simulating the plan"))
     return build_plan(staged, request)
+
+
+def _check_backend(backend: Backend, facts: Facts) -> None:
+    """``--backend pip`` only where some pip can act on the target: refused while planning,
+    not after a dry run passed."""
+    if backend != "pip":
+        return
+    from cudafix.tx.backend import find_pip
+
+    inv = facts.inventory
+    python = inv.python or inv.prefix / "bin" / "python"
+    if find_pip(python) is None:
+        raise InputError(
+            f"--backend pip: no pip can act on {inv.prefix} (it has none, cudafix's own "
+            "interpreter has none, and there is no pip on PATH)",
+            hint="use the default backend (uv), or install pip where cudafix can run it",
+        )
+
+
+def _fetched(facts: Facts) -> str:
+    """What staging unpacked, wheel by wheel, with sizes."""
+    wheels = sorted(facts.staging.wheels.items())
+    return ", ".join(f"{n}=={v} ({w.size / 2**20:.1f} MiB unpacked)" for (n, v), w in wheels)
 
 
 # -- the flows ------------------------------------------------------------------------------
@@ -184,7 +223,9 @@ def doctor(args: FactArgs, on_event: OnEvent = _quiet) -> DoctorReport:
 
     target = locate(args.target)
     check_pending(target, mutating=False, on_event=on_event)
-    return diagnose(read_facts(args, target), target_flags(args.target, target))
+    facts = read_facts(args, target, on_event)
+    on_event(Progress("  diagnosing"))
+    return diagnose(facts, target_flags(args.target, target))
 
 
 def plan_remove(
@@ -202,7 +243,7 @@ def plan_remove(
 
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target)
+    facts = read_facts(args, target, on_event)
     inventory = facts.inventory
     versions = {n: d.version for n, d in inventory.distributions.items()}
     names = select(
@@ -215,7 +256,7 @@ def plan_remove(
         keep_shared=request.keep_shared,
         allow_broken_requirements=request.allow_broken_requirements,
     )
-    return _plan(facts, Request(names, request.selectors, options), sources)
+    return _plan(facts, Request(names, request.selectors, options), sources, on_event)
 
 
 def plan_repair(
@@ -239,7 +280,7 @@ def plan_repair(
 
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target)
+    facts = read_facts(args, target, on_event)
     wanted = repair_candidates(facts)
     inv = facts.inventory
     specs = tuple(
@@ -250,12 +291,13 @@ def plan_repair(
     installs: tuple[tuple[DistName, str], ...] = ()
     replaced: tuple[DistName, ...] = ()
     if specs:
+        on_event(Progress(f"  asking uv what installing {' '.join(specs)} takes"))
         resolution = resolve(str(inv.python or inv.prefix / "bin" / "python"), specs, sources)
         installs, replaced = resolution.installs, resolution.replaced
     request = Request(
         replaced, specs, _options(sources, backend), reinstall=wanted, installs=installs
     )
-    return _plan(facts, request, sources)
+    return _plan(facts, request, sources, on_event)
 
 
 def plan_install(
@@ -275,8 +317,8 @@ def plan_install(
 
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target)
-    plan = _install_plan(facts, request, sources, backend)
+    facts = read_facts(args, target, on_event)
+    plan = _install_plan(facts, request, sources, backend, on_event)
     if plan.verdict == "pass":
         return plan
     alternatives = []
@@ -300,19 +342,26 @@ def plan_install(
     return plan.model_copy(update={"alternatives": alternatives})
 
 
-def _install_plan(facts: Facts, request: InstallArgs, sources: Sources, backend: Backend) -> Plan:
+def _install_plan(
+    facts: Facts,
+    request: InstallArgs,
+    sources: Sources,
+    backend: Backend,
+    on_event: OnEvent = _quiet,
+) -> Plan:
     """Resolve with uv (what it would install and uninstall), stage, plan the after-state."""
     from cudafix.plan.install import resolve
     from cudafix.plan.planner import Request
 
     inv = facts.inventory
     python = inv.python or inv.prefix / "bin" / "python"
+    on_event(Progress(f"  asking uv what installing {' '.join(request.specs)} takes"))
     resolution = resolve(str(python), request.specs, sources)
     options = _options(
         sources, backend, allow_broken_requirements=request.allow_broken_requirements
     )
     planned = Request(resolution.replaced, request.specs, options, installs=resolution.installs)
-    return _plan(facts, planned, sources)
+    return _plan(facts, planned, sources, on_event)
 
 
 def plan_script(
@@ -331,9 +380,9 @@ def plan_script(
     options = script_options(loaded, sources, backend)
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target)
+    facts = read_facts(args, target, on_event)
     sources = replace(options.sources, fetch=sources.fetch)
-    return _plan(facts, script_request(loaded, facts, options), sources)
+    return _plan(facts, script_request(loaded, facts, options), sources, on_event)
 
 
 def plan_saved(
@@ -364,7 +413,9 @@ def plan_saved(
         }
     )
     plan = retarget(plan.model_copy(update={"options": options}), target.prefix, target.python)
-    check(plan, with_hashes(read_facts(args, target), assumed_paths(plan)))
+    facts = with_hashes(read_facts(args, target, on_event), assumed_paths(plan))
+    _check_backend(plan.options.backend, facts)
+    check(plan, facts)
     return plan
 
 
@@ -415,7 +466,7 @@ def run_command(
     target = locate(args.target)
     check_pending(target, mutating=True, on_event=on_event)
     flags = target_flags(args.target, target)
-    facts = read_facts(args, target)
+    facts = read_facts(args, target, on_event)
     known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
 
     def judge() -> list[str]:

@@ -52,6 +52,8 @@ class StagedWheel:
     elf: Mapping[EnvPath, ElfInfo] = field(default_factory=dict)
     """The wheel's shared objects and extensions, read where they landed: the after-state's
     libraries, for simulating an install with the loader."""
+    size: int = 0
+    """Bytes the wheel installs (its RECORD's sizes): what fetching it meant, for progress."""
 
     @property
     def version_pin(self) -> Pin:
@@ -156,6 +158,7 @@ def _read_staged(root: Path, site: EnvPath) -> list[StagedWheel]:
                 requires=meta.requires,
                 top_level=tops,
                 elf=elf,
+                size=sum(e.size or 0 for e in record.entries),
             )
         )
     return out

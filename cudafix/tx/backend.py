@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,22 +61,34 @@ class UvBackend:
         ]
 
 
+def find_pip(python: Path, path: str | None = None) -> list[str] | None:
+    """A pip that can act on ``python``'s environment, or None.
+
+    The target's own; else cudafix's interpreter's pip aimed at it with ``--python`` (pip >=
+    22.3); else a ``pip`` on ``PATH`` aimed the same way. uv-made venvs often have no pip,
+    and neither has cudafix when ``uv tool install`` installed it.
+    """
+    candidates: list[list[str]] = [[str(python), "-m", "pip"]]
+    candidates.append([sys.executable, "-m", "pip", "--python", str(python)])
+    for name in ("pip", "pip3"):
+        found = shutil.which(name, path=path if path is not None else os.environ.get("PATH"))
+        if found:
+            candidates.append([found, "--python", str(python)])
+    for argv in candidates:
+        if run([*argv, "--version"], timeout=60).returncode == 0:
+            return argv
+    return None
+
+
 @dataclass(frozen=True)
 class PipBackend:
-    """pip: the target's own when it has one, else cudafix's pip aimed at it (``--python``).
-
-    uv-made venvs often have no pip; pip >= 22.3 can act on another interpreter's
-    environment, so the backend stays usable there.
-    """
+    """pip, as :func:`find_pip` finds one for the target."""
 
     python: Path
     sources: Sources = Sources()  # noqa: RUF009 - a frozen value
 
-    def _pip(self) -> list[str | Path]:
-        own = run([self.python, "-m", "pip", "--version"], timeout=60)
-        if own.returncode == 0:
-            return [self.python, "-m", "pip"]
-        return [sys.executable, "-m", "pip", "--python", self.python]
+    def _pip(self) -> list[str]:
+        return find_pip(self.python) or [str(self.python), "-m", "pip"]
 
     def uninstall(self, names: Sequence[str]) -> Completed:
         return run([*self._pip(), "uninstall", "-y", *names])
