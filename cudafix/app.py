@@ -11,31 +11,45 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
+from cudafix.env.target import TargetEnv, locate_target
+from cudafix.fetch.resolve import resolve
+from cudafix.fetch.staging import Pin, Staging, stage
+from cudafix.model.doctor import DoctorReport
 from cudafix.model.errors import CudafixError, LockedError, PlanRefused
+from cudafix.model.plan import Alternative, BackendName, Options, Plan
+from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
+from cudafix.model.transaction import (
+    DEFAULT_KEEP,
+    DEFAULT_LOCK_TIMEOUT,
+    GuardedRun,
+    HistoryEntry,
+    OnEvent,
+    RecoveryReport,
+    TransactionDetail,
+    TransactionResult,
+    quiet,
+)
+from cudafix.plan.doctor import diagnose, repair_candidates
+from cudafix.plan.facts import Facts, gather, with_hashes, with_staging
+from cudafix.plan.install import matching_builds
+from cudafix.plan.planner import Request, build_plan, wheels_needed
+from cudafix.plan.preconditions import assumed_paths, check, quick_differences, retarget
+from cudafix.plan.script import load_script, probe_spec, script_options, script_request
+from cudafix.plan.select import select
+from cudafix.tx import history as tx_history
+from cudafix.tx import undo as tx_undo
+from cudafix.tx.apply import run_transaction
+from cudafix.tx.guard import run_guarded
+from cudafix.tx.recovery import lock_is_held, pending_transactions
+from cudafix.tx.recovery import recover as tx_recover
+from cudafix.tx.verify import prediction_mismatches
 
-if TYPE_CHECKING:
-    from cudafix.env.target import TargetEnv
-    from cudafix.model.plan import Options, Plan
-    from cudafix.plan.doctor import DoctorReport
-    from cudafix.plan.facts import Facts
-    from cudafix.plan.planner import Request
-    from cudafix.tx import transaction
-
-Backend = Literal["uv", "pip"]
-"""Which installer applies the plan."""
-
-OnEvent = Callable[[str], None]
-"""Where a flow reports progress and warnings (the CLI sends them to stderr)."""
-
-
-def _quiet(_message: str) -> None:
-    """The default ``on_event``: say nothing."""
+__all__ = ["DEFAULT_KEEP", "DEFAULT_LOCK_TIMEOUT", "BackendName", "OnEvent"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +76,7 @@ class RunArgs:
     probe_code: tuple[str, ...] = ()
     probe_commands: tuple[str, ...] = ()
     probe_timeout: float = 60.0
-    lock_timeout: float = 60.0
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     force: bool = False
     command: tuple[str, ...] = ()
     """The command line, recorded in the journal for ``history``."""
@@ -89,8 +103,6 @@ class InstallArgs:
 
 def locate(target: TargetArgs) -> TargetEnv:
     """The target environment, chosen the way uv chooses it."""
-    from cudafix.env.target import locate_target
-
     return locate_target(target.python, target.venv, os.environ, Path.cwd())
 
 
@@ -102,14 +114,12 @@ def target_flags(args: TargetArgs, target: TargetEnv) -> str:
     return f"--venv {shlex.quote(str(target.prefix))}"
 
 
-def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _quiet) -> None:
+def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = quiet) -> None:
     """An unfinished transaction blocks changes (before any planning) and taints reads."""
-    from cudafix.tx import transaction
-
-    pending = transaction.pending_transactions(target.prefix)
+    pending = pending_transactions(target.prefix)
     if not pending:
         return
-    if transaction.lock_is_held(target.prefix):
+    if lock_is_held(target.prefix):
         on_event(f"another cudafix run is changing {target.prefix}; this one will wait for it")
         return
     what = f"unfinished transaction {pending[0]} in {target.prefix}"
@@ -122,15 +132,22 @@ def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _qui
     on_event(f"warning: {what}; the environment may be half-changed. Run `{recover}`.")
 
 
+def open_target(
+    args: FactArgs, *, mutating: bool, on_event: OnEvent = quiet
+) -> tuple[TargetEnv, Facts]:
+    """Every flow's opening: locate the target, check for unfinished transactions (before
+    any planning), and read its facts once."""
+    target = locate(args.target)
+    check_pending(target, mutating=mutating, on_event=on_event)
+    return target, read_facts(args, target)
+
+
 def read_facts(args: FactArgs, target: TargetEnv) -> Facts:
     """Everything planning and doctor read from the target, gathered once."""
-    from cudafix.plan.facts import gather
-
     return gather(target, dlopen_tables=args.dlopen_tables)
 
 
-def _options(sources: Sources, backend: Backend, **policy: bool) -> Options:
-    from cudafix.model.plan import Options
+def _options(sources: Sources, backend: BackendName, **policy: bool) -> Options:
 
     return Options(
         offline=sources.offline,
@@ -142,41 +159,39 @@ def _options(sources: Sources, backend: Backend, **policy: bool) -> Options:
 
 def _plan(facts: Facts, request: Request, sources: Sources) -> Plan:
     """Every flow's planning: stage the wheels the plan needs, then plan once on the data."""
-    from cudafix.plan.facts import with_staging
-    from cudafix.plan.planner import build_plan, wheels_needed
-
-    staged = with_staging(facts, wheels_needed(facts, request), sources)
+    staged = with_staging(facts, _stage(facts, wheels_needed(facts, request), sources))
     return build_plan(staged, request)
+
+
+def _stage(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Staging:
+    """Fetch ``pins`` into a scratch directory (unless ``sources.fetch`` is off)."""
+    if not sources.fetch:
+        return Staging(fetched=False)
+    inv = facts.inventory
+    python = inv.python or inv.prefix / "bin" / "python"
+    return stage(python, pins, sources, inv.site_packages[0])
 
 
 # -- the flows ------------------------------------------------------------------------------
 
 
-def doctor(args: FactArgs, on_event: OnEvent = _quiet) -> DoctorReport:
+def doctor(args: FactArgs, on_event: OnEvent = quiet) -> DoctorReport:
     """Diagnose the target: what is broken, and the command to run next."""
-    from cudafix.plan.doctor import diagnose
-
-    target = locate(args.target)
-    check_pending(target, mutating=False, on_event=on_event)
-    return diagnose(read_facts(args, target), target_flags(args.target, target))
+    target, facts = open_target(args, mutating=False, on_event=on_event)
+    return diagnose(facts, target_flags(args.target, target))
 
 
 def plan_remove(
     args: FactArgs,
     request: RemoveArgs,
     sources: Sources,
-    backend: Backend,
+    backend: BackendName,
     *,
     mutating: bool,
-    on_event: OnEvent = _quiet,
+    on_event: OnEvent = quiet,
 ) -> Plan:
     """The plan for removing what ``request`` selects (``mutating``: it will be applied)."""
-    from cudafix.plan.planner import Request
-    from cudafix.plan.select import select
-
-    target = locate(args.target)
-    check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target)
+    _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     inventory = facts.inventory
     names = select(inventory.distributions, request.selectors, request.exclude, inventory.unmanaged)
     options = _options(
@@ -192,18 +207,13 @@ def plan_remove(
 def plan_repair(
     args: FactArgs,
     sources: Sources,
-    backend: Backend,
+    backend: BackendName,
     *,
     mutating: bool,
-    on_event: OnEvent = _quiet,
+    on_event: OnEvent = quiet,
 ) -> Plan | None:
     """The plan that reinstalls distributions whose files are missing (None: nothing to do)."""
-    from cudafix.plan.doctor import repair_candidates
-    from cudafix.plan.planner import Request
-
-    target = locate(args.target)
-    check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target)
+    _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     wanted = repair_candidates(facts)
     if not wanted:
         return None
@@ -215,21 +225,15 @@ def plan_install(
     args: FactArgs,
     request: InstallArgs,
     sources: Sources,
-    backend: Backend,
+    backend: BackendName,
     *,
     mutating: bool,
-    on_event: OnEvent = _quiet,
+    on_event: OnEvent = quiet,
 ) -> Plan:
     """The plan for ``uv pip install SPEC...`` simulated on the after-state; when refused,
     with the matching-major installs that pass when planned the same way."""
-    import shlex
 
-    from cudafix.model.plan import Alternative
-    from cudafix.plan.install import matching_builds
-
-    target = locate(args.target)
-    check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target)
+    target, facts = open_target(args, mutating=mutating, on_event=on_event)
     plan = _install_plan(facts, request, sources, backend)
     if plan.verdict == "pass":
         return plan
@@ -256,11 +260,10 @@ def plan_install(
     return plan.model_copy(update={"alternatives": alternatives})
 
 
-def _install_plan(facts: Facts, request: InstallArgs, sources: Sources, backend: Backend) -> Plan:
+def _install_plan(
+    facts: Facts, request: InstallArgs, sources: Sources, backend: BackendName
+) -> Plan:
     """Resolve with uv (what it would install and uninstall), stage, plan the after-state."""
-    from cudafix.plan.install import resolve
-    from cudafix.plan.planner import Request
-
     inv = facts.inventory
     python = inv.python or inv.prefix / "bin" / "python"
     resolution = resolve(str(python), request.specs, sources)
@@ -275,19 +278,15 @@ def plan_script(
     args: FactArgs,
     file: Path,
     sources: Sources,
-    backend: Backend | None,
+    backend: BackendName | None,
     *,
     mutating: bool,
-    on_event: OnEvent = _quiet,
+    on_event: OnEvent = quiet,
 ) -> Plan:
     """A cleanup script (TOML) compiled into one plan; ``backend`` None keeps the script's."""
-    from cudafix.plan.script import load_script, script_options, script_request
-
     loaded = load_script(file)
     options = script_options(loaded, sources, backend)
-    target = locate(args.target)
-    check_pending(target, mutating=mutating, on_event=on_event)
-    facts = read_facts(args, target)
+    _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     sources = Sources(options.offline, tuple(options.find_links), sources.fetch)
     return _plan(facts, script_request(loaded, facts, options), sources)
 
@@ -296,15 +295,12 @@ def plan_saved(
     args: FactArgs,
     plan: Plan,
     sources: Sources,
-    backend: Backend | None,
+    backend: BackendName | None,
     *,
     mutating: bool,
-    on_event: OnEvent = _quiet,
+    on_event: OnEvent = quiet,
 ) -> Plan:
     """A saved plan aimed at the target (else its own prefix), refused when stale (exit 3)."""
-    from cudafix.plan.facts import with_hashes
-    from cudafix.plan.preconditions import assumed_paths, check, retarget
-
     own = args.target.venv is None and args.target.python is None
     target = locate(TargetArgs(plan.target.prefix, None) if own else args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
@@ -321,16 +317,11 @@ def plan_saved(
     return plan
 
 
-def execute(plan: Plan, run: RunArgs, on_event: OnEvent = _quiet) -> transaction.TransactionResult:
+def execute(plan: Plan, run: RunArgs, on_event: OnEvent = quiet) -> TransactionResult:
     """Apply an approved plan as one transaction: commit, or roll back and raise."""
-    from cudafix.plan.preconditions import quick_differences
-    from cudafix.plan.script import probe_spec
-    from cudafix.tx import transaction
-    from cudafix.tx.verify import prediction_mismatches
-
     if plan.verdict == "refused" and not run.force:
         raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
-    return transaction.run_transaction(
+    return run_transaction(
         plan,
         probes=probe_spec(
             plan,
@@ -354,21 +345,15 @@ def run_command(
     run: RunArgs,
     *,
     accept: bool = False,
-    on_event: OnEvent = _quiet,
-) -> transaction.GuardedRun:
+    on_event: OnEvent = quiet,
+) -> GuardedRun:
     """Run any command that changes the environment (``uv pip install -U torch``,
     ``pip install -r req.txt``) as a transaction: the whole site-packages and ``bin/`` are
     snapshotted by hard link, the environment is diagnosed again after, and the run is rolled
     back when it introduced a problem doctor reports (``accept``: commit anyway) or a probe
     fails."""
-    from cudafix.plan.doctor import diagnose
-    from cudafix.tx import transaction
-    from cudafix.tx.probe import ProbeSpec
-
-    target = locate(args.target)
-    check_pending(target, mutating=True, on_event=on_event)
+    target, facts = open_target(args, mutating=True, on_event=on_event)
     flags = target_flags(args.target, target)
-    facts = read_facts(args, target)
     known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
 
     def judge() -> list[str]:
@@ -381,7 +366,7 @@ def run_command(
 
     roots = [*facts.inventory.site_packages, "bin"]
     probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
-    return transaction.run_guarded(
+    return run_guarded(
         target.prefix,
         roots,
         argv,
@@ -398,39 +383,29 @@ def run_command(
 
 
 def recover(
-    target: TargetArgs, *, dry_run: bool, lock_timeout: float, on_event: OnEvent = _quiet
-) -> transaction.RecoveryReport:
+    target: TargetArgs, *, dry_run: bool, lock_timeout: float, on_event: OnEvent = quiet
+) -> RecoveryReport:
     """Roll back every interrupted transaction (``dry_run``: say what would be done)."""
-    from cudafix.tx import transaction
-
     prefix = locate(target).prefix
-    return transaction.recover(
-        prefix, dry_run=dry_run, lock_timeout=lock_timeout, on_event=on_event
-    )
+    return tx_recover(prefix, dry_run=dry_run, lock_timeout=lock_timeout, on_event=on_event)
 
 
-def history(target: TargetArgs) -> tuple[Path, Sequence[transaction.HistoryEntry]]:
+def history(target: TargetArgs) -> tuple[Path, Sequence[HistoryEntry]]:
     """The target's prefix and its transactions, oldest first."""
-    from cudafix.tx import transaction
-
     prefix = locate(target).prefix
-    return prefix, transaction.history(prefix)
+    return prefix, tx_history.history(prefix)
 
 
-def show(target: TargetArgs, txid: str) -> transaction.TransactionDetail:
+def show(target: TargetArgs, txid: str) -> TransactionDetail:
     """One transaction: its journal and the paths it snapshotted."""
-    from cudafix.tx import transaction
-
-    return transaction.show(locate(target).prefix, txid)
+    return tx_history.show(locate(target).prefix, txid)
 
 
 def undo(
-    target: TargetArgs, txid: str, run: RunArgs, on_event: OnEvent = _quiet
-) -> transaction.TransactionResult:
+    target: TargetArgs, txid: str, run: RunArgs, on_event: OnEvent = quiet
+) -> TransactionResult:
     """Restore the state before a committed transaction, as a new transaction."""
-    from cudafix.tx import transaction
-
-    return transaction.undo(
+    return tx_undo.undo(
         locate(target).prefix,
         txid,
         lock_timeout=run.lock_timeout,
@@ -441,6 +416,4 @@ def undo(
 
 def gc(target: TargetArgs, keep: int) -> Sequence[str]:
     """Delete old snapshots, keeping the newest ``keep`` committed ones."""
-    from cudafix.tx import transaction
-
-    return transaction.gc(locate(target).prefix, keep)
+    return tx_history.gc(locate(target).prefix, keep)

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 PLAN_SCHEMA_VERSION = 1
 
 
+BackendName = Literal["uv", "pip"]
+"""Which installer applies a plan (and stages its wheels: always uv)."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -178,7 +182,7 @@ class Options(_Frozen):
     allow_broken_requirements: bool = False
     offline: bool = False
     find_links: list[str] = Field(default_factory=list)
-    backend: Literal["uv", "pip"] = "uv"
+    backend: BackendName = "uv"
 
 
 class Plan(_Frozen):

@@ -1,4 +1,5 @@
-"""The only room that changes an environment: lock, journal, snapshot, backend, probes, verify."""
+"""The only room that changes an environment: lock, journal, snapshot, backend, probes, verify.
 
-DEFAULT_KEEP = 5
-"""Committed snapshots ``gc`` keeps unless told otherwise (cheap to import for ``--help``)."""
+``context`` holds one run (the locks, the journal, snapshot/execute/commit/rollback);
+``apply``, ``guard``, ``recovery`` and ``history`` are the flows built on it.
+"""
