@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from cudafix.model.plan import BackendName
+from cudafix.model.names import BackendName
 from cudafix.process import Completed, run
 
 

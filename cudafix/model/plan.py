@@ -11,11 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cudafix.model.names import BackendName
+
 PLAN_SCHEMA_VERSION = 1
-
-
-BackendName = Literal["uv", "pip"]
-"""Which installer applies a plan (and stages its wheels: always uv)."""
 
 
 class _Frozen(BaseModel):

@@ -61,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
-from cudafix.model.names import DistName, normalize_name
+from cudafix.model.names import BackendName, DistName, normalize_name
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
@@ -91,7 +91,7 @@ class Policy(_Strict):
     keep_shared: bool = False
     offline: bool = False
     find_links: list[str] = Field(default_factory=list)
-    backend: P.BackendName = "uv"
+    backend: BackendName = "uv"
     allow_broken_requirements: bool = False
 
 
@@ -279,7 +279,7 @@ def locate(source: str, loc: Sequence[str | int]) -> int | None:
 def script_options(
     loaded: LoadedScript,
     sources: Sources = Sources(),  # noqa: B008 - a frozen value
-    backend: P.BackendName | None = None,
+    backend: BackendName | None = None,
 ) -> P.Options:
     """The one set of options the whole plan runs with (policy, any step's flags, the CLI):
     the command line's ``sources`` add to the policy's, its ``backend`` replaces it."""

@@ -1,5 +1,7 @@
 """The only room that changes an environment: lock, journal, snapshot, backend, probes, verify.
 
-``context`` holds one run (the locks, the journal, snapshot/execute/commit/rollback);
-``apply``, ``guard``, ``recovery`` and ``history`` are the flows built on it.
+``context`` holds one run (both locks, begin/snapshot/execute/commit; the rollback is
+``recovery``'s); ``apply`` (with ``files``), ``guard`` (``run --``) and ``undo`` are the
+flows built on it; ``history`` reads the log back. ``journal`` is the one codec for
+journal records. No module keeps state between runs.
 """

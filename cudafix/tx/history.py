@@ -7,7 +7,9 @@ entry that says so, so the log can always be listed.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from cudafix.env.statedir import StateDir, TxDir
 from cudafix.model.errors import UsageError
@@ -15,7 +17,10 @@ from cudafix.model.transaction import DEFAULT_KEEP, HistoryEntry, TransactionDet
 from cudafix.tx import journal, snapshot
 from cudafix.tx.journal import Event, Record
 
-_STATES = {Event.COMMIT: "committed", Event.ROLLED_BACK: "rolled-back", Event.ABORTED: "aborted"}
+_STATES: Mapping[Event, str] = MappingProxyType(
+    {Event.COMMIT: "committed", Event.ROLLED_BACK: "rolled-back", Event.ABORTED: "aborted"}
+)
+"""A transaction's state, by the last step of its journal (anything else: pending)."""
 
 
 def _state(records: list[Record]) -> str:
