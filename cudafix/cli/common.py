@@ -36,7 +36,7 @@ from cudafix.model.sources import Sources
 
 if TYPE_CHECKING:
     from cudafix.model.plan import Plan
-    from cudafix.tx.transaction import TransactionResult
+    from cudafix.model.transaction import TransactionResult
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok/healthy, 1 problems found or failed (rolled back), 2 usage or input "
@@ -201,7 +201,7 @@ def lock_timeout_option() -> Callable[[F], F]:
     return click.option(
         "--lock-timeout",
         type=float,
-        default=60.0,
+        default=app.DEFAULT_LOCK_TIMEOUT,
         show_default=True,
         metavar="SECONDS",
         help="How long to wait for another cudafix run on this environment (then exit 4).",
@@ -289,7 +289,7 @@ class PlanFlags:
 
     facts: app.FactArgs
     sources: Sources
-    backend: app.Backend
+    backend: app.BackendName
     backend_given: bool
     """``--backend`` was on the command line (it then overrides a script's or plan's)."""
     dry_run: bool

@@ -37,7 +37,6 @@ from cudafix.cli.common import (
 from cudafix.cli.install import install as install_command
 from cudafix.cli.install import run_command
 from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, UsageError
-from cudafix.tx import DEFAULT_KEEP
 
 
 class _Group(click.Group):
@@ -228,7 +227,7 @@ def undo(txid: str, target: app.TargetArgs, yes: bool, lock_timeout: float) -> N
 @click.option(
     "--keep",
     type=click.IntRange(min=0),
-    default=DEFAULT_KEEP,
+    default=app.DEFAULT_KEEP,
     show_default=True,
     help="How many committed transactions keep their snapshot (for undo).",
 )

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cudafix.model.names import BackendName
 from cudafix.model.sources import Sources
 
 PLAN_SCHEMA_VERSION = 1
@@ -180,7 +181,7 @@ class Options(_Frozen):
     allow_broken_requirements: bool = False
     offline: bool = False
     find_links: list[str] = Field(default_factory=list)
-    backend: Literal["uv", "pip"] = "uv"
+    backend: BackendName = "uv"
     index_url: str | None = None
     """The index in place of PyPI the plan was made with (None: uv's default)."""
     extra_index_urls: list[str] = Field(default_factory=list)

@@ -11,9 +11,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypedDict
-
-from pydantic import BaseModel, ConfigDict
+from typing import TypedDict
 
 from cudafix.env.inventory import Inventory, SharedPath
 from cudafix.linker.elfindex import EnvironmentView
@@ -21,6 +19,7 @@ from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
 from cudafix.linker.loader import LoadTree, Step, expand_entry
 from cudafix.model.commands import TargetFlags, cudafix_argv, shown
+from cudafix.model.doctor import DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers
 from cudafix.plan.requirements import (
@@ -30,67 +29,7 @@ from cudafix.plan.requirements import (
     requirement_closure,
 )
 
-DOCTOR_SCHEMA_VERSION = 1
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
-
-Severity = Literal["error", "warning", "info"]
-
-
-class Finding(BaseModel):
-    """One problem, with where it is and what to do next."""
-
-    model_config = ConfigDict(frozen=True)
-
-    kind: str
-    """``missing-files``, ``clobbered``, ``shared``, ``foreign-bytes``, ``unresolved``,
-    ``mixed-cuda``, ``shadowed``, ``duplicate-soname``, ``requirement``, ``unsafe-record``,
-    ``unmanaged``, ``bad-elf``."""
-    severity: Severity
-    message: str
-    details: list[str] = []
-    """Every detail line (renderers may shorten; JSON has them all)."""
-    hint: str | None = None
-    """The next step as a person reads it: ``reason`` and ``command`` together."""
-    command: list[str] = []
-    """The argv of the command that fixes this (empty: no command does), runnable as is."""
-    reason: str | None = None
-    """Why ``command`` is the fix, or what to do when no command does."""
-    distribution: str | None = None
-    consumer: str | None = None
-    """The object whose need this is about (EnvPath, or absolute outside the venv)."""
-    need: str | None = None
-    """The soname needed."""
-    provider: str | None = None
-    """Where the need resolves (None: nowhere)."""
-    paths: list[str] = []
-    """EnvPaths the finding is about (missing, shared, overwritten or competing copies)."""
-    owners: list[str] = []
-    """Distributions involved (owners of ``paths``, or of the provider)."""
-
-
-class DoctorReport(BaseModel):
-    """Every finding for one environment (``cudafix doctor --json``)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    schema_version: int = DOCTOR_SCHEMA_VERSION
-    prefix: str
-    distributions: int
-    elf_objects: int
-    findings: list[Finding]
-    repair: dict[str, str]
-    """Distributions ``cudafix repair`` would reinstall, with the reason."""
-    install: dict[str, str] = {}
-    """Requirements ``cudafix repair`` would install (``NAME==VERSION`` as required, not
-    installed at all), with who requires them."""
-    target_flags: str = ""
-    """``--venv DIR`` or ``--python PATH``, carried into every command the report prints."""
-    next_command: list[str] = []
-    """The argv to run next (empty when healthy or when no command fixes what is found)."""
-
-    @property
-    def healthy(self) -> bool:
-        return not any(f.severity != "info" for f in self.findings)
 
 
 def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:

@@ -1,4 +1,8 @@
-"""The installers the transaction drives: uv (bundled) and pip, behind one ``Backend`` protocol."""
+"""The installers cudafix drives: uv (bundled) and pip, behind one ``Backend`` protocol.
+
+Builds their command lines (the one place an installer's argv is written); the
+transaction runs them on the environment, staging and resolving on scratch directories.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from cudafix.model.names import BackendName
 from cudafix.model.sources import Sources
 from cudafix.process import Completed, run
 
@@ -99,7 +104,7 @@ class PipBackend:
         return run([*self._pip(), "install", *flags, *index, *pins])
 
 
-def make_backend(kind: str, python: Path, sources: Sources = Sources()) -> Backend:  # noqa: B008
+def make_backend(kind: BackendName, python: Path, sources: Sources = Sources()) -> Backend:  # noqa: B008
     """The backend a plan asks for (``plan.options.backend``), fetching from ``sources``."""
     if kind == "pip":
         return PipBackend(python, sources)
