@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         show,
         target_flags,
         undo,
+        undo_preview,
     )
 
 _FLOWS = frozenset(
@@ -60,6 +61,7 @@ _FLOWS = frozenset(
         "history",
         "show",
         "undo",
+        "undo_preview",
         "gc",
     }
 )
@@ -93,6 +95,7 @@ __all__ = [
     "show",
     "target_flags",
     "undo",
+    "undo_preview",
 ]
 
 

@@ -34,6 +34,7 @@ from cudafix.model.transaction import (
     RecoveryReport,
     TransactionDetail,
     TransactionResult,
+    UndoPreview,
     quiet,
 )
 from cudafix.plan.doctor import diagnose, repair_candidates
@@ -428,23 +429,56 @@ def history(target: TargetArgs) -> tuple[Path, Sequence[HistoryEntry]]:
 
 
 def show(target: TargetArgs, txid: str) -> TransactionDetail:
-    """One transaction: its journal and the paths it snapshotted."""
-    return tx_history.show(locate(target).prefix, txid)
+    """One transaction (a unique id prefix, or ``last``): its journal and snapshot paths."""
+    prefix = locate(target).prefix
+    return tx_history.show(prefix, tx_history.resolve(prefix, txid))
+
+
+def undo_preview(target: TargetArgs, txid: str) -> UndoPreview:
+    """What undoing ``txid`` (a unique id prefix, or ``last``) would do; changes nothing."""
+    prefix = locate(target).prefix
+    return tx_undo.preview(prefix, tx_history.resolve(prefix, txid))
 
 
 def undo(
-    target: TargetArgs, txid: str, run: RunArgs, on_event: OnEvent = quiet
+    args: FactArgs,
+    txid: str,
+    run: RunArgs,
+    *,
+    accept: bool = False,
+    on_event: OnEvent = quiet,
 ) -> TransactionResult:
-    """Restore the state before a committed transaction, as a new transaction."""
+    """Restore the state before a committed transaction, as a new transaction: the imports
+    its plan probed are probed again, and doctor's findings after are compared with before
+    (an undo that puts back a broken state is rolled back and says so, unless ``accept``)."""
+    target, facts = open_target(args, mutating=True, on_event=on_event)
+    flags = target_flags(args.target, target)
+    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
+
+    def judge() -> list[str]:
+        after = diagnose(read_facts(args, target), flags)
+        return [
+            f"[{f.kind}] {f.message}"
+            for f in after.findings
+            if f.severity != "info" and (f.kind, f.message) not in known
+        ]
+
+    probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
     return tx_undo.undo(
-        locate(target).prefix,
-        txid,
+        target.prefix,
+        tx_history.resolve(target.prefix, txid),
+        probes=probes if run.auto_probes else ProbeSpec(timeout=run.probe_timeout),
+        judge=judge,
+        accept=accept,
         lock_timeout=run.lock_timeout,
         command=run.command,
         on_event=on_event,
     )
 
 
-def gc(target: TargetArgs, keep: int) -> Sequence[str]:
-    """Delete old snapshots, keeping the newest ``keep`` committed ones."""
-    return tx_history.gc(locate(target).prefix, keep)
+def gc(target: TargetArgs, keep: int) -> tuple[Sequence[str], int]:
+    """Delete old snapshots, keeping the newest ``keep`` committed ones; with the bytes
+    that freed (snapshot files no longer linked from the environment)."""
+    prefix = locate(target).prefix
+    freed = tx_history.freeable(prefix, tx_history.collectable(prefix, keep))
+    return tx_history.gc(prefix, keep), freed

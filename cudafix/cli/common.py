@@ -36,7 +36,7 @@ from cudafix.model.sources import Sources
 
 if TYPE_CHECKING:
     from cudafix.model.plan import Plan
-    from cudafix.model.transaction import TransactionResult
+    from cudafix.model.transaction import TransactionResult, UndoPreview
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok/healthy, 1 problems found or failed (rolled back), 2 usage or input "
@@ -476,13 +476,33 @@ def result_json(plan: Plan, result: TransactionResult) -> dict[str, Any]:
     return {
         "state": "committed",
         "exit_code": int(ExitCode.OK),
+        **result_fields(result),
+        "plan": plan.model_dump(mode="json"),
+    }
+
+
+def result_fields(result: TransactionResult) -> dict[str, Any]:
+    """A committed transaction's outcome, as JSON fields."""
+    return {
         "target": str(result.prefix),
         "transaction": result.txid,
         "removed": list(result.removed),
         "reinstalled": list(result.reinstalled),
         "installed": list(result.installed),
         "probes": list(result.probes),
-        "plan": plan.model_dump(mode="json"),
+    }
+
+
+def undo_json(preview: UndoPreview) -> dict[str, Any]:
+    """``undo --dry-run --json``: what would be undone, and whether it can be."""
+    refused = bool(preview.conflicts)
+    return {
+        "state": "refused" if refused else "pass",
+        "exit_code": int(ExitCode.REFUSED if refused else ExitCode.OK),
+        "transaction": preview.entry.txid,
+        "entry": preview.entry.__dict__,
+        "paths": preview.paths,
+        "conflicts": list(preview.conflicts),
     }
 
 

@@ -30,13 +30,17 @@ from cudafix.cli.common import (
     output_options,
     plan_options,
     present_and_apply,
+    probe_timeout_option,
+    result_fields,
     stdout_style,
     style_for,
     target_options,
+    undo_json,
+    undo_line,
 )
 from cudafix.cli.install import install as install_command
 from cudafix.cli.install import run_command
-from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, UsageError
+from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, StalePlan, UsageError
 
 
 class _Group(click.Group):
@@ -178,28 +182,30 @@ def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @target_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Every transaction, every field.")
 def history(target: app.TargetArgs, as_json: bool) -> None:
-    """List transactions: id, time, command, outcome, what changed."""
+    """List transactions: id, time, kind, outcome, what changed, command."""
+    from cudafix.cli.render import render_history
+
     prefix, entries = app.history(target)
     if as_json:
         click.echo(json.dumps([e.__dict__ for e in entries], indent=2, default=list))
         return
-    if not entries:
-        click.echo(f"No transactions in {prefix}.")
-    for e in entries:
-        changed = ", ".join([*(f"-{n}" for n in e.removed), *(f"+{n}" for n in e.reinstalled)])
-        click.echo(f"{e.txid}  {e.state:<11}  {changed or '-'}  {' '.join(e.command[1:])}")
-        if e.error:
-            click.echo(f"    {e.error}")
+    echo_out(render_history(prefix, entries, stdout_style()))
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("txid")
 @target_options
-def show(txid: str, target: app.TargetArgs) -> None:
-    """Show one transaction: its journal and the paths it snapshotted."""
+@click.option("--json", "as_json", is_flag=True, help="Everything: its journal, every path.")
+def show(txid: str, target: app.TargetArgs, as_json: bool) -> None:
+    """Show one transaction (TXID: its id, a unique start of it, or `last`)."""
+    from cudafix.cli.render import render_detail
+
     detail = app.show(target, txid)
+    if not as_json:
+        echo_out(render_detail(detail, stdout_style()))
+        return
     click.echo(
         json.dumps(
             {"entry": detail.entry.__dict__, "journal": detail.journal, "paths": detail.paths},
@@ -211,15 +217,61 @@ def show(txid: str, target: app.TargetArgs) -> None:
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("txid")
-@target_options
-@click.option("--yes", "-y", is_flag=True)
+@facts_options
+@click.option("--dry-run", is_flag=True, help="Show what would be undone; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="The preview, or the result, as JSON.")
+@click.option("--yes", "-y", is_flag=True, help="Undo without asking.")
+@click.option(
+    "--accept", is_flag=True, help="Commit even if the undo brings back problems (printed)."
+)
+@click.option("--no-probe", is_flag=True, help="Skip the import probes.")
+@probe_timeout_option()
 @lock_timeout_option()
-def undo(txid: str, target: app.TargetArgs, yes: bool, lock_timeout: float) -> None:
-    """Restore the state before a committed transaction, as a new transaction."""
+def undo(
+    txid: str,
+    facts: app.FactArgs,
+    dry_run: bool,
+    as_json: bool,
+    yes: bool,
+    accept: bool,
+    no_probe: bool,
+    probe_timeout: float,
+    lock_timeout: float,
+) -> None:
+    """Restore the state before a committed transaction, as a new transaction.
+
+    TXID is its id, a unique start of it, or `last`. The undo is shown first; it is probed
+    and compared with doctor's findings before like any other transaction.
+    """
+    from cudafix.cli.render import render_undo_preview
+
+    preview = app.undo_preview(facts.target, txid)
+    if as_json and dry_run:
+        click.echo(json.dumps(undo_json(preview), indent=2, default=list))
+    elif not as_json:
+        echo_out(render_undo_preview(preview, stdout_style()))
+    if preview.conflicts and not dry_run:
+        raise StalePlan(
+            f"cannot undo {preview.entry.txid}: the environment changed since",
+            context=list(preview.conflicts),
+        )
+    if dry_run:
+        raise click.exceptions.Exit(ExitCode.REFUSED if preview.conflicts else ExitCode.OK)
     confirm(yes)
-    run = app.RunArgs(lock_timeout=lock_timeout, command=tuple(sys.argv))
-    result = app.undo(target, txid, run, on_event=echo_err)
-    click.echo(f"Undid {txid} as transaction {result.txid}.")
+    run = app.RunArgs(
+        auto_probes=not no_probe,
+        probe_timeout=probe_timeout,
+        lock_timeout=lock_timeout,
+        command=tuple(sys.argv),
+    )
+    result = app.undo(facts, preview.entry.txid, run, accept=accept, on_event=echo_err)
+    if as_json:
+        click.echo(json.dumps({"state": "committed", "exit_code": 0, **result_fields(result)}))
+        return
+    click.echo(
+        f"Undid {preview.entry.txid} as transaction {result.txid}; probes passed: "
+        f"{len(result.probes)}.\n{undo_line(result.txid, result.prefix)}"
+    )
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -233,8 +285,10 @@ def undo(txid: str, target: app.TargetArgs, yes: bool, lock_timeout: float) -> N
 )
 def gc(target: app.TargetArgs, keep: int) -> None:
     """Delete old snapshots, keeping the newest KEEP committed ones."""
-    gone = app.gc(target, keep)
-    click.echo(f"Deleted {len(gone)} snapshot(s).")
+    from cudafix.cli.render import size_text
+
+    gone, freed = app.gc(target, keep)
+    click.echo(f"Deleted {len(gone)} snapshot(s), freeing {size_text(freed)}.")
 
 
 def _wants_json(args: Sequence[str]) -> bool:

@@ -14,14 +14,22 @@ from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
 
 if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pydantic
+    from pathlib import Path
+
     from cudafix.model.doctor import DoctorReport, Finding
     from cudafix.model.plan import Plan
+    from cudafix.model.transaction import HistoryEntry, TransactionDetail, UndoPreview
 
 Style = Callable[..., str]
 
 
 def plain(text: str, **_kw: object) -> str:
     return text
+
+
+def size_text(n: int) -> str:
+    """Bytes as a person reads them."""
+    return _size(n)
 
 
 def _size(n: int) -> str:
@@ -279,3 +287,79 @@ def render_error(err: CudafixError, style: Style = plain) -> str:
     if err.hint:
         lines.append(f"hint: {err.hint}")
     return "\n".join(lines)
+
+
+# -- the transaction log ------------------------------------------------------------------
+
+
+def _when(t: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def _command_line(command: Sequence[str]) -> str:
+    """The recorded command as it was typed: ``cudafix`` and its arguments, quoted."""
+    return shown(["cudafix", *command[1:]]) if command else "-"
+
+
+def _changed(e: HistoryEntry) -> str:
+    said = ", ".join(e.changed)
+    if e.undoes:
+        said = f"undid {e.undoes}" + (f": {said}" if said else "")
+    return said or "nothing"
+
+
+_STATE_COLOUR = {"committed": "green", "rolled-back": "yellow", "pending": "red"}
+
+
+def render_history(prefix: Path, entries: Sequence[HistoryEntry], style: Style = plain) -> str:
+    """One transaction a line: id, time, kind, outcome, what changed; then its command."""
+    if not entries:
+        return f"No transactions in {prefix}."
+    out = []
+    for e in entries:
+        state = style(f"{e.state:<11}", fg=_STATE_COLOUR.get(e.state, "red"))
+        out.append(f"{e.txid}  {_when(e.time)}  {e.kind:<5}  {state}  {_changed(e)}")
+        out.append(f"    {_command_line(e.command)}")
+        if e.error:
+            out.append(f"    {e.error}")
+    return "\n".join(out)
+
+
+def _entry_lines(e: HistoryEntry) -> list[str]:
+    return [
+        f"Transaction {e.txid} ({e.kind}), {_when(e.time)}: {e.state}",
+        f"  command:  {_command_line(e.command)}",
+        f"  changed:  {_changed(e)}",
+        *([f"  kept:     {len(e.kept)} shared path(s)"] if e.kept else []),
+        *([f"  error:    {e.error}"] if e.error else []),
+        "  snapshot: " + ("kept (it can be undone)" if e.snapshot else "deleted"),
+    ]
+
+
+def render_detail(detail: TransactionDetail, style: Style = plain) -> str:
+    """``cudafix show``: the summary; ``--json`` has the journal and every path."""
+    steps = [str(r.get("event", "?")) for r in detail.journal]
+    shown_steps = " -> ".join(steps[:12]) + (" -> ..." if len(steps) > 12 else "")
+    return "\n".join(
+        [
+            *_entry_lines(detail.entry),
+            f"  journal:  {len(steps)} step(s): {shown_steps}",
+            f"  paths:    {len(detail.paths)} snapshotted (`--json` lists them)",
+        ]
+    )
+
+
+def render_undo_preview(preview: UndoPreview, style: Style = plain) -> str:
+    """What an undo restores, shown before it asks (and by ``undo --dry-run``)."""
+    e = preview.entry
+    out = ["Undo:", *_entry_lines(e)]
+    out.append(f"  restores the {preview.paths} path(s) it touched to their state before it")
+    if preview.conflicts:
+        out.append(style("Verdict: REFUSED", fg="red", bold=True) + "  (changed since the commit)")
+        out += [f"  - {c}" for c in preview.conflicts[:10]]
+        out += _more(len(preview.conflicts), 10, "")
+    else:
+        out.append(style("Verdict: PASS", fg="green", bold=True))
+    return "\n".join(out)

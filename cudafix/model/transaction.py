@@ -65,6 +65,24 @@ class HistoryEntry:
     error: str | None
     snapshot: bool
     """Its snapshot is still there (so it can be undone)."""
+    installed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    """What it changed: ``-name version`` taken out, ``+name version`` put in, ``name old ->
+    new``, ``~name`` reinstalled at the same version; for one not committed, what it planned."""
+    undoes: str | None = None
+    """For an ``undo``: the transaction whose state before it restored."""
+
+
+@dataclass(frozen=True)
+class UndoPreview:
+    """What ``cudafix undo`` would do, shown before it asks (and by ``undo --dry-run``)."""
+
+    entry: HistoryEntry
+    """The transaction to undo."""
+    paths: int
+    """Paths it restores (what that transaction touched)."""
+    conflicts: tuple[str, ...]
+    """Paths changed since its commit: the undo is refused while there are any."""
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from cudafix.env.statedir import StateDir, TxDir, ensure_dir, new_txid
 from cudafix.model.errors import CudafixError, LockedError, RollbackIncomplete, TransactionFailed
+from cudafix.model.names import normalize_name, split_dist_info_name
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_KEEP, OnEvent
 from cudafix.process import Completed
@@ -161,7 +162,7 @@ class RunContext:
         journal.fail_point("commit")
         after = snapshot.lstat_state(self.prefix, _after_paths(self.prefix, manifest))
         snapshot.write_json(tx.post, after)
-        journal.append(tx.journal, Event.COMMIT)
+        journal.append(tx.journal, Event.COMMIT, {"changed": distribution_changes(manifest, after)})
 
     def _fail(self, tx: TxDir, reason: str, exc: BaseException, manifest: Manifest) -> NoReturn:
         outcome = rollback(self.prefix, tx, reason, manifest)
@@ -185,6 +186,35 @@ def _reason(exc: BaseException) -> str:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def distribution_changes(manifest: Manifest, after: Mapping[str, Sequence[Any]]) -> list[str]:
+    """Distributions a transaction took out (``-name version``), put in (``+name version``)
+    or changed the version of, read from the dist-info directories before and after: what
+    ``history`` shows for any transaction, a plan's or a command's."""
+    before = _dist_infos(e.path for e in manifest.entries if e.kind != "absent")
+    now = _dist_infos(p for p, state in after.items() if state[:1] != ["absent"])
+    out = []
+    for name in sorted(set(before) | set(now)):
+        old, new = before.get(name), now.get(name)
+        if old == new:
+            continue
+        if old is None or new is None:
+            out.append(f"+{name} {new}" if old is None else f"-{name} {old}")
+        else:
+            out.append(f"{name} {old} -> {new}")
+    return out
+
+
+def _dist_infos(paths: Iterable[str]) -> dict[str, str]:
+    """name -> version for every ``name-version.dist-info`` a path is in or is."""
+    out: dict[str, str] = {}
+    for path in paths:
+        for part in path.split("/"):
+            split = split_dist_info_name(part)
+            if split is not None:
+                out[normalize_name(split[0])] = split[1]
+    return out
 
 
 def _after_paths(prefix: Path, manifest: Manifest) -> list[str]:

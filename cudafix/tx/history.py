@@ -6,12 +6,15 @@ entry that says so, so the log can always be listed.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 from cudafix.env.statedir import StateDir, TxDir
+from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import UsageError
 from cudafix.model.transaction import DEFAULT_KEEP, HistoryEntry, TransactionDetail
 from cudafix.tx import journal, snapshot
@@ -36,7 +39,18 @@ def entry(tx: TxDir) -> HistoryEntry:
     if log.damaged:
         lines = ", ".join(map(str, log.damaged[:5]))
         error = f"journal {tx.journal} is damaged (line {lines})" + (f"; {error}" if error else "")
+    changed = journal.changes(records)
+    planned = (
+        *(f"-{n}" for n in head.removed),
+        *(f"+{n}" for n in head.installed),
+    )
     return HistoryEntry(
+        installed=head.installed,
+        changed=(
+            *(planned if changed is None else changed),
+            *(f"~{n}" for n in head.reinstalled),
+        ),
+        undoes=head.undoes,
         txid=tx.txid,
         time=head.time,
         kind=head.kind,
@@ -78,20 +92,65 @@ def existing(prefix: Path, txid: str) -> TxDir:
     """The transaction ``txid`` of ``prefix``; :class:`UsageError` when there is none."""
     state = StateDir(prefix)
     if txid not in state.transaction_ids():
-        raise UsageError(
-            f"no transaction {txid!r} in {prefix}", hint=f"cudafix history --venv {prefix}"
-        )
+        raise UsageError(f"no transaction {txid!r} in {prefix}", hint=_history_hint(prefix))
     return state.tx(txid)
+
+
+def resolve(prefix: Path, given: str) -> str:
+    """The full id ``given`` names: itself, a unique prefix of one (``20261203T1824``), or
+    ``last``, the newest committed transaction whose snapshot is kept (what undo can undo)."""
+    ids = StateDir(Path(prefix)).transaction_ids()
+    if given == "last":
+        undoable = [e.txid for e in history(Path(prefix)) if e.state == "committed" and e.snapshot]
+        if not undoable:
+            raise UsageError(
+                f"no committed transaction with a snapshot in {prefix}", hint=_history_hint(prefix)
+            )
+        return undoable[-1]
+    if given in ids:
+        return given
+    hits = [t for t in ids if t.startswith(given)] if given else []
+    if len(hits) == 1:
+        return hits[0]
+    said = "is the start of" if hits else "names"
+    raise UsageError(
+        f"{given!r} {said} {len(hits) or 'no'} transaction(s) in {prefix}",
+        context=hits[:10],
+        hint=_history_hint(prefix) + ("  (give more of the id)" if hits else ""),
+    )
+
+
+def _history_hint(prefix: Path) -> str:
+    return cudafix_line("history", target=venv_flags(prefix))
 
 
 def gc(prefix: Path, keep: int = DEFAULT_KEEP) -> list[str]:
     """Delete snapshots of all but the newest ``keep`` committed transactions (journals stay)."""
+    doomed = collectable(prefix, keep)
+    state = StateDir(Path(prefix))
+    for txid in doomed:
+        shutil.rmtree(state.tx(txid).snapshot, ignore_errors=True)
+    return doomed
+
+
+def freeable(prefix: Path, txids: Iterable[str]) -> int:
+    """Bytes deleting these snapshots frees: files whose only link is the snapshot's (a
+    hard link to a file the environment still holds frees nothing)."""
+    state = StateDir(Path(prefix))
+    total = 0
+    for txid in txids:
+        for root, _dirs, files in os.walk(state.tx(txid).snapshot):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    st = (Path(root) / name).lstat()
+                    total += st.st_size if st.st_nlink == 1 else 0
+    return total
+
+
+def collectable(prefix: Path, keep: int = DEFAULT_KEEP) -> list[str]:
+    """What :func:`gc` would delete, without deleting it."""
     entries = [e for e in history(Path(prefix)) if e.snapshot and e.state != "pending"]
     committed = [e for e in entries if e.state == "committed"]
-    doomed = [e for e in entries if e.state != "committed"] + committed[
-        : max(0, len(committed) - keep)
+    return [e.txid for e in entries if e.state != "committed"] + [
+        e.txid for e in committed[: max(0, len(committed) - keep)]
     ]
-    state = StateDir(Path(prefix))
-    for e in doomed:
-        shutil.rmtree(state.tx(e.txid).snapshot, ignore_errors=True)
-    return [e.txid for e in doomed]

@@ -144,6 +144,11 @@ class Head:
     removed: tuple[str, ...] = ()
     reinstalled: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
+    installed: tuple[str, ...] = ()
+    undoes: str | None = None
+    """The transaction an ``undo`` restores the state before."""
+    probe_modules: tuple[str, ...] = ()
+    """What the plan imported after applying (an undo imports them again)."""
 
 
 def opening(kind: str, command: Sequence[str], **payload: Any) -> dict[str, Any]:
@@ -166,7 +171,19 @@ def head(records: Sequence[Record]) -> Head:
         removed=_strings(plan.get("remove"), "name"),
         reinstalled=_strings(plan.get("reinstall"), "name"),
         kept=_strings(plan.get("kept_paths")),
+        installed=_strings(plan.get("install"), "name"),
+        undoes=str(data["undo"]) if isinstance(data.get("undo"), str) else None,
+        probe_modules=_strings(plan.get("probe_modules")),
     )
+
+
+def changes(records: Sequence[Record]) -> tuple[str, ...] | None:
+    """What a committed transaction changed, as its ``commit`` record says (None: a journal
+    written before commits recorded it)."""
+    done = next((r for r in reversed(records) if r.event is Event.COMMIT), None)
+    if done is None or "changed" not in done.data:
+        return None
+    return _strings(done.data.get("changed"))
 
 
 def _strings(value: Any, key: str | None = None) -> tuple[str, ...]:

@@ -6,18 +6,47 @@ post-state) or its snapshot was modified: undo restores bytes, it never merges.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cudafix.env.statedir import TxDir
 from cudafix.model.errors import DamagedState, StalePlan, UsageError
 from cudafix.model.probe import ProbeSpec
-from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, TransactionResult, quiet
+from cudafix.model.transaction import (
+    DEFAULT_LOCK_TIMEOUT,
+    OnEvent,
+    TransactionResult,
+    UndoPreview,
+    quiet,
+)
 from cudafix.tx import journal, snapshot
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.history import entry, existing
 from cudafix.tx.journal import Event
+
+Judge = Callable[[], list[str]]
+"""What the environment looks like after the restore: problems doctor did not find before."""
+
+
+def _nothing_new() -> list[str]:
+    return []
+
+
+def preview(prefix: Path, txid: str) -> UndoPreview:
+    """What undoing ``txid`` would do, read without the lock (``undo --dry-run`` and the
+    plan shown before asking); :class:`UsageError` when it cannot be undone at all."""
+    old = existing(Path(prefix), txid)
+    done = entry(old)
+    if done.state != "committed" or not done.snapshot or not old.post.is_file():
+        raise UsageError(f"transaction {txid} is {done.state} and has no snapshot to undo")
+    post = _post_state(old)
+    return UndoPreview(
+        entry=done,
+        paths=len(post),
+        conflicts=tuple(_undo_conflicts(Path(prefix), old, post)),
+    )
 
 
 def undo(
@@ -25,11 +54,15 @@ def undo(
     txid: str,
     *,
     probes: ProbeSpec = ProbeSpec(),  # noqa: B008 - frozen value
+    judge: Judge = _nothing_new,
+    accept: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     command: Sequence[str] = (),
     on_event: OnEvent = quiet,
 ) -> TransactionResult:
-    """Restore a committed transaction's snapshot, itself as a new transaction."""
+    """Restore a committed transaction's snapshot, itself as a new transaction: probed and
+    judged like any other, so an undo that breaks an import (it put back a broken state) is
+    rolled back and says why, unless ``accept``."""
     prefix = Path(prefix)
     with RunContext.open(prefix, lock_timeout, on_event) as ctx:
         ctx.require_no_pending()
@@ -42,6 +75,8 @@ def undo(
         conflicts = _undo_conflicts(prefix, old, post)
         if conflicts:
             raise StalePlan(f"cannot undo {txid}: the environment changed since", context=conflicts)
+        again = journal.head(journal.read(old.journal)).probe_modules
+        probes = replace(probes, modules=tuple(dict.fromkeys((*probes.modules, *again))))
         tx = ctx.begin(journal.opening("undo", command, undo=txid))
         manifest = ctx.snapshot(tx, sorted(post), [])
 
@@ -50,6 +85,12 @@ def undo(
             problems = snapshot.restore(prefix, old, old_manifest)
             if problems:
                 raise StepFailed("undo did not restore: " + "; ".join(problems))
+            found = judge()
+            if found and not accept:
+                raise StepFailed(
+                    f"undoing {txid} would leave problems that were not there before "
+                    "(`--accept` undoes it anyway): " + "; ".join(found)
+                )
             return ctx.probe(tx, prefix / "bin" / "python", probes)
 
         passed = ctx.execute(tx, manifest, restore)

@@ -1,0 +1,96 @@
+"""undo, history and show as a user runs them after a repair and after a ``run``.
+
+``requires`` with its cuDNN uninstalled by plain uv, then ``cudafix repair``: undoing that
+repair would break ``import torch`` again, so the undo is a transaction like any other (it
+is rolled back and says so, unless ``--accept``). ``clean`` for ``run``'s history.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from clihelp import as_json, assert_one_line_error, cudafix, uv_uninstall
+from conftest import ScenarioFactory
+from ptyhelp import cudafix_tty
+
+from scenarios import BuiltScenario
+from scenarios.build import uv_binary
+
+TIME = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b")
+
+
+def _repaired(scenario: ScenarioFactory) -> tuple[BuiltScenario, str]:
+    built = scenario("requires")
+    uv_uninstall(built.python, "nvidia-cudnn-cu12")
+    done = cudafix(
+        "repair", "--venv", built.venv, "-f", built.wheelhouse, "--offline", "--yes", "--json"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return built, str(as_json(done)["transaction"])
+
+
+def _imports(built: BuiltScenario) -> bool:
+    import subprocess
+
+    return subprocess.run([built.python, "-c", "import torch"], capture_output=True).returncode == 0
+
+
+def test_history_has_time_and_what_changed_and_show_summarises(scenario: ScenarioFactory) -> None:
+    built, txid = _repaired(scenario)
+    lines = cudafix("history", "--venv", built.venv).stdout.splitlines()
+    [line] = [ln for ln in lines if ln.startswith(txid)]
+    assert TIME.search(line), line
+    assert "+nvidia-cudnn-cu12 9.10.2.21" in line and "committed" in line
+    summary = cudafix("show", txid[:15], "--venv", built.venv)
+    assert summary.returncode == 0, summary.stderr
+    assert len(summary.stdout.splitlines()) < 20
+    assert f"Transaction {txid}" in summary.stdout and "+nvidia-cudnn-cu12" in summary.stdout
+    full = as_json(cudafix("show", "last", "--venv", built.venv, "--json"))
+    assert full["entry"]["txid"] == txid and full["journal"] and full["paths"]
+
+
+def test_undo_by_prefix_or_last_previews_and_is_judged_like_any_transaction(
+    scenario: ScenarioFactory,
+) -> None:
+    built, txid = _repaired(scenario)
+    preview = as_json(cudafix("undo", "last", "--venv", built.venv, "--dry-run", "--json"))
+    assert preview["transaction"] == txid and preview["state"] == "pass"
+    assert_one_line_error(cudafix("undo", "nope", "--venv", built.venv, "--yes"), 2, "nope")
+
+    declined = cudafix_tty("undo", txid[:12], "--venv", built.venv, answer="n")
+    assert declined.returncode == 1, declined.output
+    undo_at = declined.output.index("Undo:")
+    assert "+nvidia-cudnn-cu12 9.10.2.21" in declined.output[undo_at:]
+    assert undo_at < declined.output.index("[y/N]") and "Nothing changed." in declined.output
+
+    broke = cudafix("undo", txid[:12], "--venv", built.venv, "--yes")
+    assert broke.returncode == 1, broke.stdout + broke.stderr
+    assert "libcudnn.so.9" in broke.stderr and "--accept" in broke.stderr
+    assert _imports(built)
+    ambiguous = cudafix("undo", txid[:8], "--venv", built.venv, "--dry-run")
+    assert_one_line_error(ambiguous, 2, "is the start of 2 transaction(s)")
+
+    accepted = cudafix("undo", "last", "--venv", built.venv, "--yes", "--accept", "--json")
+    assert as_json(accepted)["state"] == "committed", accepted.stderr
+    assert not _imports(built)
+    history = cudafix("history", "--venv", built.venv, "--json")
+    last = json.loads(history.stdout)[-1]
+    assert last["undoes"] == txid and "-nvidia-cudnn-cu12 9.10.2.21" in last["changed"]
+
+
+def test_run_history_says_what_the_command_changed_and_gc_says_what_it_freed(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    built = scenario("clean")
+    argv = [uv_binary(), "pip", "uninstall", "--python", str(built.python), "nvidia-nvtx-cu12"]
+    done = cudafix("run", "--venv", built.venv, "--", *argv)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [entry] = json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)
+    assert entry["kind"] == "run" and entry["changed"] == ["-nvidia-nvtx-cu12 12.8.90"]
+    text = cudafix("history", "--venv", built.venv).stdout
+    assert "-nvidia-nvtx-cu12 12.8.90" in text and TIME.search(text)
+    collected = cudafix("gc", "--venv", built.venv, "--keep", "0")
+    assert collected.returncode == 0
+    assert re.search(r"Deleted 1 snapshot\(s\), freeing \d+(\.\d)? (B|KiB|MiB)\.", collected.stdout)
