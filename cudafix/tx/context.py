@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from cudafix.env.statedir import StateDir, TxDir, ensure_dir, new_txid
+from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import CudafixError, LockedError, RollbackIncomplete, TransactionFailed
 from cudafix.model.names import normalize_name, split_dist_info_name
 from cudafix.model.probe import ProbeSpec
@@ -73,7 +74,7 @@ class RunContext:
             raise LockedError(
                 f"an unfinished cudafix transaction holds {self.prefix}",
                 context=[f"transaction {t}" for t in pending],
-                hint=f"cudafix recover --venv {self.prefix}",
+                hint=cudafix_line("recover", target=venv_flags(self.prefix)),
             )
 
     def begin(self, opening: dict[str, Any]) -> TxDir:
@@ -170,12 +171,15 @@ class RunContext:
             raise RollbackIncomplete(
                 f"{reason}; the rollback did not finish: {len(outcome.left)} path(s) differ",
                 context=[*outcome.left, *outcome.journal],
-                hint=f"cudafix recover --venv {self.prefix}",
+                hint=cudafix_line("recover", target=venv_flags(self.prefix)),
             ) from exc
         self.on_event(f"rolled back transaction {tx.txid}")
         said = [f"restored {outcome.entries} snapshotted paths and verified them"]
         if outcome.journal:
-            said += [*outcome.journal, f"once there is space: cudafix recover --venv {self.prefix}"]
+            said += [
+                *outcome.journal,
+                "once there is space: " + cudafix_line("recover", target=venv_flags(self.prefix)),
+            ]
         raise TransactionFailed(f"{reason}; rolled back", context=said) from exc
 
 

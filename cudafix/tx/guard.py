@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import TxDir
+from cudafix.model.commands import cudafix_line, shown, venv_flags
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, quiet
 from cudafix.process import activated, run
@@ -70,7 +71,7 @@ class _Guarded:
     def step(self) -> GuardedRun:
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
         journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(args.argv)})
-        ctx.on_event(f"running {' '.join(args.argv)}")
+        ctx.on_event(f"running {shown(args.argv)}")
         with ctx.backend_runs():  # the command may be uv: hand it uv's lock
             done = run(args.argv, env=activated(prefix), timeout=args.timeout)
         in_place = snapshot.written_in_place(prefix, self.manifest)
@@ -88,8 +89,9 @@ class _Guarded:
             raise StepFailed(
                 f"{failed}; {len(in_place)} file(s) were rewritten in place, so their "
                 f"snapshot (a hard link) changed too and they stay as the command left "
-                f"them: {', '.join(in_place[:5])}; after the rollback, `cudafix doctor "
-                f"--venv {prefix}` names their distributions to repair",
+                f"them: {', '.join(in_place[:5])}; after the rollback, "
+                f"`{cudafix_line('doctor', target=venv_flags(prefix))}` names their "
+                "distributions to repair",
                 restore=_forget(tx, self.manifest, in_place),
             ) from failed
         return GuardedRun(

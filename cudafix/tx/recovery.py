@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import StateDir, TxDir, ensure_dir
+from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import DamagedState, RollbackIncomplete
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, RecoveryReport, quiet
 from cudafix.tx import journal, snapshot
@@ -144,5 +145,6 @@ def _finish(prefix: Path, tx: TxDir) -> None:
             f"could not finish transaction {tx.txid}: "
             + (f"{len(outcome.left)} path(s) differ" if outcome.left else "journal full"),
             context=[*outcome.left, *outcome.journal],
-            hint=f"fix the cause (space, permissions), then run cudafix recover --venv {prefix}",
+            hint="fix the cause (space, permissions), then run "
+            + cudafix_line("recover", target=venv_flags(prefix)),
         )
