@@ -153,3 +153,18 @@ def test_every_option_says_what_it_does() -> None:
             for block in blocks:
                 if block.lstrip("-").startswith(option.lstrip("-") + " "):
                     assert words in " ".join(block.split()), (command, block)
+
+
+def test_a_refusal_for_a_broken_requirement_names_the_flag_that_allows_it(
+    scenario: ScenarioFactory,
+) -> None:
+    built = scenario("requires")
+    refused = cudafix("remove", "nvidia-cuda-nvrtc-cu12", "--venv", built.venv, "--dry-run")
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert "torch requires nvidia-cuda-nvrtc-cu12" in refused.stdout
+    assert "add --allow-broken-requirements" in refused.stdout
+    allowed = cudafix(
+        "remove", "nvidia-cuda-nvrtc-cu12", "--venv", built.venv, "--dry-run",
+        "--allow-broken-requirements",
+    )  # fmt: skip
+    assert allowed.returncode == 0, allowed.stdout
