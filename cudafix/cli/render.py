@@ -257,7 +257,8 @@ def _verdict(report: DoctorReport, style: Style) -> list[str]:
         return [style("Healthy: no problems found.", fg="green", bold=True)]
     out = [style(f"{len(problems)} problem(s) found.", fg="red", bold=True)]
     if report.next_command:
-        out.append(f"Next: {shown(report.next_command)}   # {_next_why(report)}")
+        why = _next_why(report) if report.next_command[1:2] in (["repair"], ["install"]) else ""
+        out.append(f"Next: {shown(report.next_command)}" + (f"   # {why}" if why else ""))
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -62,7 +62,6 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     ]
     repair = repair_candidates(facts, foreign)
     install = {m.spec: f"required by {m.distribution}" for m in wanted}
-    problems = any(f.severity != "info" for f in findings)
     return DoctorReport(
         prefix=str(inv.prefix),
         distributions=len(inv.distributions),
@@ -71,8 +70,21 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         repair={n: r for n, r in repair.items()},
         install=install,
         target_flags=shown(target_flags),
-        next_command=cmd.argv(*_next_words(repair, wanted)) if problems else [],
+        next_command=_next_command(findings, cmd.argv(*_next_words(repair, wanted))),
     )
+
+
+def _next_command(findings: Sequence[Finding], repairing: list[str]) -> list[str]:
+    """The one command to run next: ``repair`` (or ``install``) when it fixes errors; else
+    the removal of a leftover CUDA major (it takes the clobbered copies with it); else the
+    first problem's own command. Empty when healthy."""
+    problems = [f for f in findings if f.severity != "info"]
+    if not problems:
+        return []
+    if repairing:
+        return repairing
+    mixed = [f.command for f in problems if f.kind == "mixed-cuda" and f.command]
+    return next(iter(mixed), next((f.command for f in problems if f.command), []))
 
 
 def _next_words(
@@ -173,6 +185,7 @@ def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> I
             details=[f"{_show(inv, s.path)}: {_holds(inv, s)}" for s in paths],
             paths=[s.path for s in paths],
             owners=list(owners),
+            command=cmd.argv("remove", spare[-1], "--repair", "--dry-run") if differ else [],
             hint=(
                 "uninstalling any one of them with pip or uv deletes these files for all; "
                 + (
@@ -375,8 +388,10 @@ def _mixed_cuda(
     if len(majors) > 1:
         used = {m for n in loaded if (m := cuda_major(n)) is not None}
         leftover = sorted(set(majors) - used)
+        command: list[str] = []
         if used and len(leftover) == 1:
-            remove = cmd("remove", f"nvidia-*-cu{leftover[0]}", "--repair", "--dry-run")
+            command = cmd.argv("remove", f"nvidia-*-cu{leftover[0]}", "--repair", "--dry-run")
+            remove = shown(command)
             needs = ", ".join(f"cu{m}" for m in sorted(used))
             hint = f"what import loads needs {needs}; remove the leftovers: `{remove}`"
         else:
@@ -389,6 +404,7 @@ def _mixed_cuda(
             + "; ".join(f"cu{k}: {len(v)}" for k, v in sorted(majors.items())),
             details=[f"cu{k}: {', '.join(sorted(v))}" for k, v in sorted(majors.items())],
             owners=sorted(n for v in majors.values() for n in v),
+            command=command,
             hint=hint,
         )
     yield from _mixed_sonames(inv, trees)
@@ -486,6 +502,7 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
                 hint=f"remove the copy its distribution does not require: `{remove}`"
                 if wrong
                 else None,
+                command=cmd.argv("remove", unwanted, "--dry-run") if wrong else [],
             )
 
 
