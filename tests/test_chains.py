@@ -69,31 +69,40 @@ def test_a_bundled_library_resolves_through_its_loaders_rpath(scenario: Scenario
     assert proc.returncode == 0, proc.stdout
 
 
-NOTHING_LOADS = """
-name = "bundled-unloaded"
-description = "two bundled libraries needing a third: one the extension loads, one nothing loads"
+LIBA = 'path = "pkg.libs/liba-1a2b3c4d.so"\nneeded = ["libb-5e6f7a8b.so"]'
+LIBB = 'path = "pkg.libs/libb-5e6f7a8b.so"'
+
+
+def _pkg(libs: list[str], exts: list[tuple[str, str]], also: str = "", more: str = "") -> str:
+    """A wheel ``pkg`` with bundled libraries in ``pkg.libs`` (no RPATH of their own) and
+    extension modules ``(path, need)`` whose DT_RPATH names ``pkg.libs``; ``also``: more
+    distributions, ``more``: more packages to install."""
+    lib = "".join(f"[[dist.lib]]\n{body}\n" for body in libs)
+    ext = "".join(
+        f'[[dist.ext]]\npath = "{path}"\nneeded = [{need}]\nrpath = ["$ORIGIN/../pkg.libs"]\n'
+        for path, need in exts
+    )
+    return f"""
+name = "pkg"
+description = "bundled libraries of one wheel"
 
 [[dist]]
 name = "pkg"
 version = "1.0"
-files = { "pkg/__init__.py" = "from pkg import _ext\\n" }
-[[dist.lib]]
-path = "pkg.libs/liba-1a2b3c4d.so"
-needed = ["libb-5e6f7a8b.so"]
-[[dist.lib]]
-path = "pkg.libs/libz-9c0d1e2f.so"
-needed = ["libb-5e6f7a8b.so"]
-[[dist.lib]]
-path = "pkg.libs/libb-5e6f7a8b.so"
-[[dist.ext]]
-path = "pkg/_ext"
-needed = ["libz-9c0d1e2f.so"]
-rpath = ["$ORIGIN/../pkg.libs"]
-
+files = {{ "pkg/__init__.py" = "from pkg import _ext\\n" }}
+{lib}{ext}
+{also}
 [[steps]]
 action = "install"
-packages = ["pkg==1.0"]
+packages = ["pkg==1.0"{more}]
 """
+
+
+# Two bundled libraries needing a third: libz, which the extension loads, and liba.
+NOTHING_LOADS = _pkg(
+    [LIBA, 'path = "pkg.libs/libz-9c0d1e2f.so"\nneeded = ["libb-5e6f7a8b.so"]', LIBB],
+    [("pkg/_ext", '"libz-9c0d1e2f.so"')],
+)
 
 
 def test_a_bundled_library_nothing_loads_is_information(tmp_path: Path) -> None:
@@ -110,36 +119,13 @@ def test_a_bundled_library_nothing_loads_is_information(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout
 
 
-EVERY_CHAIN_FAILS = """
-name = "bundled-broken"
-description = "a bundled library whose need no chain through it resolves"
-
-[[dist]]
-name = "pkg"
-version = "1.0"
-files = { "pkg/__init__.py" = "from pkg import _ext\\n" }
-[[dist.lib]]
-path = "pkg.libs/liba-1a2b3c4d.so"
-needed = ["libb-5e6f7a8b.so"]
-[[dist.ext]]
-path = "pkg/_ext"
-needed = ["liba-1a2b3c4d.so"]
-rpath = ["$ORIGIN/../pkg.libs"]
-[[dist.ext]]
-path = "pkg/_other"
-needed = ["liba-1a2b3c4d.so"]
-rpath = ["$ORIGIN/../pkg.libs"]
-
-# Built, so the objects link, but never installed.
-[[dist]]
-name = "not-installed"
-version = "0"
-lib = [{ path = "elsewhere/libb-5e6f7a8b.so" }]
-
-[[steps]]
-action = "install"
-packages = ["pkg==1.0"]
-"""
+# Two extension modules load liba; libb is built (so the objects link) but never installed.
+EVERY_CHAIN_FAILS = _pkg(
+    [LIBA],
+    [("pkg/_ext", '"liba-1a2b3c4d.so"'), ("pkg/_other", '"liba-1a2b3c4d.so"')],
+    '[[dist]]\nname = "not-installed"\nversion = "0"\n'
+    'lib = [{ path = "elsewhere/libb-5e6f7a8b.so" }]\n',
+)
 
 
 def test_a_need_failing_on_every_chain_is_still_an_error(tmp_path: Path) -> None:
@@ -156,31 +142,12 @@ def test_a_need_failing_on_every_chain_is_still_an_error(tmp_path: Path) -> None
 # The planner judges the same way: libb lives in its own distribution, reached only through
 # the extension's RPATH. Removing it breaks `import pkg`; judged on liba's own chain (where
 # libb never resolved), nothing would be lost.
-SPLIT = """
-name = "bundled-split"
-description = "a bundled library's need provided by another distribution"
-
-[[dist]]
-name = "pkg"
-version = "1.0"
-files = { "pkg/__init__.py" = "from pkg import _ext\\n" }
-[[dist.lib]]
-path = "pkg.libs/liba-1a2b3c4d.so"
-needed = ["libb-5e6f7a8b.so"]
-[[dist.ext]]
-path = "pkg/_ext"
-needed = ["liba-1a2b3c4d.so"]
-rpath = ["$ORIGIN/../pkg.libs"]
-
-[[dist]]
-name = "pkg-libb"
-version = "1.0"
-lib = [{ path = "pkg.libs/libb-5e6f7a8b.so" }]
-
-[[steps]]
-action = "install"
-packages = ["pkg==1.0", "pkg-libb==1.0"]
-"""
+SPLIT = _pkg(
+    [LIBA],
+    [("pkg/_ext", '"liba-1a2b3c4d.so"')],
+    f'[[dist]]\nname = "pkg-libb"\nversion = "1.0"\n[[dist.lib]]\n{LIBB}\n',
+    ', "pkg-libb==1.0"',
+)
 
 
 def test_a_removal_that_breaks_a_bundled_librarys_chain_is_refused(tmp_path: Path) -> None:
