@@ -303,4 +303,7 @@ def test_two_frameworks_on_two_majors_keep_both_or_remove_one_whole(tmp_path: Pa
         planned = cudafix(*words[1:], "--offline", "--find-links", built.wheelhouse)
         assert planned.returncode == 0, planned.stdout + planned.stderr
     text = cudafix("doctor", "--venv", built.venv).stdout
-    assert "keep them" in text and "or remove jax-cuda12-plugin with its cu12 libraries" in text
+    assert (
+        "keep both (nothing to do)" in text
+        and "or remove jax-cuda12-plugin with its cu12 libraries" in text
+    )

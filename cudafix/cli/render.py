@@ -242,7 +242,8 @@ def _choice(c: Choice) -> str:
     """One way out of a finding, in words."""
     majors = " and ".join(f"cu{m}" for m in c.majors)
     if c.action == "keep-all":
-        return f"keep them: each of {majors} is what an installed framework needs"
+        both = "both" if len(c.majors) == 2 else "all"
+        return f"keep {both} (nothing to do): {majors} are each what an installed framework needs"
     if c.action == "remove-leftovers":
         return f"remove the {majors} leftovers: `{c.command}`"
     if not c.command:
