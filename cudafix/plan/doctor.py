@@ -21,6 +21,7 @@ from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import (
     Chains,
     Edge,
+    Root,
     RootKind,
     env_objects,
     resolve_chains,
@@ -151,7 +152,7 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
 def _imported(facts: Facts, chains: Chains) -> set[EnvPath]:
     """The environment's ELF objects that extension modules and run-time loads load."""
     prefix = str(facts.inventory.prefix)
-    loaded = {o for r in chains.roots if r.kind in IMPORT_KINDS for o in chains.loaded[r.path]}
+    loaded = {o for r in _import_roots(chains) for o in chains.loaded[r.path]}
     paths = (to_env_path(prefix, o) for o in loaded)
     return {p for p in paths if p is not None and p in facts.elf.objects}
 
@@ -400,8 +401,17 @@ def loaded_closure(facts: Facts, chains: Chains) -> frozenset[DistName]:
     loads (and run-time loads): what the environment is for (torch and its pins), as
     opposed to leftovers."""
     inv = facts.inventory
-    loaders = {o for r in chains.roots if r.kind in IMPORT_KINDS for o in _owners_abs(inv, r.path)}
+    loaders = _frameworks(inv, chains)
     return frozenset(requirement_closure(inv.distributions, loaders, facts.marker_env))
+
+
+def _import_roots(chains: Chains) -> list[Root]:
+    return [r for r in chains.roots if r.kind in IMPORT_KINDS]
+
+
+def _frameworks(inv: Inventory, chains: Chains) -> set[DistName]:
+    """Distributions owning an extension module or a run-time load."""
+    return {o for r in _import_roots(chains) for o in _owners_abs(inv, r.path)}
 
 
 def _mixed_cuda(facts: Facts, chains: Chains, cmd: _Commands) -> Iterable[Finding]:
@@ -469,9 +479,7 @@ def framework_cuda_needs(facts: Facts, chains: Chains) -> dict[DistName, frozens
     requirement closure holds (``*-cuNN`` and ``nvidia-*``: cu13 wheels often carry no
     suffix); frameworks needing none are left out."""
     inv = facts.inventory
-    frameworks = {
-        o for r in chains.roots if r.kind in IMPORT_KINDS for o in _owners_abs(inv, r.path)
-    }
+    frameworks = _frameworks(inv, chains)
     out: dict[DistName, frozenset[DistName]] = {}
     for framework in sorted(frameworks):
         closure = requirement_closure(inv.distributions, {framework}, facts.marker_env)
