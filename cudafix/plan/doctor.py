@@ -11,9 +11,6 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict
 
 from cudafix.env.inventory import Inventory, SharedPath
 from cudafix.linker.elfindex import EnvironmentView
@@ -28,88 +25,15 @@ from cudafix.linker.linkage import (
     to_env_path,
 )
 from cudafix.linker.loader import LoadTree, Step, expand_entry
+from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers, load_roots
 from cudafix.plan.requirements import check_requirements, requirement_closure
 
-DOCTOR_SCHEMA_VERSION = 1
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
-
-Severity = Literal["error", "warning", "info"]
 
 IMPORT_KINDS: tuple[RootKind, ...] = ("extension", "run-time")
 """Roots whose chains are what the environment is for (executables are tools it ships)."""
-
-
-class Choice(BaseModel):
-    """One way out of a finding, as a value the renderer words (``mixed-cuda``)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    action: Literal["keep-all", "remove-leftovers", "remove-framework"]
-    """``keep-all``: nothing to do, every major is some framework's; ``remove-leftovers``:
-    remove a major no framework needs; ``remove-framework``: remove the frameworks of one
-    major with the libraries of that major no other framework needs."""
-    majors: list[int] = []
-    frameworks: list[str] = []
-    """Framework distributions the choice removes."""
-    distributions: list[str] = []
-    """Everything the choice removes, frameworks first."""
-    command: str | None = None
-    """The dry run of the removal, runnable as printed (None for ``keep-all``)."""
-
-
-class Finding(BaseModel):
-    """One problem, with where it is and what to do next."""
-
-    model_config = ConfigDict(frozen=True)
-
-    kind: str
-    """``missing-files``, ``clobbered``, ``shared``, ``foreign-bytes``, ``unresolved``,
-    ``mixed-cuda``, ``shadowed``, ``duplicate-soname``, ``requirement``, ``unsafe-record``,
-    ``unmanaged``, ``bad-elf``."""
-    severity: Severity
-    message: str
-    details: list[str] = []
-    """Every detail line (renderers may shorten; JSON has them all)."""
-    hint: str | None = None
-    distribution: str | None = None
-    consumer: str | None = None
-    """The object whose need this is about (EnvPath, or absolute outside the venv)."""
-    need: str | None = None
-    """The soname needed."""
-    provider: str | None = None
-    """Where the need resolves (None: nowhere)."""
-    paths: list[str] = []
-    """EnvPaths the finding is about (missing, shared, overwritten or competing copies)."""
-    owners: list[str] = []
-    """Distributions involved (owners of ``paths``, or of the provider)."""
-    choices: list[Choice] = []
-    """The ways out, when there is more than one (``mixed-cuda``)."""
-
-
-class DoctorReport(BaseModel):
-    """Every finding for one environment (``cudafix doctor --json``)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    schema_version: int = DOCTOR_SCHEMA_VERSION
-    prefix: str
-    distributions: int
-    elf_objects: int
-    roots: dict[str, list[str]] = {}
-    """Where load chains start, by kind (``extension``, ``executable``, ``run-time``): EnvPaths."""
-    imported_objects: int = 0
-    """ELF objects the chains of extension modules and run-time loads load."""
-    findings: list[Finding]
-    repair: dict[str, str]
-    """Distributions ``cudafix repair`` would reinstall, with the reason."""
-    target_flags: str = ""
-    """``--venv DIR`` or ``--python PATH``, carried into every command the report prints."""
-
-    @property
-    def healthy(self) -> bool:
-        return not any(f.severity != "info" for f in self.findings)
 
 
 def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
