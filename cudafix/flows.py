@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -371,6 +371,23 @@ def execute(plan: Plan, run: RunArgs, on_event: OnEvent = quiet) -> TransactionR
     )
 
 
+def _new_problems(args: FactArgs, target: TargetEnv, facts: Facts) -> Callable[[], list[str]]:
+    """A judge for a change made outside the planner (a command, an undo): the problems
+    doctor finds after it that it did not find before (``facts``)."""
+    flags = target_flags(args.target, target)
+    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
+
+    def judge() -> list[str]:
+        after = diagnose(read_facts(args, target), flags)
+        return [
+            f"[{f.kind}] {f.message}"
+            for f in after.findings
+            if f.severity != "info" and (f.kind, f.message) not in known
+        ]
+
+    return judge
+
+
 def run_command(
     args: FactArgs,
     argv: Sequence[str],
@@ -385,16 +402,7 @@ def run_command(
     back when it introduced a problem doctor reports (``accept``: commit anyway) or a probe
     fails."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
-    flags = target_flags(args.target, target)
-    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
-
-    def judge() -> list[str]:
-        after = diagnose(read_facts(args, target), flags)
-        return [
-            f"[{f.kind}] {f.message}"
-            for f in after.findings
-            if f.severity != "info" and (f.kind, f.message) not in known
-        ]
+    judge = _new_problems(args, target, facts)
 
     roots = [*facts.inventory.site_packages, "bin"]
     probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
@@ -452,16 +460,7 @@ def undo(
     its plan probed are probed again, and doctor's findings after are compared with before
     (an undo that puts back a broken state is rolled back and says so, unless ``accept``)."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
-    flags = target_flags(args.target, target)
-    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
-
-    def judge() -> list[str]:
-        after = diagnose(read_facts(args, target), flags)
-        return [
-            f"[{f.kind}] {f.message}"
-            for f in after.findings
-            if f.severity != "info" and (f.kind, f.message) not in known
-        ]
+    judge = _new_problems(args, target, facts)
 
     probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
     return tx_undo.undo(
