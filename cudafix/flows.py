@@ -21,7 +21,7 @@ from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import resolve
 from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, shown, venv_flags
-from cudafix.model.doctor import DoctorReport
+from cudafix.model.doctor import DoctorReport, Finding
 from cudafix.model.errors import CudafixError, InputError, LockedError, PlanRefused
 from cudafix.model.names import BackendName, DistName
 from cudafix.model.plan import Alternative, Options, Plan
@@ -371,21 +371,23 @@ def execute(plan: Plan, run: RunArgs, on_event: OnEvent = quiet) -> TransactionR
     )
 
 
-def _new_problems(args: FactArgs, target: TargetEnv, facts: Facts) -> Callable[[], list[str]]:
-    """A judge for a change made outside the planner (a command, an undo): the problems
-    doctor finds after it that it did not find before (``facts``)."""
+def _new_problems(args: FactArgs, target: TargetEnv, facts: Facts) -> Callable[[], list[Finding]]:
+    """For a change made outside the planner (a command, an undo): the problems doctor finds
+    after it that it did not find before (``facts``)."""
     flags = target_flags(args.target, target)
     known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
 
-    def judge() -> list[str]:
+    def found() -> list[Finding]:
         after = diagnose(read_facts(args, target), flags)
         return [
-            f"[{f.kind}] {f.message}"
-            for f in after.findings
-            if f.severity != "info" and (f.kind, f.message) not in known
+            f for f in after.findings if f.severity != "info" and (f.kind, f.message) not in known
         ]
 
-    return judge
+    return found
+
+
+def _said(findings: Sequence[Finding]) -> list[str]:
+    return [f"[{f.kind}] {f.message}" for f in findings]
 
 
 def run_command(
@@ -402,7 +404,10 @@ def run_command(
     back when it introduced a problem doctor reports (``accept``: commit anyway) or a probe
     fails."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
-    judge = _new_problems(args, target, facts)
+    new_problems = _new_problems(args, target, facts)
+
+    def judge() -> list[str]:
+        return _said(new_problems())
 
     roots = [*facts.inventory.site_packages, "bin"]
     probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
@@ -460,7 +465,15 @@ def undo(
     its plan probed are probed again, and doctor's findings after are compared with before
     (an undo that puts back a broken state is rolled back and says so, unless ``accept``)."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
-    judge = _new_problems(args, target, facts)
+    new_problems = _new_problems(args, target, facts)
+
+    def judge() -> list[str]:
+        """Errors block (an import the undo would break); warnings it brings back are said:
+        they were there before the transaction being undone."""
+        found = new_problems()
+        for said in _said([f for f in found if f.severity != "error"]):
+            on_event(f"warning: the undo brings back {said}")
+        return _said([f for f in found if f.severity == "error"])
 
     probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
     return tx_undo.undo(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -102,7 +103,7 @@ def test_undo_restores_the_state_before_a_commit(scenario: ScenarioFactory) -> N
     undone = cudafix("undo", txid, "--venv", built.venv, "--yes")
     assert undone.returncode == 0, undone.stderr
     assert diff_fingerprints(before, fingerprint(built.venv)) == []
-    shown = cudafix("show", txid, "--venv", built.venv)
+    shown = cudafix("show", txid, "--venv", built.venv, "--json")
     assert as_json(shown)["entry"]["state"] == "committed"
 
 
@@ -265,7 +266,8 @@ def test_concurrent_runs_wait_or_fail_cleanly(scenario: ScenarioFactory) -> None
     assert patient.returncode in (0, 3), patient.stdout + patient.stderr
     if patient.returncode == 3:
         assert "changed since this plan was made" in patient.stderr
-    states = [e.split()[1] for e in cudafix("history", "--venv", built.venv).stdout.splitlines()]
+    history = json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)
+    states = [e["state"] for e in history]
     assert states[0] == "committed" and "pending" not in states
     assert cudafix("doctor", "--venv", built.venv).returncode == 0
 

@@ -225,7 +225,11 @@ def render_report(report: DoctorReport, style: Style = plain, verbosity: Verbosi
     for severity in ("error", "warning"):
         for finding in (f for f in report.findings if f.severity == severity):
             out += _finding(finding, style)
-    notes = [f for f in report.findings if f.severity == "info"]
+    decisions = [f for f in report.findings if f.severity == "info" and f.choices]
+    notes = [f for f in report.findings if f.severity == "info" and not f.choices]
+    if verbosity >= 0:
+        for finding in decisions:  # information that offers a choice is read, not folded
+            out += _finding(finding, style)
     if verbosity > 0:
         for finding in notes:
             out += _finding(finding, style)
