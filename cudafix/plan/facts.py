@@ -25,6 +25,7 @@ from cudafix.env.treecache import TreeCache
 from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostcache import HOST
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
+from cudafix.linker.runtime import BoundLoads, RuntimeTable, bind
 from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.model.sources import Sources
 from cudafix.plan.staging import Pin, Staging, stage
@@ -47,6 +48,9 @@ class Facts:
     interpreter: InterpreterInfo | None = None
     staging: Staging = field(default_factory=Staging)
     """The wheels the plan reinstalls or installs, fetched outside the environment."""
+    runtime: BoundLoads = field(default_factory=BoundLoads)
+    """Run-time loads of the environment's framework objects, with the row saying so;
+    ``dlopen`` already holds them as edges."""
 
 
 def gather(
@@ -70,9 +74,13 @@ def gather(
     suspects = changed_since_record(inventory, elf_providers(inventory, elf))
     path_hashes = {p: hashes(p) for p in [*(s.path for s in inventory.shared), *suspects]}
     hashes.save(state.hash_cache)
-    table = DlopenTable.default()
+    table, runtime = DlopenTable.default(), RuntimeTable.default()
     for extra in dlopen_tables:
         table = table.merged(DlopenTable.load(extra))
+        runtime = runtime.merged(RuntimeTable.load(extra))
+    objects = [p for p in elf.objects if p not in elf.foreign]
+    loads = bind(runtime, str(inventory.prefix), inventory.site_packages, objects)
+    table = table.merged(DlopenTable(by_object=loads.sonames, preload=loads.paths))
     lib_path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
     return Facts(
         inventory=inventory,
@@ -83,6 +91,7 @@ def gather(
         self_dependencies=own_dependencies(target.prefix),
         path_hashes=path_hashes,
         interpreter=info,
+        runtime=loads,
     )
 
 
