@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
+_REQUESTED = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(?P<extra>[A-Za-z0-9._-]+)\])?")
+
 TABLE_VERSION = 1
 """The ``version`` of ``runtime.toml`` this code reads."""
 
@@ -36,8 +39,11 @@ class RuntimeLoad:
     """One row: what ``objects`` of ``framework`` load at run time, and where that was read."""
 
     framework: DistName
+    """The distribution that owns ``objects``."""
+    provider: DistName
+    """The distribution whose Requires-Dist brings the libraries (often ``framework``)."""
     extra: str
-    """The extra whose Requires-Dist brings the libraries; ``""``: the base requirements."""
+    """The extra of ``provider`` that lists them; ``""``: its base requirements."""
     objects: tuple[str, ...]
     """Globs relative to site-packages."""
     sonames: tuple[Soname, ...] = ()
@@ -49,7 +55,7 @@ class RuntimeLoad:
     @property
     def requested_as(self) -> str:
         """``jax-cuda12-plugin[with-cuda]``: how the user asked for these libraries."""
-        return f"{self.framework}[{self.extra}]" if self.extra else self.framework
+        return f"{self.provider}[{self.extra}]" if self.extra else self.provider
 
 
 @dataclass(frozen=True)
@@ -103,15 +109,19 @@ def _strings(raw: Mapping[str, Any], key: str, index: int) -> tuple[str, ...]:
 def _row(index: int, raw: object) -> RuntimeLoad:
     if not isinstance(raw, dict):
         raise ValueError(f"[[load]] row {index + 1} is not a table")
-    framework, extra = raw.get("framework"), raw.get("extra", "")
-    if not isinstance(framework, str) or not framework or not isinstance(extra, str):
-        raise ValueError(f"[[load]] row {index + 1}: framework (and extra) must be strings")
+    framework, requested = raw.get("framework"), raw.get("requested", raw.get("framework"))
+    match = _REQUESTED.fullmatch(requested) if isinstance(requested, str) else None
+    if not isinstance(framework, str) or not framework or match is None:
+        raise ValueError(
+            f'[[load]] row {index + 1}: needs framework = "dist" and requested = "dist[extra]"'
+        )
     paths = _strings(raw, "paths", index)
     if any(p.startswith("/") or ".." in p.split("/") for p in paths):
         raise ValueError(f"[[load]] row {index + 1}: paths must stay inside site-packages")
     return RuntimeLoad(
         framework=normalize_name(framework),
-        extra=extra,
+        provider=normalize_name(match.group("name")),
+        extra=match.group("extra") or "",
         objects=_strings(raw, "objects", index),
         sonames=tuple(Soname(s) for s in _strings(raw, "sonames", index)),
         paths=paths,

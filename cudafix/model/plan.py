@@ -62,6 +62,9 @@ class LostNeed(_Frozen):
     """Every distribution whose RECORD claims the file that goes."""
     searched: list[str]
     """The directories the loader would search after the plan, in order."""
+    run_time_load: str | None = None
+    """Set when the need is a framework's run-time load (``cudafix/data/runtime.toml``):
+    who asked for the library (``jax-cuda12-plugin[with-cuda]``); None for DT_NEEDED."""
 
 
 class ProviderSwitch(_Frozen):
@@ -82,6 +85,13 @@ class RequirementBreak(_Frozen):
     distribution: str
     requirement: str
     reason: str
+    extra: str = ""
+    """The requested extra the requirement belongs to (``with-cuda``); ``""``: a base one."""
+
+    @property
+    def requested_as(self) -> str:
+        """``jax-cuda12-plugin[with-cuda]``, or the bare name for a base requirement."""
+        return f"{self.distribution}[{self.extra}]" if self.extra else self.distribution
 
 
 class Reinstall(_Frozen):

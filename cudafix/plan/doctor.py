@@ -538,7 +538,7 @@ def _requirements(facts: Facts, cmd: _Commands) -> Iterable[Finding]:
             kind="requirement",
             severity="error",
             distribution=p.distribution,
-            message=f"{p.distribution} requires {p.requirement}: {p.reason}",
+            message=f"{p.requested_as} requires {p.requirement}: {p.reason}",
             hint="install a matching version, or "
             f"`{cmd(f'cudafix remove {p.distribution} --dry-run')}`",
         )

@@ -21,7 +21,7 @@ from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
 from cudafix.plan.facts import Facts
 from cudafix.plan.preconditions import record_digest
-from cudafix.plan.requirements import Declared, check_requirements
+from cudafix.plan.requirements import Declared, check_requirements, requested_extras
 from cudafix.plan.staging import Pin, StagedWheel, comparable, wheel_differences
 
 
@@ -295,6 +295,9 @@ def _linkage(
             resolved_before=_display(prefix, old.provider or ""),
             lost_file_owners=list(_owners(inv, prefix, old.provider or "")),
             searched=list(new.searched),
+            run_time_load=row.requested_as
+            if (row := facts.runtime.row(old.requester, old.need))
+            else None,
         )
         for old, new in diff.lost
     ]
@@ -362,12 +365,19 @@ def _owner(inv: Inventory, prefix: str, path: str) -> str | None:
 def _requirement_breaks(
     facts: Facts, remaining: Mapping[DistName, Distribution], installs: Sequence[StagedWheel]
 ) -> list[P.RequirementBreak]:
-    """Requires-Dist the after-state (remaining plus installs) leaves unmet, that hold today."""
-    before = set(check_requirements(facts.inventory.distributions, facts.marker_env))
+    """Requires-Dist the after-state (remaining plus installs) leaves unmet, that hold today.
+
+    Extras are those requested today: removing what an extra brings must not make the
+    extra look unrequested.
+    """
+    extras = requested_extras(facts.inventory.distributions, facts.marker_env)
+    before = set(check_requirements(facts.inventory.distributions, facts.marker_env, extras))
     after: dict[DistName, Declared] = {**remaining, **{w.name: w for w in installs}}
     return [
-        P.RequirementBreak(distribution=p.distribution, requirement=p.requirement, reason=p.reason)
-        for p in check_requirements(after, facts.marker_env)
+        P.RequirementBreak(
+            distribution=p.distribution, requirement=p.requirement, reason=p.reason, extra=p.extra
+        )
+        for p in check_requirements(after, facts.marker_env, extras)
         if p not in before
     ]
 
@@ -439,12 +449,18 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
     sites = plan.target.site_packages
     reasons = [
         f"{site_relative(lost.consumer, sites)} ({lost.consumer_distribution or 'no distribution'})"
-        f" needs {lost.need}, which would no longer be found"
+        + (
+            f" loads {site_relative(lost.need, sites, plan.target.prefix)} at run time "
+            f"(for {lost.run_time_load})"
+            if lost.run_time_load
+            else f" needs {lost.need}"
+        )
+        + ", which would no longer be found"
         for lost in plan.lost
     ]
     if plan.requirement_breaks and not options.allow_broken_requirements:
         reasons += [
-            f"{b.distribution} requires {b.requirement}: {b.reason}"
+            f"{b.requested_as} requires {b.requirement}: {b.reason}"
             for b in plan.requirement_breaks
         ]
     reasons += [
