@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from cudafix.plan.doctor import DoctorReport
     from cudafix.plan.facts import Facts
     from cudafix.plan.planner import Request
+    from cudafix.plan.staging import Pin
     from cudafix.tx import transaction
 
 Backend = Literal["uv", "pip"]
@@ -197,18 +198,36 @@ def plan_repair(
     mutating: bool,
     on_event: OnEvent = _quiet,
 ) -> Plan | None:
-    """The plan that reinstalls distributions whose files are missing (None: nothing to do)."""
-    from cudafix.plan.doctor import repair_candidates
+    """The plan that reinstalls distributions whose files are missing, and installs what a
+    framework's requested extra requires for its run-time loads (None: nothing to do)."""
+    from cudafix.plan.doctor import repair_candidates, runtime_installs
     from cudafix.plan.planner import Request
 
     target = locate(args.target)
     check_pending(target, mutating=mutating, on_event=on_event)
     facts = read_facts(args, target)
     wanted = repair_candidates(facts)
-    if not wanted:
+    specs = tuple(runtime_installs(facts))
+    if not wanted and not specs:
         return None
-    request = Request((), (), _options(sources, backend), reinstall=wanted)
+    installs = _pins(facts, specs, sources)
+    request = Request((), (), _options(sources, backend), reinstall=wanted, installs=installs)
     return _plan(facts, request, sources)
+
+
+def _pins(facts: Facts, specs: tuple[str, ...], sources: Sources) -> tuple[Pin, ...]:
+    """Exact pins for requirement specifiers: ``name==V`` as written, else what uv resolves
+    for them against the target and the plan's sources (their missing dependencies too)."""
+    from cudafix.plan.install import exact_pin, resolve
+
+    exact = [pin for spec in specs if (pin := exact_pin(spec)) is not None]
+    ranged = [spec for spec in specs if exact_pin(spec) is None]
+    if not ranged:
+        return tuple(exact)
+    inv = facts.inventory
+    resolved = resolve(str(inv.python or inv.prefix / "bin" / "python"), ranged, sources)
+    have = {name for name, _ in exact}
+    return (*exact, *(pin for pin in resolved.installs if pin[0] not in have))
 
 
 def plan_install(

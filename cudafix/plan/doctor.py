@@ -20,9 +20,16 @@ from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
 from cudafix.linker.loader import LoadTree, Step, expand_entry
+from cudafix.linker.runtime import RuntimeLoad
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers
-from cudafix.plan.requirements import check_requirements, requirement_closure
+from cudafix.plan.requirements import (
+    check_requirements,
+    extra_requirements,
+    requested_extras,
+    requirement_closure,
+    unmet,
+)
 
 DOCTOR_SCHEMA_VERSION = 1
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
@@ -69,6 +76,9 @@ class DoctorReport(BaseModel):
     findings: list[Finding]
     repair: dict[str, str]
     """Distributions ``cudafix repair`` would reinstall, with the reason."""
+    install: dict[str, str] = {}
+    """Requirements ``cudafix repair`` would install (``nvidia-cudnn-cu12<10,>=9.8``), with
+    the reason: what a framework's requested extra asks for and its run-time loads miss."""
     target_flags: str = ""
     """``--venv DIR`` or ``--python PATH``, carried into every command the report prints."""
 
@@ -92,11 +102,12 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
     loaded = loaded_closure(facts, imported)
     foreign = foreign_files(facts)
     cmd = _Commands(target_flags)
+    installs = runtime_installs(facts, edges.values())
     findings = [
         *_missing(inv, cmd),
         *_clobbered(inv, loaded, cmd),
         *_foreign_bytes(inv, foreign, cmd),
-        *_unresolved(inv, edges.values(), imported, cmd),
+        *_unresolved(inv, edges.values(), imported, cmd, facts),
         *_mixed_cuda(inv, loaded, trees.values(), cmd),
         *_shadowed(facts, edges.values(), cmd),
         *_requirements(facts, cmd),
@@ -110,6 +121,7 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
         elf_objects=len(facts.elf.objects),
         findings=findings,
         repair={n: r for n, r in repair_candidates(facts, foreign).items()},
+        install=installs,
         target_flags=target_flags,
     )
 
@@ -147,6 +159,60 @@ def repair_candidates(
     for name, wrong in (foreign_files(facts) if foreign is None else foreign).items():
         chosen.setdefault(name, f"{len(wrong)} of its own file(s) hold another build's bytes")
     return dict(sorted(chosen.items()))
+
+
+def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[str, str]:
+    """Requirements to install so that every framework's run-time loads resolve again.
+
+    For each run-time load (``cudafix/data/runtime.toml``) that resolves nowhere, whose
+    framework asked for the library through an extra that was installed (some of its
+    requirements still are): the unmet requirements of that extra, verbatim but for the
+    marker (the exact specifier its metadata asks for). ``edges``: the environment's, if
+    already resolved (else the run-time loading objects are resolved here).
+    """
+    inv = facts.inventory
+    if edges is None:
+        view = EnvironmentView(inv.prefix, facts.elf, inv.files)
+        roots = sorted(facts.runtime.objects)
+        edges = edges_of(resolve_trees(roots, view, facts.search, facts.dlopen).values()).values()
+    out: dict[str, str] = {}
+    for e in sorted(edges, key=lambda e: (e.requester, e.need)):
+        row = facts.runtime.row(e.requester, e.need)
+        if e.provider is not None or row is None:
+            continue
+        for spec in _unmet_specs(facts, row):
+            out.setdefault(
+                spec,
+                f"{row.requested_as} requires it; {_show_abs(inv, e.requester)} loads "
+                f"{_show_abs(inv, e.need)} at run time",
+            )
+    return out
+
+
+def _unmet_specs(facts: Facts, row: RuntimeLoad) -> list[str]:
+    """The unmet requirements of the row's extra (name and specifier, marker dropped), when
+    its libraries were installed from wheels; else none."""
+    if not _was_installed(facts, row):
+        return []
+    inv = facts.inventory
+    reqs = extra_requirements(inv.distributions[row.provider], row.extra, facts.marker_env)
+    return [f"{r.name}{r.specifier}" for r in reqs if unmet(r, inv.distributions) is not None]
+
+
+def _was_installed(facts: Facts, row: RuntimeLoad) -> bool:
+    """Whether the libraries a run-time load wants were installed from wheels: the row's
+    extra is requested, or some of its requirements are still met (the rest were removed).
+    An extra none of whose wheels is there means the framework uses a system CUDA."""
+    inv = facts.inventory
+    provider = inv.distributions.get(row.provider)
+    if provider is None:
+        return False
+    if not row.extra or row.extra in requested_extras(inv.distributions, facts.marker_env).get(
+        row.provider, frozenset()
+    ):
+        return True
+    reqs = extra_requirements(provider, row.extra, facts.marker_env)
+    return any(unmet(r, inv.distributions) is None for r in reqs)
 
 
 def _missing(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
@@ -261,20 +327,29 @@ def _holds(inv: Inventory, s: SharedPath) -> str:
 
 
 def _unresolved(
-    inv: Inventory, edges: Iterable[Edge], imported: frozenset[str], cmd: _Commands
+    inv: Inventory,
+    edges: Iterable[Edge],
+    imported: frozenset[str],
+    cmd: _Commands,
+    facts: Facts,
 ) -> Iterable[Finding]:
     """Needs nothing provides, graded by what breaks.
 
     An error when the file should be there (a RECORD claims it) or when an extension
     module's load tree needs it (an import fails). Information when a driver or optional
     system stack provides it, or when no extension module loads the object that needs it
-    (plugins and optional transports are only loaded on demand).
+    (plugins and optional transports are only loaded on demand). A framework's run-time
+    load is judged by :func:`_run_time_unresolved`.
     """
     prefix = str(inv.prefix)
     system = provided_by_system()
     elsewhere = _copies_by_name(inv)
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):
         if e.provider is not None:
+            continue
+        row = facts.runtime.row(e.requester, e.need)
+        if row is not None:
+            yield _run_time_unresolved(facts, e, row, cmd)
             continue
         rel = to_env_path(prefix, e.requester)
         owner = inv.owners.get(rel, ()) if rel else ()
@@ -304,6 +379,30 @@ def _unresolved(
             owners=claimants,
             hint=hint,
         )
+
+
+def _run_time_unresolved(facts: Facts, e: Edge, row: RuntimeLoad, cmd: _Commands) -> Finding:
+    """A framework's run-time load that resolves nowhere: an error when its libraries were
+    installed from wheels (the GPU backend fails when it loads them), else information."""
+    inv = facts.inventory
+    owner = _owners_abs(inv, e.requester)
+    mine = _unmet_specs(facts, row)
+    installed = _was_installed(facts, row)
+    why = "" if installed else f"; none of {row.requested_as}'s wheels is installed (system CUDA)"
+    return Finding(
+        kind="unresolved",
+        severity="error" if installed else "info",
+        distribution=owner[0] if owner else None,
+        message=f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
+        f"loads {_show_abs(inv, e.need)} at run time (for {row.requested_as}), which is not "
+        f"found{why}",
+        details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
+        + [f"evidence: {row.source}"],
+        consumer=_show_env(inv, e.requester),
+        need=e.need,
+        owners=[row.framework],
+        hint=f"{cmd('cudafix repair --dry-run')}  (installs {', '.join(mine)})" if mine else None,
+    )
 
 
 def _copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:

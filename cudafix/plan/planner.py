@@ -291,7 +291,7 @@ def _linkage(
         P.LostNeed(
             consumer=_display(prefix, old.requester),
             consumer_distribution=_owner(inv, prefix, old.requester),
-            need=old.need,
+            need=_display(prefix, old.need),
             resolved_before=_display(prefix, old.provider or ""),
             lost_file_owners=list(_owners(inv, prefix, old.provider or "")),
             searched=list(new.searched),

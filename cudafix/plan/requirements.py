@@ -147,7 +147,7 @@ def _all_met(
     dist: Declared, extra: str, distributions: Mapping[DistName, Declared], env: Mapping[str, str]
 ) -> bool:
     reqs = extra_requirements(dist, extra, env)
-    return bool(reqs) and all(_met(r, distributions) is None for r in reqs)
+    return bool(reqs) and all(unmet(r, distributions) is None for r in reqs)
 
 
 def _unsatisfied(
@@ -167,11 +167,11 @@ def _unsatisfied(
         return f"marker cannot be evaluated: {e}", ""
     if which is None:
         return None
-    reason = _met(req, distributions)
+    reason = unmet(req, distributions)
     return (reason, which) if reason is not None else None
 
 
-def _met(req: Requirement, distributions: Mapping[DistName, Declared]) -> str | None:
+def unmet(req: Requirement, distributions: Mapping[DistName, Declared]) -> str | None:
     """Why ``req`` (its marker aside) is not met by the set; None when it is."""
     dep = distributions.get(normalize_name(req.name))
     if dep is None:
