@@ -121,7 +121,7 @@ def _row(index: int, raw: object) -> RuntimeLoad:
     return RuntimeLoad(
         framework=normalize_name(framework),
         provider=normalize_name(match.group("name")),
-        extra=match.group("extra") or "",
+        extra=normalize_name(match.group("extra") or ""),
         objects=_strings(raw, "objects", index),
         sonames=tuple(Soname(s) for s in _strings(raw, "sonames", index)),
         paths=paths,

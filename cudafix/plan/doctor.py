@@ -26,7 +26,6 @@ from cudafix.plan.facts import Facts, elf_providers
 from cudafix.plan.requirements import (
     check_requirements,
     extra_requirements,
-    requested_extras,
     requirement_closure,
     unmet,
 )
@@ -207,9 +206,7 @@ def _was_installed(facts: Facts, row: RuntimeLoad) -> bool:
     provider = inv.distributions.get(row.provider)
     if provider is None:
         return False
-    if not row.extra or row.extra in requested_extras(inv.distributions, facts.marker_env).get(
-        row.provider, frozenset()
-    ):
+    if not row.extra or row.extra in facts.extras.get(row.provider, frozenset()):
         return True
     reqs = extra_requirements(provider, row.extra, facts.marker_env)
     return any(unmet(r, inv.distributions) is None for r in reqs)

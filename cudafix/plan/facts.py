@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_pa
 from cudafix.linker.runtime import BoundLoads, RuntimeTable, bind
 from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.model.sources import Sources
+from cudafix.plan.requirements import requested_extras
 from cudafix.plan.staging import Pin, Staging, stage
 
 
@@ -51,6 +53,12 @@ class Facts:
     runtime: BoundLoads = field(default_factory=BoundLoads)
     """Run-time loads of the environment's framework objects, with the row saying so;
     ``dlopen`` already holds them as edges."""
+
+    @cached_property
+    def extras(self) -> Mapping[DistName, frozenset[str]]:
+        """The extras each distribution was installed with (:func:`requested_extras`),
+        derived once: doctor and the planner ask per finding."""
+        return requested_extras(self.inventory.distributions, self.marker_env)
 
 
 def gather(

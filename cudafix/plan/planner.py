@@ -21,7 +21,7 @@ from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
 from cudafix.plan.facts import Facts
 from cudafix.plan.preconditions import record_digest
-from cudafix.plan.requirements import Declared, check_requirements, requested_extras
+from cudafix.plan.requirements import Declared, check_requirements
 from cudafix.plan.staging import Pin, StagedWheel, comparable, wheel_differences
 
 
@@ -370,7 +370,7 @@ def _requirement_breaks(
     Extras are those requested today: removing what an extra brings must not make the
     extra look unrequested.
     """
-    extras = requested_extras(facts.inventory.distributions, facts.marker_env)
+    extras = facts.extras
     before = set(check_requirements(facts.inventory.distributions, facts.marker_env, extras))
     after: dict[DistName, Declared] = {**remaining, **{w.name: w for w in installs}}
     return [

@@ -105,8 +105,10 @@ def requested_extras(
 
 
 def extras_of(dist: Declared) -> tuple[str, ...]:
-    """The extras ``dist``'s requirement markers name (``extra == "with-cuda"``)."""
-    return tuple(dict.fromkeys(m for raw in dist.requires for m in _EXTRA.findall(raw)))
+    """The extras ``dist``'s requirement markers name (``extra == "with-cuda"``), normalised
+    as PEP 685 says (markers compare them normalised too)."""
+    found = (normalize_name(m) for raw in dist.requires for m in _EXTRA.findall(raw))
+    return tuple(dict.fromkeys(found))
 
 
 def extra_requirements(
