@@ -94,6 +94,18 @@ class RequirementBreak(_Frozen):
         return f"{self.distribution}[{self.extra}]" if self.extra else self.distribution
 
 
+class RunTimeProbe(_Frozen):
+    """A framework object's run-time load, exercised after applying: the soname dlopen()ed
+    through the object's own RPATH/RUNPATH, or the library loaded by its full path."""
+
+    object: str
+    """EnvPath of the framework object that loads it."""
+    need: str
+    """A soname, or the EnvPath of a library the framework loads by full path."""
+    framework: str
+    """The distribution owning ``object`` (for messages)."""
+
+
 class Reinstall(_Frozen):
     """A distribution reinstalled at its recorded version so its own files come back."""
 
@@ -223,6 +235,9 @@ class Plan(_Frozen):
     """Top-level modules of remaining distributions the plan touches: imported after applying."""
     probe_libraries: list[str]
     """Remaining ELF objects whose needs resolve into deleted or rewritten files: dlopened after."""
+    probe_run_time: list[RunTimeProbe] = Field(default_factory=list)
+    """Every run-time load of the framework objects whose run-time loads the plan changes
+    (``cudafix/data/runtime.toml``): ``import`` loads none of them on a CPU host."""
     warnings: list[str]
     """Things worth knowing that do not refuse the plan (provider switches, foreign bytes kept)."""
     verdict: Literal["pass", "refused"]

@@ -15,7 +15,14 @@ from typing import Literal
 
 from cudafix.env.inventory import Distribution, Inventory
 from cudafix.linker.elfindex import EnvironmentView
-from cudafix.linker.linkage import diff_edges, env_roots, resolve_edges, to_env_path
+from cudafix.linker.linkage import (
+    Edge,
+    EdgeKey,
+    diff_edges,
+    env_roots,
+    resolve_edges,
+    to_env_path,
+)
 from cudafix.model import plan as P
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
@@ -113,7 +120,9 @@ def _simulate(
     gone = frozenset(p for p in deleted if p not in set(kept) | set(rewritten) | new)
     changed = frozenset(deleted) | {EnvPath(p) for p in rewritten} | new
     clobbers = install.overwritten(inv, wheels, removed, facts.path_hashes)
-    lost, switches, touched = _linkage(facts, view, gone, changed, wheels, clobbers, removed)
+    lost, switches, touched, run_time = _linkage(
+        facts, view, gone, changed, wheels, clobbers, removed
+    )
     breaks = _requirement_breaks(facts, remaining, wheels)
     backend_reads = removed | {DistName(r.name) for r in reinstall}
     refused = [
@@ -160,6 +169,7 @@ def _simulate(
             }
         ),
         probe_libraries=sorted(touched),
+        probe_run_time=run_time,
         warnings=[
             *_warnings(shared, request.options, switches, refused),
             *_unchecked(facts, reinstall, installs),
@@ -274,8 +284,9 @@ def _linkage(
     wheels: Sequence[StagedWheel] = (),
     clobbers: Sequence[P.OverwrittenPath] = (),
     removed: Iterable[DistName] = (),
-) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath]]:
-    """Needs lost and switched, and the remaining objects whose providers change on disk.
+) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath], list[P.RunTimeProbe]]:
+    """Needs lost and switched, the remaining objects whose providers change on disk, and
+    the run-time loads to probe.
 
     ``wheels`` are installed after ``gone`` is deleted: the after-state has their files,
     so a need may then resolve into them, or to a path whose bytes they replace.
@@ -333,7 +344,40 @@ def _linkage(
         and (rel := to_env_path(prefix, e.requester)) is not None
         and rel not in gone
     }
-    return lost, switches, touched
+    return lost, switches, touched, _run_time_probes(facts, before, after, changed, gone)
+
+
+def _run_time_probes(
+    facts: Facts,
+    before: Mapping[EdgeKey, Edge],
+    after: Mapping[EdgeKey, Edge],
+    changed: frozenset[EnvPath],
+    gone: frozenset[EnvPath],
+) -> list[P.RunTimeProbe]:
+    """Every run-time load of each remaining framework object one of whose run-time loads
+    the plan changes: found elsewhere, found again (a repair), or its file rewritten."""
+    prefix = str(facts.inventory.prefix)
+
+    def moved(key: EdgeKey) -> bool:
+        old, new = before.get(key), after[key]
+        was = old.provider if old else None
+        return was != new.provider or (
+            new.provider is not None and to_env_path(prefix, new.provider) in changed
+        )
+
+    loads = [key for key in after if facts.runtime.row(*key) is not None]
+    objects = {
+        obj for obj, need in loads if moved((obj, need)) and to_env_path(prefix, obj) not in gone
+    }
+    return [
+        P.RunTimeProbe(
+            object=_display(prefix, obj),
+            need=_display(prefix, need),
+            framework=row.framework,
+        )
+        for obj, need in sorted(loads)
+        if obj in objects and (row := facts.runtime.row(obj, need)) is not None
+    ]
 
 
 def _probe_modules(
