@@ -104,6 +104,9 @@ class RunTimeProbe(_Frozen):
     """A soname, or the EnvPath of a library the framework loads by full path."""
     framework: str
     """The distribution owning ``object`` (for messages)."""
+    search: list[str] = Field(default_factory=list)
+    """For a soname: the object's RPATH then RUNPATH, expanded (``$ORIGIN``), in the order
+    ld.so tries them; the probe loads the first copy there, else asks the system loader."""
 
 
 class Reinstall(_Frozen):

@@ -9,6 +9,7 @@ including paths other distributions claim.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -23,6 +24,7 @@ from cudafix.linker.linkage import (
     resolve_edges,
     to_env_path,
 )
+from cudafix.linker.loader import expand_entry
 from cudafix.model import plan as P
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
@@ -374,10 +376,23 @@ def _run_time_probes(
             object=_display(prefix, obj),
             need=_display(prefix, need),
             framework=row.framework,
+            search=[] if "/" in need else [_display(prefix, d) for d in _own_search(facts, obj)],
         )
         for obj, need in sorted(loads)
         if obj in objects and (row := facts.runtime.row(obj, need)) is not None
     ]
+
+
+def _own_search(facts: Facts, obj: str) -> list[str]:
+    """``obj``'s own RPATH (void under RUNPATH) then RUNPATH, expanded: where a dlopen() it
+    makes looks before the system's paths."""
+    info = facts.elf.objects.get(EnvPath(_display(str(facts.inventory.prefix), obj)))
+    if info is None:
+        return []
+    origin = posixpath.dirname(obj)
+    entries = (*info.effective_rpath, *info.runpath)
+    dirs = (expand_entry(e, origin, facts.search) for e in entries)
+    return list(dict.fromkeys(d for d in dirs if d is not None))
 
 
 def _probe_modules(
