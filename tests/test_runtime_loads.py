@@ -11,11 +11,13 @@ sees the requirements behind the extras. The oracle is the real loader: the plug
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from clihelp import as_json, assert_one_line_error, cudafix, uv_uninstall
 from conftest import ScenarioFactory
 
+from cudafix.tx.probe import ProbeSpec, run_probes
 from scenarios import BuiltScenario
 
 PLUGIN = "jax_cuda12_plugin/_versions.so"
@@ -37,10 +39,11 @@ def plugin_dlopen(built: BuiltScenario, soname: str) -> subprocess.CompletedProc
     )
 
 
-def _repair(built: BuiltScenario) -> subprocess.CompletedProcess[str]:
+def _repair(built: BuiltScenario, *more: str) -> subprocess.CompletedProcess[str]:
     return cudafix(
-        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse
-    )
+        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse,
+        *more,
+    )  # fmt: skip
 
 
 def test_removing_a_library_the_plugin_dlopens_is_refused_naming_it_and_the_extra(
@@ -81,9 +84,13 @@ def test_doctor_names_the_lost_run_time_library_and_repair_installs_the_extras_p
         f["kind"] == "requirement" and "jax-cuda12-plugin[with-cuda]" in f["message"]
         for f in report["findings"]
     )
-    done = _repair(built)
+    done = _repair(built, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "nvidia-cudnn-cu12==9.1.0.70" in done.stdout
+    result = as_json(done)
+    assert result["installed"] == ["nvidia-cudnn-cu12==9.1.0.70"]  # uv's pick for the range
+    # the probes loaded what the plugin loads at run time, through its RUNPATH
+    (run_time,) = [p for p in result["probes"] if p.startswith("load at run time")]
+    assert f"libcudnn.so.9 by lib/{_site(built).parent.name}/site-packages/{PLUGIN}" in run_time
     assert plugin_dlopen(built, "libcudnn.so.9").returncode == 0
     assert cudafix("doctor", "--venv", built.venv).returncode == 0
 
@@ -135,3 +142,18 @@ def test_user_run_time_rows_join_the_shipped_ones(
     assert_one_line_error(
         cudafix("doctor", "--venv", built.venv, "--dlopen-table", bad), 2, "bad.toml", "objects"
     )
+
+
+def test_a_run_time_load_probe_fails_where_the_objects_search_path_holds_nothing(
+    tmp_path: Path,
+) -> None:
+    """The probe loads a soname from the object's own dirs, else as the system would: a
+    library in neither fails the probe (the transaction then rolls back)."""
+    here = tmp_path / "lib"
+    here.mkdir()
+    spec = ProbeSpec(
+        run_time=(("libcudafix_absent.so.1 by x.so", "libcudafix_absent.so.1", (str(here),)),)
+    )
+    (result,) = run_probes(Path(sys.prefix), Path(sys.executable), spec, tmp_path)
+    assert not result.ok
+    assert "libcudafix_absent.so.1" in result.error
