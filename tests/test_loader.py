@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cudafix.linker.loader import DlopenTable, SearchConfig, Step, expand_entry, resolve
+from cudafix.linker.runtime import RuntimeTable, bind
 from cudafix.model.names import EnvPath, Soname
 from scenarios.cc import CompileError, SharedObject, compile_shared
 from tests.loadertree import cudafix_tree, ldd, lib, loaded_maps, parse_ldd, real, view_of
@@ -303,3 +304,38 @@ def test_a_by_path_preload_meets_the_roots_needs_first(tmp_path: Path) -> None:
     ]
     alone = resolve(str(module), view_of(tmp_path), SearchConfig.for_host(), DlopenTable())
     assert [s.provider for s in alone.steps if s.need == "libcurand.so.10"] == [None]
+
+
+def test_every_shipped_run_time_row_says_where_it_was_read() -> None:
+    rows = RuntimeTable.default().rows
+    assert {r.framework for r in rows} >= {"jax-cuda12-plugin", "tensorflow", "cupy-cuda12x"}
+    for row in rows:
+        assert row.objects and (row.sonames or row.paths), row
+        assert len(row.source) > 40, row  # names the loader code or the trace it was read from
+
+
+def test_run_time_rows_bind_to_the_objects_they_name() -> None:
+    table = RuntimeTable.from_data(
+        {
+            "version": 1,
+            "load": [
+                {
+                    "framework": "cupy-cuda12x",
+                    "requested": "cuda-toolkit[curand]",
+                    "objects": ["cupy_backends/cuda/libs/curand*.so"],
+                    "paths": ["nvidia/curand/lib/libcurand.so.10"],
+                }
+            ],
+        }
+    )
+    site = "lib/python3.11/site-packages"
+    ext = EnvPath(f"{site}/cupy_backends/cuda/libs/curand.cpython-311-x86_64-linux-gnu.so")
+    bound = bind(table, "/v", [EnvPath(site)], [ext, EnvPath(f"{site}/other.so")])
+    lib_path = f"/v/{site}/nvidia/curand/lib/libcurand.so.10"
+    assert bound.paths == {f"/v/{ext}": (lib_path,)} and not bound.sonames
+    row = bound.row(f"/v/{ext}", lib_path)
+    assert row is not None and row.requested_as == "cuda-toolkit[curand]"
+    with pytest.raises(ValueError, match="inside site-packages"):
+        RuntimeTable.from_data(
+            {"load": [{"framework": "x", "objects": ["a.so"], "paths": ["../x"]}]}
+        )
