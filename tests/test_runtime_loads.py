@@ -17,7 +17,8 @@ from pathlib import Path
 from clihelp import as_json, assert_one_line_error, cudafix, uv_uninstall
 from conftest import ScenarioFactory
 
-from cudafix.tx.probe import ProbeSpec, run_probes
+from cudafix.model.probe import ProbeSpec
+from cudafix.tx.probe import run_probes
 from scenarios import BuiltScenario
 
 PLUGIN = "jax_cuda12_plugin/_versions.so"
