@@ -149,6 +149,10 @@ class BoundLoads:
     def row(self, requester: str, need: str) -> RuntimeLoad | None:
         return self.rows.get((requester, need))
 
+    def source(self, obj: str) -> str:
+        """Where the first row that names ``obj`` was read."""
+        return next((r.source for (o, _), r in self.rows.items() if o == obj), "")
+
     @property
     def objects(self) -> frozenset[str]:
         return frozenset(self.sonames) | frozenset(self.paths)
