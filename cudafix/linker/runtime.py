@@ -51,6 +51,9 @@ class RuntimeLoad:
     paths: tuple[str, ...] = ()
     """Loaded by full path (relative to site-packages) before the object loads."""
     source: str = ""
+    optional: bool = False
+    """The framework imports ``objects`` inside a try/except and runs without them: their
+    unmet needs are information, not a broken framework (cupy's cuTENSOR and NCCL)."""
 
     @property
     def requested_as(self) -> str:
@@ -116,6 +119,9 @@ def _row(index: int, raw: object) -> RuntimeLoad:
             f'[[load]] row {index + 1}: needs framework = "dist" and requested = "dist[extra]"'
         )
     paths = _strings(raw, "paths", index)
+    optional = raw.get("optional", False)
+    if not isinstance(optional, bool):
+        raise ValueError(f"[[load]] row {index + 1}: optional must be true or false")
     if any(p.startswith("/") or ".." in p.split("/") for p in paths):
         raise ValueError(f"[[load]] row {index + 1}: paths must stay inside site-packages")
     return RuntimeLoad(
@@ -126,6 +132,7 @@ def _row(index: int, raw: object) -> RuntimeLoad:
         sonames=tuple(Soname(s) for s in _strings(raw, "sonames", index)),
         paths=paths,
         source=str(raw.get("source", "")),
+        optional=optional,
     )
 
 
@@ -145,6 +152,8 @@ class BoundLoads:
     """Object -> absolute paths loaded before it (in the same process)."""
     rows: Mapping[tuple[str, str], RuntimeLoad] = field(default_factory=dict)
     """(object, soname or absolute path) -> the row that says so: the evidence."""
+    optional: Mapping[str, RuntimeLoad] = field(default_factory=dict)
+    """Objects the framework may fail to load and run on without (the row that says so)."""
 
     def row(self, requester: str, need: str) -> RuntimeLoad | None:
         return self.rows.get((requester, need))
@@ -170,6 +179,7 @@ def bind(
     sonames: dict[str, tuple[Soname, ...]] = {}
     paths: dict[str, tuple[Soname, ...]] = {}
     rows: dict[tuple[str, str], RuntimeLoad] = {}
+    optional: dict[str, RuntimeLoad] = {}
     for obj in sorted(objects):
         site = next((s for s in sites if obj.startswith(s + "/")), None)
         if site is None:
@@ -179,13 +189,18 @@ def bind(
         for row in table.rows:
             if not any(fnmatch.fnmatchcase(rel, g) for g in row.objects):
                 continue
+            if row.optional:
+                optional.setdefault(absolute, row)
             full = tuple(Soname(f"{prefix}/{site}/{p}") for p in row.paths)
             sonames[absolute] = _union(sonames.get(absolute, ()), row.sonames)
             paths[absolute] = _union(paths.get(absolute, ()), full)
             for need in (*row.sonames, *full):
                 rows.setdefault((absolute, need), row)
     return BoundLoads(
-        {k: v for k, v in sonames.items() if v}, {k: v for k, v in paths.items() if v}, rows
+        {k: v for k, v in sonames.items() if v},
+        {k: v for k, v in paths.items() if v},
+        rows,
+        optional,
     )
 
 

@@ -322,9 +322,13 @@ def _unresolved(
         severity: Severity = "error" if claimants or e.chains else "info"
         why = ""
         hint = cmd("cudafix repair --dry-run") if claimants else None
+        optional = facts.runtime.optional.get(e.requester)
         if not claimants and e.need in system:
             severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
             hint = f"nothing to do unless this host should have {system[e.need]}"
+        elif not claimants and optional is not None:
+            severity = "info"
+            why = f"; {optional.framework} imports it only if it can, and runs without it"
         elif severity == "info":
             why = (
                 "; no extension module loads it (nor an executable or a run-time load), "
