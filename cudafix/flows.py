@@ -18,12 +18,12 @@ from typing import Any
 from cudafix.app import FactArgs, InstallArgs, Progress, RemoveArgs, RunArgs, TargetArgs
 from cudafix.env.target import TargetEnv, locate_target
 from cudafix.fetch.backend import find_pip
-from cudafix.fetch.resolve import resolve
+from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, shown, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding
 from cudafix.model.errors import CudafixError, InputError, LockedError, PlanRefused
-from cudafix.model.names import BackendName, DistName
+from cudafix.model.names import BackendName
 from cudafix.model.plan import Alternative, Options, Plan
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
@@ -37,7 +37,7 @@ from cudafix.model.transaction import (
     UndoPreview,
     quiet,
 )
-from cudafix.plan.doctor import diagnose, repair_candidates
+from cudafix.plan.doctor import diagnose, repair_candidates, runtime_installs
 from cudafix.plan.facts import Facts, gather, with_hashes, with_staging
 from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
@@ -221,28 +221,34 @@ def plan_repair(
     mutating: bool,
     on_event: OnEvent = quiet,
 ) -> Plan | None:
-    """The plan that reinstalls distributions whose files are missing and installs, at the
-    version asked for, required distributions that are not installed (None: nothing to do).
-
-    A missing requirement is resolved by uv like ``cudafix install NAME==VERSION`` (so its
-    own requirements come too), then staged and simulated with the reinstalls as one plan.
-    """
+    """The plan that reinstalls distributions whose files are missing, and installs required
+    distributions that are not installed (at the version asked for) and what a framework's
+    requested extra requires for its run-time loads (None: nothing to do)."""
     _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     wanted = repair_candidates(facts)
     inv = facts.inventory
-    missing = missing_requirements(inv.distributions, facts.marker_env)
-    specs = tuple(sorted({m.spec for m in missing}))
+    missing = {m.spec for m in missing_requirements(inv.distributions, facts.marker_env)}
+    specs = tuple(sorted(missing | set(runtime_installs(facts))))
     if not wanted and not specs:
         return None
-    installs: tuple[Pin, ...] = ()
-    replaced: tuple[DistName, ...] = ()
     if specs:
         on_event(Progress(f"  asking uv what installing {' '.join(specs)} takes"))
-        resolution = resolve(str(inv.python or inv.prefix / "bin" / "python"), specs, sources)
-        installs, replaced = resolution.installs, resolution.replaced
-    options = _options(sources, backend)
-    request = Request(replaced, specs, options, reinstall=wanted, installs=installs)
+    installs = _pins(facts, specs, sources)
+    request = Request((), (), _options(sources, backend), reinstall=wanted, installs=installs)
     return _plan(facts, request, sources, on_event)
+
+
+def _pins(facts: Facts, specs: tuple[str, ...], sources: Sources) -> tuple[Pin, ...]:
+    """Exact pins for requirement specifiers: ``name==V`` as written, else what uv resolves
+    for them against the target and the plan's sources (their missing dependencies too)."""
+    exact = [pin for spec in specs if (pin := exact_pin(spec)) is not None]
+    ranged = [spec for spec in specs if exact_pin(spec) is None]
+    if not ranged:
+        return tuple(exact)
+    inv = facts.inventory
+    resolved = resolve(str(inv.python or inv.prefix / "bin" / "python"), ranged, sources)
+    have = {name for name, _ in exact}
+    return (*exact, *(pin for pin in resolved.installs if pin[0] not in have))
 
 
 def plan_install(

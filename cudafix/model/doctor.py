@@ -83,8 +83,10 @@ class DoctorReport(BaseModel):
     repair: dict[str, str]
     """Distributions ``cudafix repair`` would reinstall, with the reason."""
     install: dict[str, str] = {}
-    """Requirements ``cudafix repair`` would install (``NAME==VERSION`` as required, not
-    installed at all), with who requires them."""
+    """Requirements ``cudafix repair`` would install, with the reason: required
+    distributions not installed at all (``NAME==VERSION`` as required), and what a
+    framework's requested extra asks for and its run-time loads miss
+    (``nvidia-cudnn-cu12<10,>=9.8``)."""
     target_flags: str = ""
     """``--venv DIR`` or ``--python PATH``, carried into every command the report prints."""
     next_command: list[str] = []

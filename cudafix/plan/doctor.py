@@ -26,6 +26,7 @@ from cudafix.linker.linkage import (
     to_env_path,
 )
 from cudafix.linker.loader import LoadTree, Step, expand_entry
+from cudafix.linker.runtime import RuntimeLoad
 from cudafix.model.commands import TargetFlags, cudafix_argv, shown
 from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
@@ -33,8 +34,10 @@ from cudafix.plan.facts import Facts, elf_providers, load_roots
 from cudafix.plan.requirements import (
     MissingRequirement,
     check_requirements,
+    extra_requirements,
     missing_requirements,
     requirement_closure,
+    unmet,
 )
 
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
@@ -57,11 +60,12 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     foreign = foreign_files(facts)
     cmd = _Commands(target_flags)
     wanted = missing_requirements(inv.distributions, facts.marker_env)
+    installs = runtime_installs(facts, chains.edges.values())
     findings = [
         *_missing(inv, cmd),
         *_clobbered(inv, loaded, cmd),
         *_foreign_bytes(inv, foreign, cmd),
-        *_unresolved(inv, chains.edges.values(), cmd, wanted),
+        *_unresolved(inv, chains.edges.values(), cmd, facts, wanted),
         *_mixed_cuda(facts, chains, cmd),
         *_shadowed(facts, chains.edges.values(), cmd),
         *_requirements(facts, cmd, wanted),
@@ -79,9 +83,11 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         imported_objects=len(_imported(facts, chains)),
         findings=findings,
         repair={n: r for n, r in repair.items()},
-        install=install,
+        install={**install, **installs},
         target_flags=shown(target_flags),
-        next_command=_next_command(findings, cmd.argv(*_next_words(repair, wanted))),
+        next_command=_next_command(
+            findings, cmd.argv(*_next_words(bool(repair or installs), wanted))
+        ),
     )
 
 
@@ -98,11 +104,9 @@ def _next_command(findings: Sequence[Finding], repairing: list[str]) -> list[str
     return next(iter(mixed), next((f.command for f in problems if f.command), []))
 
 
-def _next_words(
-    repair: Mapping[DistName, str], wanted: tuple[MissingRequirement, ...]
-) -> tuple[str, ...]:
+def _next_words(repair: bool, wanted: tuple[MissingRequirement, ...]) -> tuple[str, ...]:
     """What to run next: ``install`` when only required distributions are missing (the
-    command a person would type), ``repair`` when files are missing too (it does both)."""
+    command a person would type), ``repair`` when there is more (it does all of it)."""
     if wanted and not repair:
         return ("install", *sorted({m.spec for m in wanted}), "--dry-run")
     return ("repair", "--dry-run") if repair else ()
@@ -160,6 +164,58 @@ def repair_candidates(
     for name, wrong in (foreign_files(facts) if foreign is None else foreign).items():
         chosen.setdefault(name, f"{len(wrong)} of its own file(s) hold another build's bytes")
     return dict(sorted(chosen.items()))
+
+
+def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[str, str]:
+    """Requirements to install so that every framework's run-time loads resolve again.
+
+    For each run-time load (``cudafix/data/runtime.toml``) that resolves nowhere, whose
+    framework asked for the library through an extra that was installed (some of its
+    requirements still are): the unmet requirements of that extra, verbatim but for the
+    marker (the exact specifier its metadata asks for). ``edges``: the environment's, if
+    already resolved (else the run-time loading objects are resolved here).
+    """
+    inv = facts.inventory
+    if edges is None:
+        view = EnvironmentView(inv.prefix, facts.elf, inv.files)
+        roots = [r for r in load_roots(facts) if r.path in facts.runtime.objects]
+        edges = resolve_chains(roots, (), view, facts.search, facts.dlopen).edges.values()
+    out: dict[str, str] = {}
+    for e in sorted(edges, key=lambda e: (e.requester, e.need)):
+        row = facts.runtime.row(e.requester, e.need)
+        if e.provider is not None or row is None:
+            continue
+        for spec in _unmet_specs(facts, row):
+            out.setdefault(
+                spec,
+                f"{row.requested_as} requires it; {_show_abs(inv, e.requester)} loads "
+                f"{_show_abs(inv, e.need)} at run time",
+            )
+    return out
+
+
+def _unmet_specs(facts: Facts, row: RuntimeLoad) -> list[str]:
+    """The unmet requirements of the row's extra (name and specifier, marker dropped), when
+    its libraries were installed from wheels; else none."""
+    if not _was_installed(facts, row):
+        return []
+    inv = facts.inventory
+    reqs = extra_requirements(inv.distributions[row.provider], row.extra, facts.marker_env)
+    return [f"{r.name}{r.specifier}" for r in reqs if unmet(r, inv.distributions) is not None]
+
+
+def _was_installed(facts: Facts, row: RuntimeLoad) -> bool:
+    """Whether the libraries a run-time load wants were installed from wheels: the row's
+    extra is requested, or some of its requirements are still met (the rest were removed).
+    An extra none of whose wheels is there means the framework uses a system CUDA."""
+    inv = facts.inventory
+    provider = inv.distributions.get(row.provider)
+    if provider is None:
+        return False
+    if not row.extra or row.extra in facts.extras.get(row.provider, frozenset()):
+        return True
+    reqs = extra_requirements(provider, row.extra, facts.marker_env)
+    return any(unmet(r, inv.distributions) is None for r in reqs)
 
 
 def _missing(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
@@ -289,6 +345,7 @@ def _unresolved(
     inv: Inventory,
     edges: Iterable[Edge],
     cmd: _Commands,
+    facts: Facts,
     wanted: tuple[MissingRequirement, ...],
 ) -> Iterable[Finding]:
     """Needs nothing provides, graded by what breaks.
@@ -297,14 +354,19 @@ def _unresolved(
     error when every one of them fails it (an import, a tool or a run-time load fails), or
     when the file should be there (a RECORD claims it). Information when a driver or
     optional system stack provides it, or when nothing loads the object (plugins and
-    optional transports are loaded on demand): then it was judged on its own tree. When the
-    consumer's distribution requires one that is not installed, installing that is the fix.
+    optional transports are loaded on demand): then it was judged on its own tree. A
+    framework's run-time load is judged by :func:`_run_time_unresolved`. When the consumer's
+    distribution requires one that is not installed, installing that is the fix.
     """
     prefix = str(inv.prefix)
     system = provided_by_system()
     elsewhere = _copies_by_name(inv)
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):
         if e.provider is not None:
+            continue
+        row = facts.runtime.row(e.requester, e.need)
+        if row is not None:
+            yield _run_time_unresolved(facts, e, row, cmd)
             continue
         rel = to_env_path(prefix, e.requester)
         owner = inv.owners.get(rel, ()) if rel else ()
@@ -313,9 +375,13 @@ def _unresolved(
         why = ""
         step = _install_step(cmd, wanted, owner) if not claimants else None
         hint = cmd("repair", "--dry-run") if claimants else None
+        optional = facts.runtime.optional.get(e.requester)
         if not claimants and e.need in system:
             severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
             hint = f"nothing to do unless this host should have {system[e.need]}"
+        elif not claimants and optional is not None:
+            severity = "info"
+            why = f"; {optional.framework} imports it only if it can, and runs without it"
         elif severity == "info":
             why = (
                 "; no extension module loads it (nor an executable or a run-time load), "
@@ -355,6 +421,32 @@ def _install_step(
         return None
     by = ", ".join(sorted(set(owners)))
     return _step(cmd.argv("install", *specs, "--dry-run"), f"{by} requires it; not installed")
+
+
+def _run_time_unresolved(facts: Facts, e: Edge, row: RuntimeLoad, cmd: _Commands) -> Finding:
+    """A framework's run-time load that resolves nowhere: an error when its libraries were
+    installed from wheels (the GPU backend fails when it loads them), else information."""
+    inv = facts.inventory
+    owner = _owners_abs(inv, e.requester)
+    mine = _unmet_specs(facts, row)
+    installed = _was_installed(facts, row)
+    why = "" if installed else f"; none of {row.requested_as}'s wheels is installed (system CUDA)"
+    return Finding(
+        kind="unresolved",
+        severity="error" if installed else "info",
+        distribution=owner[0] if owner else None,
+        message=f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
+        f"loads {_show_abs(inv, e.need)} at run time (for {row.requested_as}), which is not "
+        f"found{why}",
+        details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
+        + [f"evidence: {row.source}"],
+        consumer=_show_env(inv, e.requester),
+        need=e.need,
+        owners=[row.framework],
+        command=cmd.argv("repair", "--dry-run") if mine else [],
+        reason=f"installs {', '.join(mine)}" if mine else None,
+        hint=f"{cmd('repair', '--dry-run')}  (installs {', '.join(mine)})" if mine else None,
+    )
 
 
 def _copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:
@@ -685,7 +777,7 @@ def _requirements(
             kind="requirement",
             severity="error",
             distribution=p.distribution,
-            message=f"{p.distribution} requires {p.requirement}: {p.reason}",
+            message=f"{p.requested_as} requires {p.requirement}: {p.reason}",
             **step,
         )
 
