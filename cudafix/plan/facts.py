@@ -47,6 +47,8 @@ class Facts:
     interpreter: InterpreterInfo | None = None
     staging: Staging = field(default_factory=Staging)
     """The wheels the plan reinstalls or installs, fetched outside the environment."""
+    hashed_files: int = field(default=0, compare=False)
+    """Files :func:`gather` read whole to hash them (0 when the hash cache answered)."""
 
 
 def gather(
@@ -83,6 +85,7 @@ def gather(
         self_dependencies=own_dependencies(target.prefix),
         path_hashes=path_hashes,
         interpreter=info,
+        hashed_files=hashes.hashed,
     )
 
 
