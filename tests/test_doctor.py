@@ -131,6 +131,30 @@ def test_driver_and_on_demand_gaps_are_information_not_problems(tmp_path: Path) 
     assert proc.returncode == 0, proc.stdout
 
 
+def test_an_objects_search_directories_are_listed_once_not_per_need(tmp_path: Path) -> None:
+    """Each unresolved need was searched in the same directories; repeating them per need
+    made the report (and doctor's memory) objects x needs x directories."""
+    dirs = [f"$ORIGIN/../sub{k}/lib" for k in range(30)]
+    spec = CPU_BOX.replace(
+        'needed = ["libucp.so.0", "libcudafix_nowhere.so.7"]',
+        f'needed = ["libucp.so.0", "libcudafix_nowhere.so.7"]\nrunpath = {dirs!r}'.replace(
+            "'", '"'
+        ),
+    )
+    built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "venv")
+    report = as_json(cudafix("doctor", "--json", "--venv", built.venv))
+    plugin = [
+        f
+        for f in _finding(report, "unresolved")
+        if f["consumer"].endswith("plugins/libtransport_ucx.so")
+    ]
+    assert [f["need"] for f in plugin] == ["libcudafix_nowhere.so.7", "libucp.so.0"]
+    first, second = (f["details"] for f in plugin)
+    assert len(first) > 30 and all(d.startswith("searched ") for d in first)
+    assert "gpukit/lib/sub29/lib" in first[29]
+    assert second == [f"searched the same {len(first)} directories as for libcudafix_nowhere.so.7"]
+
+
 def test_an_import_that_would_fail_is_an_error(tmp_path: Path) -> None:
     spec = CPU_BOX.replace('needed = ["libcuda.so.1"]', 'needed = ["libcudafix_nowhere.so.7"]')
     built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "venv")

@@ -538,6 +538,7 @@ def _missing(
     uninstall of a co-owner deletes them, and Python writes them again on import.
     """
     out: dict[DistName, tuple[EnvPath, ...]] = {}
+    base = f"{prefix}/"  # str, not Path: this runs once per RECORD row the walk did not see
     for dist in dists:
         gone = sorted(
             {
@@ -545,7 +546,7 @@ def _missing(
                 for e in dist.files
                 if e.path not in files
                 and not is_bytecode(e.path)
-                and not os.path.lexists(prefix / e.path)
+                and not os.path.lexists(base + e.path)
             }
         )
         if gone:
