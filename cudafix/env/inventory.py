@@ -153,8 +153,10 @@ class Inventory:
     def _pyc_index(self) -> Mapping[str, tuple[EnvPath, ...]]:
         index: dict[str, list[EnvPath]] = {}
         for p in self.files:
+            if "__pycache__/" not in p or not p.endswith(".pyc"):
+                continue  # cheap string tests first: this visits every file of the venv
             head, name = posixpath.split(p)
-            if posixpath.basename(head) == "__pycache__" and name.endswith(".pyc"):
+            if posixpath.basename(head) == "__pycache__":
                 key = posixpath.join(posixpath.dirname(head), name.split(".", 1)[0])
                 index.setdefault(key, []).append(p)
         return {k: tuple(v) for k, v in index.items()}
