@@ -158,9 +158,10 @@ def expand(prefix: Path, paths: Iterable[str]) -> list[str]:
         out.add(path)
         live = prefix / path
         if live.is_dir() and not live.is_symlink():
+            cut = len(str(prefix)) + 1
             for root, dirs, files in os.walk(live):
-                rel = Path(root).relative_to(prefix).as_posix()
-                out.update(f"{rel}/{n}" for n in (*dirs, *files))
+                rel = root[cut:]  # os.walk's roots all start with str(live)
+                out.update(f"{rel}/{n}" if rel else n for n in (*dirs, *files))
     return sorted(out)
 
 
@@ -316,7 +317,7 @@ def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
         if e.kind != "file" or e.sha256 is not None:
             continue  # copies (sha256 set) were not linked
         try:
-            st = os.lstat(prefix / e.path)
+            st = os.lstat(f"{prefix}/{e.path}")  # str: once per snapshotted file
         except FileNotFoundError:
             continue
         same = (st.st_dev, st.st_ino) == (e.dev, e.ino)
@@ -483,16 +484,16 @@ def lstat_state(prefix: Path, paths: Iterable[str]) -> dict[str, list[Any]]:
     """Cheap identity of paths (kind, size, mode, inode, mtime, target) for undo's check."""
     out: dict[str, list[Any]] = {}
     for path in paths:
-        live = prefix / path
+        live = f"{prefix}/{path}"  # str and os calls: once per path of a whole-venv run
         try:
             st = os.lstat(live)
         except FileNotFoundError:
             out[path] = ["absent"]
             continue
-        target = str(live.readlink()) if stat.S_ISLNK(st.st_mode) else None
+        target = os.readlink(live) if stat.S_ISLNK(st.st_mode) else None  # noqa: PTH115
         kind = "dir" if stat.S_ISDIR(st.st_mode) else "other"
         if kind == "dir":
-            out[path] = ["dir", stat.S_IMODE(st.st_mode), sorted(p.name for p in live.iterdir())]
+            out[path] = ["dir", stat.S_IMODE(st.st_mode), sorted(os.listdir(live))]  # noqa: PTH208
         else:
             out[path] = [kind, st.st_size, st.st_mode, st.st_ino, st.st_mtime_ns, target]
     return out
