@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", default="1,2,3,4,5", help="sections to run, e.g. '1,4'")
     p.add_argument("--stress-objects", type=int, default=25, help="section 5's 1x ELF objects")
     p.add_argument("--stress-rows", type=int, default=100000, help="section 5's 1x RECORD rows")
+    p.add_argument("--stress-needs", type=int, default=200, help="unresolved needs per object")
     return p
 
 
@@ -106,9 +107,9 @@ def _stress(args: argparse.Namespace, out: Path) -> dict[tuple[str, int], tuple[
     venvs = {}
     for shape, base in (("elf", args.stress_objects), ("record", args.stress_rows)):
         for factor in (1, 2, 4):
-            what = stress.SHAPES[shape][0].format(needs=200, runpath=60)
+            what = stress.SHAPES[shape][0].format(needs=args.stress_needs, runpath=60)
             venvs[(shape, base * factor)] = (
-                stress.pristine(out / "venvs", shape, base * factor),
+                stress.pristine(out / "venvs", shape, base * factor, args.stress_needs),
                 what,
             )
     return venvs

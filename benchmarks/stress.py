@@ -101,20 +101,24 @@ SHAPES: dict[str, tuple[str, Callable[[Path, int], Path]]] = {
 }
 
 
-def pristine(root: Path, shape: str, size: int) -> Path:
-    """The stress venv of ``shape`` at ``size``, built once under ``root`` and reused."""
-    dest = root / f"stress-{shape}-{size}"
+def pristine(root: Path, shape: str, size: int, needs: int = 200) -> Path:
+    """The stress venv of ``shape`` at ``size``, built once under ``root`` and reused
+    (``needs``: unresolved needs per ELF object, for ``elf``)."""
+    dest = root / (f"stress-{shape}-{size}" + (f"-n{needs}" if shape == "elf" else ""))
     stamp = dest / ".stress-ready"
     if not stamp.exists():
         shutil.rmtree(dest, ignore_errors=True)
         shutil.rmtree(dest.parent / f"{dest.name}-stubs", ignore_errors=True)
         # In a child: a forked child's peak RSS starts at its parent's, so the harness must
         # not grow by building these.
-        argv = [sys.executable, "-m", "benchmarks.stress", shape, str(size), str(dest)]
+        argv = [sys.executable, "-m", "benchmarks.stress", shape, str(size), str(dest), str(needs)]
         subprocess.run(argv, check=True, cwd=Path(__file__).resolve().parents[1])
         stamp.write_text("ok\n")
     return dest
 
 
 if __name__ == "__main__":
-    SHAPES[sys.argv[1]][1](Path(sys.argv[3]), int(sys.argv[2]))
+    if sys.argv[1] == "elf":
+        build_elf(Path(sys.argv[3]), int(sys.argv[2]), needs=int(sys.argv[4]))
+    else:
+        build_record(Path(sys.argv[3]), int(sys.argv[2]))

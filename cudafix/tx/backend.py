@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -52,16 +52,7 @@ class UvBackend:
         return run([self._uv(), "pip", "uninstall", "--python", self.python, *names])
 
     def reinstall(self, pins: Sequence[str]) -> Completed:
-        """Uninstall, then install the pins: what ``--reinstall`` does, without the
-        ``--refresh`` it implies, so uv installs the wheel staging already unpacked into its
-        cache instead of fetching and unpacking it again (one more GB-sized copy per run)."""
-        gone = self.uninstall([p.split("==", 1)[0] for p in pins])
-        if gone.returncode != 0:
-            return gone
-        index = _index_args(self.offline, self.find_links)
-        argv = [self._uv(), "pip", "install", "--python", str(self.python), "--no-deps"]
-        done = run([*argv, *index, *pins])
-        return replace(done, stdout=gone.stdout + done.stdout, stderr=gone.stderr + done.stderr)
+        return run(self.reinstall_argv(pins))
 
     def reinstall_argv(self, pins: Sequence[str], *, dry_run: bool = False) -> list[str]:
         """The reinstall command; ``dry_run`` asks uv only whether the wheels can be had."""
