@@ -15,8 +15,9 @@ from clihelp import as_json, cudafix
 from conftest import ScenarioFactory
 
 from cudafix.env.target import locate_target
+from cudafix.model.probe import ProbeSpec
 from cudafix.plan.facts import gather
-from cudafix.tx.probe import ProbeSpec, run_probes
+from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
 
