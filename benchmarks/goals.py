@@ -2,8 +2,8 @@
 
 Per run, on fresh hard-linked copies of the real venv (``fixtures.link_copy``, no
 ``.cudafix/``), in this order: the walk+sniff baseline process, cudafix's first ``doctor``
-on the copy (goal 3), a warm ``doctor`` and a warm ``remove --dry-run`` (goal 2, the
-baseline again right before), ``cudafix run -- python -c pass`` against the bare command
+on the copy (goal 3), one more ``doctor``, then a warm ``doctor`` and a warm ``remove
+--dry-run`` (goal 2, the baseline again right before), ``cudafix run -- python -c pass`` against the bare command
 (goal 4), and ``cudafix remove DIST --yes --no-probe`` against ``uv pip uninstall DIST`` on
 twin copies in alternating order (goal 5). Goal 1 counts the unpacked wheels in a private
 ``UV_CACHE_DIR`` (``archive-v0`` entries) after repeated dry runs and repairs of one plan,
@@ -61,6 +61,7 @@ def goal_runs(
         _one(m, "walk/first", sections.inproc("walk", a)[0])
         doctor: list[str | Path] = ["doctor", "--venv", a]
         _one(m, "doctor/first", sections.cli(doctor, ok=(0, 1)))
+        sections.cli(doctor, ok=(0, 1))  # the first run's own .cudafix/ made the root racy
         _one(m, "walk/warm", sections.inproc("walk", a)[0])
         _one(m, "doctor/warm", sections.cli(doctor, ok=(0, 1)))
         dry: list[str | Path] = ["remove", plan_dist, "--dry-run", "--venv", a]
