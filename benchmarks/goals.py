@@ -7,8 +7,8 @@ on the copy (goal 3), one more ``doctor``, then a warm ``doctor`` and a warm ``r
 against the bare command (goal 4), and ``cudafix remove DIST --yes --no-probe`` against
 ``uv pip uninstall DIST`` on twin copies in alternating order (goal 5). Goal 1 counts the
 unpacked wheels in a private ``UV_CACHE_DIR`` (``archive-v0`` entries) after repeated dry
-runs and repairs of one plan, against plain ``uv pip install --reinstall`` of the same pin. Goal 6 is ``make bench``'s
-section 5 (synthetic inputs at 1x/2x/4x), not measured here.
+runs and repairs of one plan, against plain ``uv pip install --reinstall`` of the same pin.
+Goal 6 is ``make bench``'s section 5 (synthetic inputs at 1x/2x/4x), not measured here.
 """
 
 from __future__ import annotations
