@@ -33,7 +33,7 @@ from cudafix.env.statedir import STATE_DIR_NAME, save_cache_file
 from cudafix.model.names import EnvPath, is_so_name
 
 FORMAT = "cudafix-tree-cache"
-VERSION = 3
+VERSION = 4
 RACY_NS = 2_000_000_000
 """Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")

@@ -422,7 +422,8 @@ def _warnings(
     if refused:
         out.append(
             f"{len(refused)} RECORD entr{'y' if len(refused) == 1 else 'ies'} point outside the "
-            "environment; cudafix strips them from RECORD first, so the backend leaves them alone"
+            "environment or name a directory; cudafix strips them from RECORD first, so the "
+            "backend leaves them alone"
         )
     if options.keep_shared:
         for s in shared:
@@ -452,6 +453,11 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
     ]
     reasons += _wheel_reasons(plan, facts)
     reasons += _dist_info_reasons(plan, facts.inventory)
+    reasons += [
+        f"{u.record} cannot be read exactly ({u.reason}); what {u.distribution} owns is "
+        "unknown, so the plan cannot be trusted: fix that RECORD first"
+        for u in facts.inventory.unreadable
+    ]
     have = {n for n in facts.inventory.distributions if n not in {r.name for r in plan.remove}}
     reasons += [
         f"{i.name} is installed ({facts.inventory.distributions[DistName(i.name)].version}); "

@@ -1,0 +1,231 @@
+"""Hostile input, through the CLI, on real venvs: RECORDs, plan files, names, file names.
+
+Each case is what an attacker (or a broken tool) can put in front of cudafix: a RECORD that
+csv reads unlike uv, rows naming directories, a plan file whose names are uv options, a
+file name that writes to the terminal. The promise under test is the README's: nothing
+deleted or written outside the target environment, no half-changed environment, one clear
+line and the documented exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from clihelp import as_json, assert_one_line_error, cudafix
+from txhelp import A_BYTES, B_BYTES, UV, install, make_venv, make_wheel, shared_pair, uv_env
+
+from scenarios.fingerprint import diff_fingerprints, fingerprint
+
+
+def _site(prefix: Path) -> Path:
+    (sp,) = prefix.glob("lib/python3.*/site-packages")
+    return sp
+
+
+def _record(prefix: Path, dist: str) -> Path:
+    return _site(prefix) / f"{dist}-1.0.dist-info" / "RECORD"
+
+
+def _sources(wheels: Path) -> list[str]:
+    return ["--offline", "--find-links", str(wheels)]
+
+
+def _remove(prefix: Path, wheels: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return cudafix("remove", "pa", "--venv", prefix, *_sources(wheels), *args)
+
+
+# -- RECORD read as uv reads it (item 4) ------------------------------------------------------
+
+
+def _shared_row_first(record: Path) -> list[str]:
+    rows = record.read_text(encoding="utf-8").splitlines()
+    return sorted(rows, key=lambda r: not r.startswith("shared/lib.so,"))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda rows: [f"junk.txt,sha256={'A' * 200_000},1", *rows], id="huge-field"),
+        pytest.param(lambda rows: ["\ufeff" + rows[0], *rows[1:]], id="utf8-bom"),
+    ],
+)
+def test_a_record_csv_misreads_hides_no_row_from_the_plan(tmp_path: Path, damage: object) -> None:
+    """uv reads every row (no field-size limit, BOM stripped); so must the planner."""
+    prefix, wheels = shared_pair(tmp_path)
+    record = _record(prefix, "pa")
+    record.write_text("\n".join(damage(_shared_row_first(record))) + "\n", encoding="utf-8")  # type: ignore[operator]
+    plan = as_json(_remove(prefix, wheels, "--dry-run", "--json"))
+    assert [s["path"].rsplit("/", 2)[-2:] for s in plan["shared_paths"]] == [["shared", "lib.so"]]
+    assert plan["remove"][0]["files"] >= 3
+    done = _remove(prefix, wheels, "--repair", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (_site(prefix) / "shared" / "lib.so").read_bytes() == B_BYTES
+    assert not (_site(prefix) / "pa_mod.py").exists()
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param('"pa_mod.py,,', id="unterminated-quote"),
+        pytest.param('"pa_mod.py"x,,', id="text-after-quote"),
+        pytest.param("pa_mod\x0c.py,,", id="form-feed-pip-splits-on"),
+        pytest.param("pa_mod\r.py,,", id="lone-carriage-return"),
+    ],
+)
+def test_a_record_that_cannot_be_read_exactly_refuses_the_plan(tmp_path: Path, first: str) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    record = _record(prefix, "pa")
+    record.write_text(first + "\n" + record.read_text(encoding="utf-8"), encoding="utf-8")
+    before = fingerprint(prefix)
+    for mode in ("--dry-run", "--yes"):
+        done = _remove(prefix, wheels, "--repair", mode)
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+        assert "pa-1.0.dist-info/RECORD cannot be read exactly" in done.stdout
+    assert diff_fingerprints(before, fingerprint(prefix)) == []
+    doctor = cudafix("doctor", "--venv", prefix)
+    assert doctor.returncode == 1
+    assert "[unreadable-record]" in doctor.stdout
+
+
+# -- RECORD rows naming directories (item 5) --------------------------------------------------
+
+
+def _nested_pair(tmp: Path) -> tuple[Path, Path]:
+    """pa and pb, each with files under ``nvidia/``; pa's RECORD later names directories."""
+    wheels = tmp / "wheels"
+    make_wheel(wheels, "pa", "1.0", {"nvidia/pa/liba.so": A_BYTES, "pa_mod.py": b"A = 1\n"})
+    make_wheel(wheels, "pb", "1.0", {"nvidia/pb/libb.so": B_BYTES, "pb_mod.py": b"B = 1\n"})
+    prefix = make_venv(tmp / "venv", wheels, ["pa==1.0"])
+    install(prefix, wheels, ["pb==1.0"])
+    return prefix, wheels
+
+
+DIRECTORY_ROWS = {
+    "nvidia,,": "names a directory",
+    "nvidia/,,": "names a directory",
+    "./,,": "names a directory",
+    "..,,": "names a directory",
+    "nvidia/pa/..,,": "'..' after a directory name",
+}
+
+
+@pytest.mark.parametrize("row", sorted(DIRECTORY_ROWS))
+def test_record_rows_naming_directories_are_refused_and_stripped(tmp_path: Path, row: str) -> None:
+    reason = DIRECTORY_ROWS[row]
+    prefix, wheels = _nested_pair(tmp_path)
+    record = _record(prefix, "pa")
+    record.write_text(record.read_text(encoding="utf-8") + row + "\n", encoding="utf-8")
+    plan = as_json(_remove(prefix, wheels, "--dry-run", "--json"))
+    assert plan["verdict"] == "pass", plan["reasons"]
+    refused = [(r["entry"], r["reason"]) for r in plan["refused_paths"]]
+    assert refused == [(row[:-2], reason)]
+    shown = _remove(prefix, wheels, "--dry-run").stdout
+    assert f"pa: {row[:-2]!r} ({reason})" in shown
+    done = _remove(prefix, wheels, "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    site = _site(prefix)
+    assert (site / "nvidia" / "pb" / "libb.so").read_bytes() == B_BYTES
+    assert (site / "pb_mod.py").is_file() and (site / "pb-1.0.dist-info" / "RECORD").is_file()
+    assert not (site / "pa_mod.py").exists() and not (site / "nvidia" / "pa").exists()
+
+
+# -- control characters in printed paths (item 14) --------------------------------------------
+
+FAKE = "\nVerdict: PASS (fake line)\x1b[2J"
+
+
+def test_a_file_name_cannot_write_lines_or_escapes_to_the_terminal(tmp_path: Path) -> None:
+    prefix, _ = shared_pair(tmp_path)
+    odd = _site(prefix) / "odd"
+    odd.mkdir()
+    (odd / f"lib{FAKE}.so").write_bytes(b"\x7fELF\x02\x01\x01" + b"\xff" * 64)
+    done = cudafix("doctor", "--venv", prefix)
+    assert "[bad-elf]" in done.stdout
+    assert "\x1b" not in done.stdout + done.stderr
+    assert not any(ln.startswith("Verdict: PASS") for ln in done.stdout.splitlines())
+    assert "lib\\nVerdict: PASS (fake line)\\x1b[2J.so" in done.stdout
+
+
+def test_error_lines_escape_control_characters(tmp_path: Path) -> None:
+    where = tmp_path / f"no-venv{FAKE}"
+    done = cudafix("doctor", "--venv", where)
+    assert done.returncode == 2
+    assert "\x1b" not in done.stderr
+    assert not any(ln.startswith("Verdict: PASS") for ln in done.stderr.splitlines())
+    assert "no-venv\\nVerdict: PASS" in done.stderr
+
+
+# -- names in plan files are names, never options (item 1) ------------------------------------
+
+
+def _outside_install(tmp: Path, wheels: Path) -> Path:
+    """A directory outside the venv holding pa, installed there with ``uv --target``."""
+    out = tmp / "outside"
+    offline = ["--offline", "--no-index", "--find-links", str(wheels)]
+    argv = [UV, "pip", "install", "-q", "--target", str(out), *offline, "pa==1.0", "pb==1.0"]
+    subprocess.run(argv, check=True, env=uv_env())
+    return out
+
+
+def _tamper(plan: Path, change: object) -> None:
+    data = json.loads(plan.read_text())
+    change(data)  # type: ignore[operator]
+    plan.write_text(json.dumps(data))
+
+
+def _remove_entry(data: dict[str, object], name: str) -> None:
+    removed = data["remove"]
+    assert isinstance(removed, list)
+    removed.insert(0, {**removed[0], "name": name})
+
+
+HOSTILE_PLANS = {
+    "remove-name": lambda d, out: _remove_entry(d, f"--target={out}"),
+    "reinstall-name": lambda d, out: d["reinstall"].append(
+        {"name": f"--target={out}", "version": "1.0", "reason": "x"}
+    ),
+    "install-name": lambda d, out: d["install"].append({"name": f"--target={out}", "version": "1"}),
+    "install-version": lambda d, out: d["install"].append({"name": "pb", "version": "1.0 -t x"}),
+    "probe-module": lambda d, out: d["probe_modules"].append(f"os; open('{out}/pwned', 'w')"),
+    "probe-library": lambda d, out: d["probe_libraries"].append(f"../../../{out}/x.so"),
+    "find-links": lambda d, out: d["options"]["find_links"].append(f"--target={out}"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(HOSTILE_PLANS))
+def test_a_plan_file_whose_names_are_options_is_refused_before_anything_runs(
+    tmp_path: Path, field: str
+) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    out = _outside_install(tmp_path, wheels)
+    plan = tmp_path / "plan.json"
+    made = _remove(prefix, wheels, "--repair", "--dry-run", "--out", str(plan))
+    assert made.returncode == 0, made.stderr
+    _tamper(plan, lambda d: HOSTILE_PLANS[field](d, out))
+    before, outside = fingerprint(prefix), fingerprint(out)
+    done = cudafix("apply", plan, "--yes", "--no-plan-probes")
+    assert_one_line_error(done, 2, "not a distribution name" if "name" in field else str(plan))
+    assert diff_fingerprints(before, fingerprint(prefix)) == []
+    assert diff_fingerprints(outside, fingerprint(out)) == []
+    assert not (out / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("step", "words"),
+    [
+        ('reinstall = ["--target=/tmp/x"]', "not a distribution name"),
+        ('remove = ["--target=/tmp/x"]', "not a distribution name or pattern"),
+    ],
+)
+def test_a_script_whose_names_are_options_is_refused_with_its_line(
+    tmp_path: Path, step: str, words: str
+) -> None:
+    prefix, _ = shared_pair(tmp_path)
+    script = tmp_path / "s.toml"
+    script.write_text(f"[[steps]]\n{step}\n")
+    done = cudafix("apply", script, "--venv", prefix, "--dry-run")
+    assert_one_line_error(done, 2, f"{script}:2:", words)
