@@ -10,13 +10,16 @@ line and the documented exit code.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from clihelp import as_json, assert_one_line_error, cudafix
+from test_faults import tmpfs as tmpfs
 from txhelp import A_BYTES, B_BYTES, UV, install, make_venv, make_wheel, shared_pair, uv_env
 
+from cudafix.tx.journal import CRASH_ENV
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
@@ -229,3 +232,146 @@ def test_a_script_whose_names_are_options_is_refused_with_its_line(
     script.write_text(f"[[steps]]\n{step}\n")
     done = cudafix("apply", script, "--venv", prefix, "--dry-run")
     assert_one_line_error(done, 2, f"{script}:2:", words)
+
+
+# -- wheels: swapped after planning (item 3), .data schemes (item 6), staging (item 16) ---------
+
+
+def _install(prefix: Path, wheels: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return cudafix("install", *args, "--venv", prefix, *_sources(wheels))
+
+
+def _python_dir(prefix: Path) -> str:
+    return _site(prefix).parent.name
+
+
+EXTRA = {"zzz.pth": b"import os\n", "pc-1.0.data/data/share/zzz.txt": b"z\n"}
+
+
+def test_a_wheel_swapped_after_planning_is_refused(tmp_path: Path) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
+    plan = tmp_path / "plan.json"
+    made = _install(prefix, wheels, "pc", "--dry-run", "--out", plan)
+    assert made.returncode == 0, made.stdout + made.stderr
+    (pin,) = json.loads(plan.read_text())["install"]
+    assert pin["wheel"].endswith("pc-1.0-py3-none-any.whl") and len(pin["wheel_sha256"]) == 64
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n", **EXTRA})
+    before = fingerprint(prefix)
+    done = cudafix("apply", plan, "--yes")
+    assert_one_line_error(done, 3, "pc-1.0-py3-none-any.whl", "changed since the plan")
+    assert diff_fingerprints(before, fingerprint(prefix)) == []
+
+
+def test_verify_catches_every_path_an_install_wrote_beyond_the_plan(tmp_path: Path) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n", **EXTRA})
+    plan = tmp_path / "plan.json"
+    made = _install(prefix, wheels, "pc", "--dry-run", "--out", plan)
+    assert made.returncode == 0, made.stdout + made.stderr
+
+    def forget_extras(data: dict[str, list[dict[str, object]]]) -> None:
+        pin = data["install"][0]
+        keep = [p for p in pin["paths"] if "zzz" not in str(p)]  # type: ignore[attr-defined]
+        assert len(keep) == len(pin["paths"]) - 2  # type: ignore[arg-type]
+        pin["paths"] = keep
+
+    _tamper(plan, forget_extras)
+    before = fingerprint(prefix)
+    done = cudafix("apply", plan, "--yes")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "zzz.pth" in done.stderr and "share/zzz.txt" in done.stderr
+    assert diff_fingerprints(before, fingerprint(prefix)) == []
+
+
+DATA_WHEEL = {
+    "pd_mod.py": b"D = 1\n",
+    "pd-1.0.data/data/share/pd/x.txt": b"x\n",
+    "pd-1.0.data/headers/pd.h": b"int pd;\n",
+    "pd-1.0.data/scripts/pd-tool": b"#!python\nprint(1)\n",
+    "pd-1.0.data/purelib/pd_pure.py": b"P = 1\n",
+    "pd-1.0.data/platlib/pd_plat.py": b"Q = 1\n",
+}
+
+
+def test_wheel_data_schemes_land_where_installers_put_them_and_undo_removes_them(
+    tmp_path: Path,
+) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    make_wheel(wheels, "pd", "1.0", DATA_WHEEL)
+    before = fingerprint(prefix)
+    plan = as_json(_install(prefix, wheels, "pd", "--dry-run", "--json"))
+    assert plan["verdict"] == "pass", plan["reasons"]
+    py = _python_dir(prefix)
+    want = {"share/pd/x.txt", f"include/site/{py}/pd/pd.h", "bin/pd-tool"}
+    assert want <= set(plan["install"][0]["paths"])
+    done = _install(prefix, wheels, "pd", "--yes", "--json")
+    result = as_json(done)
+    assert done.returncode == 0, done.stderr
+    assert all((prefix / p).is_file() for p in want)
+    undone = cudafix("undo", result["txid"], "--venv", prefix, "--yes")
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert diff_fingerprints(before, fingerprint(prefix)) == []
+
+
+def test_a_data_file_over_another_distributions_file_is_a_clobber(tmp_path: Path) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    inside = f"pe-1.0.data/data/lib/{_python_dir(prefix)}/site-packages/pa_mod.py"
+    make_wheel(wheels, "pe", "1.0", {"pe_mod.py": b"E = 1\n", inside: b"A = 2\n"})
+    done = _install(prefix, wheels, "pe", "--dry-run")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "pe would overwrite 1 path(s) that pa claims" in done.stdout
+
+
+def test_repair_of_a_distribution_with_data_files_is_not_another_build(tmp_path: Path) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    make_wheel(wheels, "pd", "1.0", DATA_WHEEL)
+    install(prefix, wheels, ["pd==1.0"])
+    (prefix / "share" / "pd" / "x.txt").unlink()
+    done = cudafix("repair", "--venv", prefix, *_sources(wheels), "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (prefix / "share" / "pd" / "x.txt").read_bytes() == b"x\n"
+
+
+def test_an_install_through_a_symlinked_directory_is_refused_at_plan_time(tmp_path: Path) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    site = _site(prefix)
+    (site / "real").mkdir()
+    (site / "pf").symlink_to("real")
+    make_wheel(wheels, "pf", "1.0", {"pf/__init__.py": b"F = 1\n"})
+    done = _install(prefix, wheels, "pf", "--dry-run")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "pf/__init__.py" in done.stdout and "symlink" in done.stdout
+
+
+def test_sigkill_while_staging_leaves_no_stage_directory(tmp_path: Path) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    killed = cudafix(
+        "install", "pc", "--venv", prefix, *_sources(wheels), "--dry-run",
+        env={"TMPDIR": str(tmp), CRASH_ENV: "stage"},
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    assert [p.name.startswith("cudafix-stage-") for p in tmp.iterdir()] == [True]
+    again = cudafix("install", "pc", "--venv", prefix, *_sources(wheels), "--dry-run",
+                    env={"TMPDIR": str(tmp)})  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_full_tmpdir_while_staging_is_a_machine_error(tmp_path: Path, tmpfs: Path) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = " + b"1" * 4_000_000 + b"\n"})
+    filler = tmpfs / "filler"
+    with filler.open("wb", buffering=0) as fh, pytest.raises(OSError, match="No space left"):
+        while True:
+            fh.write(b"\0" * (1 << 20))
+    os.truncate(filler, filler.stat().st_size - (64 << 10))  # room for small files, not a wheel
+    done = cudafix(
+        "install", "pc", "--venv", prefix, *_sources(wheels), "--dry-run",
+        env={"TMPDIR": str(tmpfs)},
+    )  # fmt: skip
+    assert_one_line_error(done, 1, "No space left on device")
+    assert "can be had" not in done.stdout + done.stderr
