@@ -453,6 +453,7 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
     ]
     reasons += _wheel_reasons(plan, facts)
     reasons += _dist_info_reasons(plan, facts.inventory)
+    reasons += _through_symlinks(plan, facts.inventory)
     reasons += [
         f"{u.record} cannot be read exactly ({u.reason}); what {u.distribution} owns is "
         "unknown, so the plan cannot be trusted: fix that RECORD first"
@@ -466,6 +467,38 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
         if i.name in have
     ]
     return reasons
+
+
+def _through_symlinks(plan: P.Plan, inv: Inventory) -> list[str]:
+    """Paths the plan writes or deletes through a symlinked directory, one line per symlink.
+
+    The transaction never acts through a symlink (it could lead anywhere), so it would
+    refuse such a plan when applied: the dry run must say so first.
+    """
+    named = {
+        *plan.deleted_paths,
+        *plan.rewritten_paths,
+        *(p for i in plan.install for p in i.paths),
+    }
+    through: dict[str, list[str]] = {}
+    for path in sorted(named):
+        link = _symlinked_parent(inv, path)
+        if link is not None:
+            through.setdefault(link, []).append(path)
+    return [
+        f"{len(paths)} path(s) go through the symlinked directory {link} ({paths[0]}"
+        f"{', ...' if len(paths) > 1 else ''}): cudafix never writes or deletes through a symlink"
+        for link, paths in through.items()
+    ]
+
+
+def _symlinked_parent(inv: Inventory, path: str) -> str | None:
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        st = inv.files.get(EnvPath("/".join(parts[:i])))
+        if st is not None and st.kind == "symlink":
+            return "/".join(parts[:i])
+    return None
 
 
 def _dist_info_reasons(plan: P.Plan, inv: Inventory) -> list[str]:
