@@ -139,6 +139,12 @@ class Install(_Frozen):
     """Its Requires-Dist, verbatim (checked against the after-state when planned)."""
     sha256: dict[str, str] = Field(default_factory=dict)
     """The staged RECORD's sha256 per path: what the install must have written (verified)."""
+    wheel: str | None = None
+    """The wheel file that was staged, when it is a local file (a ``--find-links``
+    directory): the install is of this file, by path, never of whatever the sources hold
+    by then."""
+    wheel_sha256: str | None = None
+    """Hex sha256 of ``wheel`` when staged: a file with other bytes is refused (exit 3)."""
 
 
 class OverwrittenPath(_Frozen):
@@ -269,6 +275,9 @@ def _input_problems(plan: Plan) -> Iterator[str]:
     for link in plan.options.find_links:
         if not (link.startswith("/") or _URL.fullmatch(link)):
             yield f"find-links {link!r}: not an absolute path or a URL"
+    for pin in plan.install:
+        if pin.wheel is not None and not (pin.wheel.startswith("/") and pin.wheel_sha256):
+            yield f"install wheel {pin.wheel!r}: not an absolute path with its sha256"
 
 
 def _is_version(text: str) -> bool:
