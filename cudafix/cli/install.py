@@ -73,7 +73,7 @@ def install(
     "--probe-cmd", multiple=True, metavar="CMD", help="Shell command that must succeed after."
 )
 @click.option("--probe-timeout", type=float, default=60.0, show_default=True)
-@click.option("--lock-timeout", type=float, default=60.0, show_default=True)
+@click.option("--lock-timeout", type=float, default=app.DEFAULT_LOCK_TIMEOUT, show_default=True)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED, required=True)
 def run_command(
     facts: app.FactArgs,

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cudafix.model.names import is_dist_name, is_env_path, is_module_name
+from cudafix.model.names import BackendName, is_dist_name, is_env_path, is_module_name
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -189,7 +189,7 @@ class Options(_Frozen):
     allow_broken_requirements: bool = False
     offline: bool = False
     find_links: list[str] = Field(default_factory=list)
-    backend: Literal["uv", "pip"] = "uv"
+    backend: BackendName = "uv"
 
 
 class Plan(_Frozen):
