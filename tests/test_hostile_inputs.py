@@ -309,7 +309,7 @@ def test_wheel_data_schemes_land_where_installers_put_them_and_undo_removes_them
     result = as_json(done)
     assert done.returncode == 0, done.stderr
     assert all((prefix / p).is_file() for p in want)
-    undone = cudafix("undo", result["txid"], "--venv", prefix, "--yes")
+    undone = cudafix("undo", result["transaction"], "--venv", prefix, "--yes")
     assert undone.returncode == 0, undone.stdout + undone.stderr
     assert diff_fingerprints(before, fingerprint(prefix)) == []
 

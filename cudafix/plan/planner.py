@@ -387,6 +387,8 @@ def _installs(facts: Facts, pins: Sequence[Pin]) -> list[tuple[P.Install, Staged
             paths=sorted(wheel.files),
             requires=list(wheel.requires),
             sha256={p: h for p, h in wheel.files.items() if h and comparable(p, wheel.dist_info)},
+            wheel=str(wheel.wheel) if wheel.wheel else None,
+            wheel_sha256=wheel.wheel_sha256,
         )
         out.append((install, wheel))
     return out
