@@ -136,6 +136,31 @@ def test_record_rows_naming_directories_are_refused_and_stripped(tmp_path: Path,
     assert not (site / "pa_mod.py").exists() and not (site / "nvidia" / "pa").exists()
 
 
+@pytest.mark.parametrize("kind", ["absolute", "dotdot", "symlink-out"])
+def test_record_rows_leaving_the_environment_leave_the_file_outside_alone(
+    tmp_path: Path, kind: str
+) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    site = _site(prefix)
+    if kind == "symlink-out":
+        (site / "out").symlink_to(tmp_path)
+    row = {
+        "absolute": str(victim),
+        "dotdot": "../../../../victim.txt",
+        "symlink-out": "out/victim.txt",
+    }[kind]
+    record = _record(prefix, "pa")
+    record.write_text(record.read_text(encoding="utf-8") + f"{row},,\n", encoding="utf-8")
+    plan = as_json(_remove(prefix, wheels, "--repair", "--dry-run", "--json"))
+    assert [r["entry"] for r in plan["refused_paths"]] == [row]
+    done = _remove(prefix, wheels, "--repair", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert victim.read_text() == "precious\n"
+    assert not (site / "pa_mod.py").exists()
+
+
 # -- control characters in printed paths (item 14) --------------------------------------------
 
 FAKE = "\nVerdict: PASS (fake line)\x1b[2J"
