@@ -288,6 +288,20 @@ def test_a_wheel_swapped_after_planning_is_refused(tmp_path: Path) -> None:
     assert diff_fingerprints(before, fingerprint(prefix)) == []
 
 
+def test_a_reinstall_wheel_swapped_after_planning_is_refused(tmp_path: Path) -> None:
+    prefix, wheels = shared_pair(tmp_path)
+    plan = tmp_path / "plan.json"
+    made = _remove(prefix, wheels, "--repair", "--dry-run", "--out", str(plan))
+    assert made.returncode == 0, made.stdout + made.stderr
+    (again,) = json.loads(plan.read_text())["reinstall"]
+    assert again["name"] == "pb" and again["wheel"].endswith("pb-1.0-py3-none-any.whl")
+    make_wheel(wheels, "pb", "1.0", {"shared/lib.so": B_BYTES, "pb_mod.py": b"B = 1\n", **EXTRA})
+    before = fingerprint(prefix)
+    done = cudafix("apply", plan, "--yes")
+    assert_one_line_error(done, 3, "pb-1.0-py3-none-any.whl", "changed since the plan")
+    assert diff_fingerprints(before, fingerprint(prefix)) == []
+
+
 def test_verify_catches_every_path_an_install_wrote_beyond_the_plan(tmp_path: Path) -> None:
     prefix, wheels = shared_pair(tmp_path)
     make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n", **EXTRA})

@@ -88,7 +88,18 @@ class RequirementBreak(_Frozen):
     reason: str
 
 
-class Reinstall(_Frozen):
+class _Pinned(_Frozen):
+    """The local wheel file a reinstall or install was staged from, when it was one."""
+
+    wheel: str | None = None
+    """The wheel file that was staged, when it is a local file (a ``--find-links``
+    directory): the transaction installs a checked copy of this file, by path, never
+    whatever the sources hold by then."""
+    wheel_sha256: str | None = None
+    """Hex sha256 of ``wheel`` when staged: a file with other bytes is refused (exit 3)."""
+
+
+class Reinstall(_Pinned):
     """A distribution reinstalled at its recorded version so its own files come back."""
 
     name: str
@@ -124,7 +135,7 @@ class Precondition(_Frozen):
     so the same wheel installed on two machines digests the same)."""
 
 
-class Install(_Frozen):
+class Install(_Pinned):
     """A distribution installed at an exact version (``--no-deps``) after removals and reinstalls.
 
     ``paths`` are the EnvPaths a staging install of the same wheel wrote: the transaction
@@ -139,12 +150,6 @@ class Install(_Frozen):
     """Its Requires-Dist, verbatim (checked against the after-state when planned)."""
     sha256: dict[str, str] = Field(default_factory=dict)
     """The staged RECORD's sha256 per path: what the install must have written (verified)."""
-    wheel: str | None = None
-    """The wheel file that was staged, when it is a local file (a ``--find-links``
-    directory): the install is of this file, by path, never of whatever the sources hold
-    by then."""
-    wheel_sha256: str | None = None
-    """Hex sha256 of ``wheel`` when staged: a file with other bytes is refused (exit 3)."""
 
 
 class OverwrittenPath(_Frozen):
@@ -275,9 +280,9 @@ def _input_problems(plan: Plan) -> Iterator[str]:
     for link in plan.options.find_links:
         if not (link.startswith("/") or _URL.fullmatch(link)):
             yield f"find-links {link!r}: not an absolute path or a URL"
-    for pin in plan.install:
+    for pin in [*plan.reinstall, *plan.install]:
         if pin.wheel is not None and not (pin.wheel.startswith("/") and pin.wheel_sha256):
-            yield f"install wheel {pin.wheel!r}: not an absolute path with its sha256"
+            yield f"wheel {pin.wheel!r}: not an absolute path with its sha256"
 
 
 def _is_version(text: str) -> bool:

@@ -103,7 +103,8 @@ def _simulate(
     kept: list[str] = sorted(s.path for s in shared) if request.options.keep_shared else []
     why = _reinstall_reasons(inv, deleted, request, repair=request.options.repair)
     reinstall = [
-        P.Reinstall(name=n, version=remaining[n].version, reason=why[n]) for n in sorted(why)
+        P.Reinstall(name=n, version=remaining[n].version, reason=why[n], **_pinned(facts, n))
+        for n in sorted(why)
     ]
     rewritten: list[str] = sorted(
         {e.path for r in reinstall for e in inv.distributions[DistName(r.name)].files}
@@ -387,11 +388,20 @@ def _installs(facts: Facts, pins: Sequence[Pin]) -> list[tuple[P.Install, Staged
             paths=sorted(wheel.files),
             requires=list(wheel.requires),
             sha256={p: h for p, h in wheel.files.items() if h and comparable(p, wheel.dist_info)},
-            wheel=str(wheel.wheel) if wheel.wheel else None,
-            wheel_sha256=wheel.wheel_sha256,
+            **_pinned(facts, name, version),
         )
         out.append((install, wheel))
     return out
+
+
+def _pinned(facts: Facts, name: DistName, version: str | None = None) -> dict[str, str | None]:
+    """``wheel`` and ``wheel_sha256`` of a reinstall or install: the local file it was staged
+    from (installed exactly, by path), when staging found one."""
+    v = version if version is not None else facts.inventory.distributions[name].version
+    wheel = facts.staging.wheels.get((name, v))
+    if wheel is None or wheel.wheel is None:
+        return {}
+    return {"wheel": str(wheel.wheel), "wheel_sha256": wheel.wheel_sha256}
 
 
 def _unchecked(

@@ -28,6 +28,7 @@ from cudafix.tx.journal import Event
 from cudafix.tx.verify import install_mismatches
 
 Verify = Callable[[], list[str]]
+_Call = tuple[Backend, list[str]]
 
 
 def run_transaction(
@@ -49,7 +50,7 @@ def run_transaction(
     ``backend`` defaults to the one the plan names (``plan.options.backend``).
     """
     prefix = _check_plan(plan, force)
-    pinned = any(i.wheel for i in plan.install)
+    pinned = any(p.wheel for p in [*plan.reinstall, *plan.install])
     scratch_cm = scratch_dir() if pinned else contextlib.nullcontext(None)
     with RunContext.open(prefix, lock_timeout, on_event) as ctx, scratch_cm as scratch:
         ctx.require_no_pending()
@@ -104,14 +105,14 @@ def _check_plan(plan: Plan, force: bool) -> Path:
 
 
 def _checked_wheels(plan: Plan, scratch: Path | None) -> list[Path | None]:
-    """For each install, a private copy of the wheel file it was staged from, checked against
-    the plan's sha256 (:class:`StalePlan` before anything changes when it differs); None
-    for a pin staged from an index or uv's cache."""
+    """For each reinstall, then each install, a private copy of the wheel file it was staged
+    from, checked against the plan's sha256 (:class:`StalePlan` before anything changes
+    when it differs); None for a pin staged from an index or uv's cache."""
     return [
-        checked_copy(i.wheel, i.wheel_sha256, scratch)
-        if scratch is not None and i.wheel and i.wheel_sha256
+        checked_copy(p.wheel, p.wheel_sha256, scratch)
+        if scratch is not None and p.wheel and p.wheel_sha256
         else None
-        for i in plan.install
+        for p in [*plan.reinstall, *plan.install]
     ]
 
 
@@ -168,7 +169,28 @@ class _Apply:
     verify: Verify | None
     backend: Backend | None
     wheels: Sequence[Path | None] = ()
-    """Checked private copies of the install wheels (:func:`_checked_wheels`), by index."""
+    """Checked private copies of the reinstall, then install, wheels (:func:`_checked_wheels`)."""
+
+    def _calls(self, backend: Backend, pins: Sequence[str], first: int) -> list[_Call]:
+        """The backend calls for ``pins`` (the plan's entries from ``first`` on): those staged
+        from a local file from the checked copies alone (``--no-index``, the private
+        directory as the only source, so no ``direct_url.json`` points at it), the rest
+        from the plan's sources."""
+        copies = list(self.wheels[first : first + len(pins)])
+        copies += [None] * (len(pins) - len(copies))
+        local = [pin for pin, w in zip(pins, copies, strict=True) if w is not None]
+        rest = [pin for pin, w in zip(pins, copies, strict=True) if w is None]
+        calls: list[_Call] = []
+        if local:
+            scratch = str(next(w for w in copies if w is not None).parent)
+            python = Path(self.plan.target.python or self.ctx.prefix / "bin" / "python")
+            private = make_backend(
+                self.plan.options.backend, python, offline=True, find_links=[scratch]
+            )
+            calls.append((private, local))
+        if rest:
+            calls.append((backend, rest))
+        return calls
 
     def steps(self) -> tuple[str, ...]:
         """Detach, uninstall, reinstall, keep, verify, install, probe; raise at the first
@@ -214,10 +236,11 @@ class _Apply:
         journal.append(tx.journal, Event.REINSTALL_BEGIN, {"pins": pins})
         ctx.on_event(f"reinstalling {', '.join(pins)}")
         # Co-owners of one path in one backend call race for it: one call each, in order.
-        for batch in [[p] for p in pins] if plan.holders_after else [pins]:
-            with ctx.backend_runs():
-                done = backend.reinstall(batch)
-            ctx.backend_step(tx, f"{plan.options.backend} reinstall", done)
+        for i, batch in enumerate([[p] for p in pins] if plan.holders_after else [pins]):
+            for chosen, group in self._calls(backend, batch, i if plan.holders_after else 0):
+                with ctx.backend_runs():
+                    done = chosen.reinstall(group)
+                ctx.backend_step(tx, f"{plan.options.backend} reinstall", done)
 
     def _install(self, backend: Backend) -> None:
         """Install the exact pins (after verify: they may re-create paths the removal deleted)."""
@@ -225,11 +248,10 @@ class _Apply:
         pins = [f"{i.name}=={i.version}" for i in plan.install]
         journal.append(tx.journal, Event.INSTALL_BEGIN, {"pins": pins})
         ctx.on_event(f"installing {', '.join(pins)}")
-        copies = [*self.wheels, *[None] * (len(pins) - len(self.wheels))]
-        exact = [str(w) if w is not None else pin for pin, w in zip(pins, copies, strict=True)]
-        with ctx.backend_runs():
-            done = backend.reinstall(exact)
-        ctx.backend_step(tx, f"{plan.options.backend} install", done)
+        for chosen, group in self._calls(backend, pins, len(plan.reinstall)):
+            with ctx.backend_runs():
+                done = chosen.reinstall(group)
+            ctx.backend_step(tx, f"{plan.options.backend} install", done)
         problems = install_mismatches(plan)
         if problems:
             more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
