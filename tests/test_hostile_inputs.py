@@ -414,3 +414,19 @@ def test_a_full_tmpdir_while_staging_is_a_machine_error(tmp_path: Path, tmpfs: P
     )  # fmt: skip
     assert_one_line_error(done, 1, "No space left on device")
     assert "can be had" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("kind", ["uv", "pip"])
+def test_backend_commands_end_options_before_names(tmp_path: Path, kind: str) -> None:
+    """Defence in depth below the plan checks: a name that looks like an option is a name."""
+    from cudafix.fetch.backend import make_backend
+
+    prefix, wheels = shared_pair(tmp_path)
+    out = _outside_install(tmp_path, wheels)
+    outside = fingerprint(out)
+    python = prefix / "bin" / "python"
+    backend = make_backend(kind, python, offline=True, find_links=[str(wheels)])  # type: ignore[arg-type]
+    backend.uninstall([f"--target={out}", "pa"])
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
+    backend.reinstall([f"--target={out}", "pc==1.0"])
+    assert diff_fingerprints(outside, fingerprint(out)) == []
