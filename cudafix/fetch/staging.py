@@ -96,7 +96,7 @@ def describe_sources(sources: Sources, environ: Mapping[str, str] = os.environ) 
 
 
 def stage(python: Path, pins: Sequence[Pin], sources: Sources, site_packages: EnvPath) -> Staging:
-    """Install ``pins`` with ``--target`` into a scratch directory and read what landed.
+    """Install ``pins`` with ``--prefix`` into a scratch directory and read what landed.
 
     One uv call for all pins; when it fails, each pin again alone, so a problem is
     attributed to the wheel that has it.
