@@ -162,17 +162,22 @@ def scratch_dir() -> Iterator[Path]:
 
     It holds an exclusive ``flock`` for as long as it is in use, so one left by a killed
     run (SIGKILL skips every cleanup) is told from a live one and removed by the next run.
+    It is made under another name and renamed once locked: a sweeping run never sees a live
+    directory unlocked.
     """
     base = Path(tempfile.gettempdir())
     _sweep(base)
-    path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=base))
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    made = Path(tempfile.mkdtemp(prefix=".cudafix-new-", dir=base))
+    fd = os.open(made, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    path = base / (SCRATCH_PREFIX + made.name.removeprefix(".cudafix-new-"))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        made.rename(path)
         crash_point("stage")
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        for where in (path, made):  # ``made`` when the rename failed
+            shutil.rmtree(where, ignore_errors=True)
         os.close(fd)
 
 
