@@ -94,9 +94,12 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
     out += _section(
         "Sonames lost",
         [
-            style(f"x {lost.need}", fg="red", bold=True)
-            + f" needed by {_site(plan, lost.consumer)}"
-            + f" ({lost.consumer_distribution or 'no distribution'})\n"
+            style(f"x {_site(plan, lost.need)}", fg="red", bold=True)
+            + (" loaded at run time by" if lost.run_time_load else " needed by")
+            + f" {_site(plan, lost.consumer)}"
+            + f" ({lost.consumer_distribution or 'no distribution'})"
+            + (f" for {lost.run_time_load}" if lost.run_time_load else "")
+            + "\n"
             f"    resolves today to {_site(plan, lost.resolved_before)}\n"
             f"    which goes: claimed by {' and '.join(lost.lost_file_owners) or 'no distribution'}"
             + (" (all removed or deleted with the shared path)" if lost.lost_file_owners else "")
@@ -140,7 +143,7 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
     out += _section("Probes (from the script)", _script_probes(plan))
     out += _section(
         "Requirements broken",
-        [f"{b.distribution} requires {b.requirement}: {b.reason}" for b in plan.requirement_breaks],
+        [f"{b.requested_as} requires {b.requirement}: {b.reason}" for b in plan.requirement_breaks],
     )
     out += _section(
         "Refused RECORD entries",

@@ -25,10 +25,16 @@ from cudafix.linker.linkage import (
     to_env_path,
 )
 from cudafix.linker.loader import LoadTree, Step, expand_entry
+from cudafix.linker.runtime import RuntimeLoad
 from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers, load_roots
-from cudafix.plan.requirements import check_requirements, requirement_closure
+from cudafix.plan.requirements import (
+    check_requirements,
+    extra_requirements,
+    requirement_closure,
+    unmet,
+)
 
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
 
@@ -49,11 +55,12 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
     loaded = loaded_closure(facts, chains)
     foreign = foreign_files(facts)
     cmd = _Commands(target_flags)
+    installs = runtime_installs(facts, chains.edges.values())
     findings = [
         *_missing(inv, cmd),
         *_clobbered(inv, loaded, cmd),
         *_foreign_bytes(inv, foreign, cmd),
-        *_unresolved(inv, chains.edges.values(), cmd),
+        *_unresolved(inv, chains.edges.values(), cmd, facts),
         *_mixed_cuda(facts, chains, cmd),
         *_shadowed(facts, chains.edges.values(), cmd),
         *_requirements(facts, cmd),
@@ -70,6 +77,7 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
         imported_objects=len(_imported(facts, chains)),
         findings=findings,
         repair={n: r for n, r in repair_candidates(facts, foreign).items()},
+        install=installs,
         target_flags=target_flags,
     )
 
@@ -122,6 +130,58 @@ def repair_candidates(
     for name, wrong in (foreign_files(facts) if foreign is None else foreign).items():
         chosen.setdefault(name, f"{len(wrong)} of its own file(s) hold another build's bytes")
     return dict(sorted(chosen.items()))
+
+
+def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[str, str]:
+    """Requirements to install so that every framework's run-time loads resolve again.
+
+    For each run-time load (``cudafix/data/runtime.toml``) that resolves nowhere, whose
+    framework asked for the library through an extra that was installed (some of its
+    requirements still are): the unmet requirements of that extra, verbatim but for the
+    marker (the exact specifier its metadata asks for). ``edges``: the environment's, if
+    already resolved (else the run-time loading objects are resolved here).
+    """
+    inv = facts.inventory
+    if edges is None:
+        view = EnvironmentView(inv.prefix, facts.elf, inv.files)
+        roots = [r for r in load_roots(facts) if r.path in facts.runtime.objects]
+        edges = resolve_chains(roots, (), view, facts.search, facts.dlopen).edges.values()
+    out: dict[str, str] = {}
+    for e in sorted(edges, key=lambda e: (e.requester, e.need)):
+        row = facts.runtime.row(e.requester, e.need)
+        if e.provider is not None or row is None:
+            continue
+        for spec in _unmet_specs(facts, row):
+            out.setdefault(
+                spec,
+                f"{row.requested_as} requires it; {_show_abs(inv, e.requester)} loads "
+                f"{_show_abs(inv, e.need)} at run time",
+            )
+    return out
+
+
+def _unmet_specs(facts: Facts, row: RuntimeLoad) -> list[str]:
+    """The unmet requirements of the row's extra (name and specifier, marker dropped), when
+    its libraries were installed from wheels; else none."""
+    if not _was_installed(facts, row):
+        return []
+    inv = facts.inventory
+    reqs = extra_requirements(inv.distributions[row.provider], row.extra, facts.marker_env)
+    return [f"{r.name}{r.specifier}" for r in reqs if unmet(r, inv.distributions) is not None]
+
+
+def _was_installed(facts: Facts, row: RuntimeLoad) -> bool:
+    """Whether the libraries a run-time load wants were installed from wheels: the row's
+    extra is requested, or some of its requirements are still met (the rest were removed).
+    An extra none of whose wheels is there means the framework uses a system CUDA."""
+    inv = facts.inventory
+    provider = inv.distributions.get(row.provider)
+    if provider is None:
+        return False
+    if not row.extra or row.extra in facts.extras.get(row.provider, frozenset()):
+        return True
+    reqs = extra_requirements(provider, row.extra, facts.marker_env)
+    return any(unmet(r, inv.distributions) is None for r in reqs)
 
 
 def _missing(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
@@ -235,14 +295,17 @@ def _holds(inv: Inventory, s: SharedPath) -> str:
     return f"holds {s.holder}'s bytes" if s.holder else "holds bytes no owner's RECORD matches"
 
 
-def _unresolved(inv: Inventory, edges: Iterable[Edge], cmd: _Commands) -> Iterable[Finding]:
+def _unresolved(
+    inv: Inventory, edges: Iterable[Edge], cmd: _Commands, facts: Facts
+) -> Iterable[Finding]:
     """Needs nothing provides, graded by what breaks.
 
     Each need is judged on the chains that really load its object (``Edge.chains``): an
     error when every one of them fails it (an import, a tool or a run-time load fails), or
     when the file should be there (a RECORD claims it). Information when a driver or
     optional system stack provides it, or when nothing loads the object (plugins and
-    optional transports are loaded on demand): then it was judged on its own tree.
+    optional transports are loaded on demand): then it was judged on its own tree. A
+    framework's run-time load is judged by :func:`_run_time_unresolved`.
     """
     prefix = str(inv.prefix)
     system = provided_by_system()
@@ -250,15 +313,23 @@ def _unresolved(inv: Inventory, edges: Iterable[Edge], cmd: _Commands) -> Iterab
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):
         if e.provider is not None:
             continue
+        row = facts.runtime.row(e.requester, e.need)
+        if row is not None:
+            yield _run_time_unresolved(facts, e, row, cmd)
+            continue
         rel = to_env_path(prefix, e.requester)
         owner = inv.owners.get(rel, ()) if rel else ()
         claimants = _claimants(inv, e.need)
         severity: Severity = "error" if claimants or e.chains else "info"
         why = ""
         hint = cmd("cudafix repair --dry-run") if claimants else None
+        optional = facts.runtime.optional.get(e.requester)
         if not claimants and e.need in system:
             severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
             hint = f"nothing to do unless this host should have {system[e.need]}"
+        elif not claimants and optional is not None:
+            severity = "info"
+            why = f"; {optional.framework} imports it only if it can, and runs without it"
         elif severity == "info":
             why = (
                 "; no extension module loads it (nor an executable or a run-time load), "
@@ -287,6 +358,30 @@ def _unresolved(inv: Inventory, edges: Iterable[Edge], cmd: _Commands) -> Iterab
             owners=claimants,
             hint=hint,
         )
+
+
+def _run_time_unresolved(facts: Facts, e: Edge, row: RuntimeLoad, cmd: _Commands) -> Finding:
+    """A framework's run-time load that resolves nowhere: an error when its libraries were
+    installed from wheels (the GPU backend fails when it loads them), else information."""
+    inv = facts.inventory
+    owner = _owners_abs(inv, e.requester)
+    mine = _unmet_specs(facts, row)
+    installed = _was_installed(facts, row)
+    why = "" if installed else f"; none of {row.requested_as}'s wheels is installed (system CUDA)"
+    return Finding(
+        kind="unresolved",
+        severity="error" if installed else "info",
+        distribution=owner[0] if owner else None,
+        message=f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
+        f"loads {_show_abs(inv, e.need)} at run time (for {row.requested_as}), which is not "
+        f"found{why}",
+        details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
+        + [f"evidence: {row.source}"],
+        consumer=_show_env(inv, e.requester),
+        need=e.need,
+        owners=[row.framework],
+        hint=f"{cmd('cudafix repair --dry-run')}  (installs {', '.join(mine)})" if mine else None,
+    )
 
 
 def _copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:
@@ -596,7 +691,7 @@ def _requirements(facts: Facts, cmd: _Commands) -> Iterable[Finding]:
             kind="requirement",
             severity="error",
             distribution=p.distribution,
-            message=f"{p.distribution} requires {p.requirement}: {p.reason}",
+            message=f"{p.requested_as} requires {p.requirement}: {p.reason}",
             hint="install a matching version, or "
             f"`{cmd(f'cudafix remove {p.distribution} --dry-run')}`",
         )
