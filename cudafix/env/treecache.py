@@ -33,8 +33,9 @@ from cudafix.env.statedir import STATE_DIR_NAME, save_cache_file
 from cudafix.model.names import EnvPath, is_so_name
 
 FORMAT = "cudafix-tree-cache"
-VERSION = 4
-"""4: no ctime per file (a hard link or copy moves it, and nothing decides on it)."""
+VERSION = 5
+"""4: no ctime per file (a hard link or copy moves it, and nothing decides on it);
+5: RECORDs read as uv reads them (no field limit, BOM, strict quoting)."""
 RACY_NS = 2_000_000_000
 """Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")

@@ -65,6 +65,7 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
         *_shadowed(facts, chains.edges.values(), cmd),
         *_requirements(facts, cmd),
         *_unsafe(inv),
+        *_unreadable(inv),
         *_bad_elf(facts),
         *_unmanaged(inv),
     ]
@@ -743,6 +744,20 @@ def _unsafe(inv: Inventory) -> Iterable[Finding]:
             message=f"{u.distribution}'s RECORD lists {u.raw!r}: {u.reason};"
             " cudafix will not act on it",
             hint="inspect that RECORD by hand; cudafix refuses to remove this distribution",
+        )
+
+
+def _unreadable(inv: Inventory) -> Iterable[Finding]:
+    for u in inv.unreadable:
+        yield Finding(
+            kind="unreadable-record",
+            severity="error",
+            distribution=u.distribution,
+            paths=[u.record],
+            message=f"{u.record} cannot be read exactly ({u.reason}): pip and uv would each "
+            f"read other rows, so what {u.distribution} owns is unknown",
+            hint="fix that RECORD by hand (or remove its dist-info and reinstall); until "
+            "then cudafix refuses every plan in this environment",
         )
 
 
