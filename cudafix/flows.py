@@ -20,7 +20,7 @@ from cudafix.env.target import TargetEnv, locate_target
 from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
-from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, shown, venv_flags
+from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, shell_join, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding
 from cudafix.model.errors import CudafixError, InputError, LockedError, PlanRefused
 from cudafix.model.names import BackendName
@@ -284,7 +284,7 @@ def plan_install(
         )
         pins = ", ".join(f"{i.name}=={i.version}" for i in alt.install)
         summary = f"install {pins}, the build the consumers load today"
-        alternatives.append(Alternative(command=shown([*words, "--dry-run"]), summary=summary))
+        alternatives.append(Alternative(command=shell_join([*words, "--dry-run"]), summary=summary))
     return plan.model_copy(update={"alternatives": alternatives})
 
 

@@ -20,7 +20,7 @@ import click
 from click.core import ParameterSource
 
 from cudafix import app
-from cudafix.cli.render import plain
+from cudafix.cli.render import plain, shown
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import (
     CudafixError,
@@ -452,7 +452,7 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
 
 def undo_line(txid: str, prefix: Path) -> str:
     """How to go back, as a command that runs as printed."""
-    return "Undo with: " + cudafix_line("undo", txid, target=venv_flags(prefix))
+    return "Undo with: " + shown(cudafix_line("undo", txid, target=venv_flags(prefix)))
 
 
 def confirm(yes: bool) -> None:

@@ -25,6 +25,7 @@ from cudafix.cli.common import (
     present_and_apply,
     undo_line,
 )
+from cudafix.cli.render import shown
 from cudafix.model.errors import ExitCode, UsageError
 
 
@@ -44,7 +45,8 @@ def install(specs: tuple[str, ...], allow_broken_requirements: bool, flags: Plan
         on_event=echo_err,
     )  # fmt: skip
     if not plan.install and not plan.remove and not flags.as_json:
-        click.echo(f"Nothing to install in {plan.target.prefix}: {' '.join(specs)} is satisfied.")
+        done = f"Nothing to install in {plan.target.prefix}: {' '.join(specs)} is satisfied."
+        click.echo(shown(done))
         raise click.exceptions.Exit(ExitCode.OK)
     present_and_apply(plan, flags)
 
@@ -96,6 +98,6 @@ def run_command(
     for path in result.in_place:
         echo_err(f"warning: {path} was rewritten in place; a rollback could not have restored it")
     click.echo(
-        f"Committed transaction {result.txid}: {shlex.join(argv)}; probes passed: "
-        f"{len(result.probes)}.\n{undo_line(result.txid, result.prefix)}"
+        shown(f"Committed transaction {result.txid}: {shlex.join(argv)}; probes passed: ")
+        + f"{len(result.probes)}.\n{undo_line(result.txid, result.prefix)}"
     )

@@ -40,6 +40,7 @@ from cudafix.cli.common import (
 )
 from cudafix.cli.install import install as install_command
 from cudafix.cli.install import run_command
+from cudafix.cli.render import shown
 from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, StalePlan, UsageError
 
 
@@ -156,8 +157,9 @@ def repair(flags: PlanFlags) -> None:
             )
         else:
             click.echo(
-                f"Nothing to repair in {prefix}: no distribution has missing files or files "
-                "holding another build's bytes, and every required distribution is installed."
+                f"Nothing to repair in {shown(str(prefix))}: no distribution has missing "
+                "files or files holding another build's bytes, and every required distribution "
+                "is installed."
             )
         raise click.exceptions.Exit(ExitCode.OK)
     present_and_apply(plan, flags)
@@ -174,10 +176,10 @@ def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
     """Roll back a transaction that was interrupted (killed, power loss)."""
     report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_err)
     if not report.transactions:
-        click.echo(f"No unfinished transaction in {report.prefix}.")
+        click.echo(f"No unfinished transaction in {shown(str(report.prefix))}.")
         return
     for action in report.actions:
-        click.echo(("would: " if dry_run else "done: ") + action)
+        click.echo(("would: " if dry_run else "done: ") + shown(action))
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -301,7 +303,7 @@ def _fail(err: CudafixError, as_json: bool) -> NoReturn:
 
     if as_json and not err.json_emitted:
         emit_json_error(err)
-    echo_err(render_error(err, style_for(sys.stderr.isatty())))
+    click.echo(render_error(err, style_for(sys.stderr.isatty())), err=True)  # escapes its values
     sys.exit(int(err.exit_code))
 
 

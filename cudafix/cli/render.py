@@ -7,9 +7,9 @@ Rendering only formats values; it decides nothing. Colour is applied by the call
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from cudafix.model.commands import cudafix_line, shown, venv_flags
+from cudafix.model.commands import cudafix_line, shell_join, venv_flags
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
 
@@ -21,6 +21,43 @@ if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pyda
     from cudafix.model.transaction import HistoryEntry, TransactionDetail, UndoPreview
 
 Style = Callable[..., str]
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    M = TypeVar("M", bound=BaseModel)
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print: each control or other non-printing character written as its
+    Python escape (``\\n``, ``\\x1b``, ``\\u202e``).
+
+    File names, RECORD rows, distribution names and error details come from the environment
+    or a file, and a name holding a newline or an ESC sequence would otherwise forge output
+    lines or drive the terminal. The renderer applies it to every value it prints; the line
+    breaks and colours it adds itself are its own.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _shown_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, list):
+        return [_shown_value(v) for v in value]
+    if isinstance(value, dict):
+        return {_shown_value(k): _shown_value(v) for k, v in value.items()}
+    return value
+
+
+def printable(model: M) -> M:
+    """``model`` with :func:`shown` applied to every string in it, keys included; the same
+    object when nothing needed escaping (the usual case)."""
+    dumped = model.model_dump()
+    cleaned = _shown_value(dumped)
+    return model if cleaned == dumped else type(model).model_validate(cleaned)
 
 
 def plain(text: str, **_kw: object) -> str:
@@ -46,6 +83,7 @@ def _site(plan: Plan, path: str) -> str:
 
 def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> str:
     """The plan as sections: what goes, what comes back, what breaks, the verdict, what next."""
+    plan = printable(plan)
     out: list[str] = [f"Environment: {plan.target.prefix}"]
     out += _section(
         "Remove",
@@ -220,6 +258,7 @@ information; 1 ``--verbose``: every finding."""
 def render_report(report: DoctorReport, style: Style = plain, verbosity: Verbosity = 0) -> str:
     """Doctor findings, errors first, then warnings, then information folded by kind (all of
     it under ``verbosity`` 1); the verdict and the command to run next last."""
+    report = printable(report)
     out = [
         f"Environment: {report.prefix}",
         f"{report.distributions} distributions, {report.elf_objects} ELF objects",
@@ -266,7 +305,7 @@ def _verdict(report: DoctorReport, style: Style) -> list[str]:
     out = [style(f"{len(problems)} problem(s) found.", fg="red", bold=True)]
     if report.next_command:
         why = _next_why(report) if report.next_command[1:2] in (["repair"], ["install"]) else ""
-        out.append(f"Next: {shown(report.next_command)}" + (f"   # {why}" if why else ""))
+        out.append(f"Next: {shell_join(report.next_command)}" + (f"   # {why}" if why else ""))
     return out
 
 
@@ -315,10 +354,10 @@ def _choice(c: Choice) -> str:
 
 def render_error(err: CudafixError, style: Style = plain) -> str:
     """One clear line, then context and the next command (pip's diagnostic errors)."""
-    lines = [style("error", fg="red", bold=True) + f": {err.message}"]
-    lines += [f"  {c}" for c in err.context]
+    lines = [style("error", fg="red", bold=True) + f": {shown(err.message)}"]
+    lines += [f"  {shown(c)}" for c in err.context]
     if err.hint:
-        lines.append(f"hint: {err.hint}")
+        lines.append(f"hint: {shown(err.hint)}")
     return "\n".join(lines)
 
 
@@ -333,11 +372,11 @@ def _when(t: float) -> str:
 
 def _command_line(command: Sequence[str]) -> str:
     """The recorded command as it was typed: ``cudafix`` and its arguments, quoted."""
-    return shown(["cudafix", *command[1:]]) if command else "-"
+    return shown(shell_join(["cudafix", *command[1:]])) if command else "-"
 
 
 def _changed(e: HistoryEntry) -> str:
-    said = ", ".join(e.changed)
+    said = shown(", ".join(e.changed))
     if e.undoes:
         said = f"undid {e.undoes}" + (f": {said}" if said else "")
     return said or "nothing"
@@ -356,7 +395,7 @@ def render_history(prefix: Path, entries: Sequence[HistoryEntry], style: Style =
         out.append(f"{e.txid}  {_when(e.time)}  {e.kind:<5}  {state}  {_changed(e)}")
         out.append(f"    {_command_line(e.command)}")
         if e.error:
-            out.append(f"    {e.error}")
+            out.append(f"    {shown(e.error)}")
     return "\n".join(out)
 
 
@@ -366,7 +405,7 @@ def _entry_lines(e: HistoryEntry) -> list[str]:
         f"  command:  {_command_line(e.command)}",
         f"  changed:  {_changed(e)}",
         *([f"  kept:     {len(e.kept)} shared path(s)"] if e.kept else []),
-        *([f"  error:    {e.error}"] if e.error else []),
+        *([f"  error:    {shown(e.error)}"] if e.error else []),
         "  snapshot: " + ("kept (it can be undone)" if e.snapshot else "deleted"),
     ]
 
@@ -391,7 +430,7 @@ def render_undo_preview(preview: UndoPreview, style: Style = plain) -> str:
     out.append(f"  restores the {preview.paths} path(s) it touched to their state before it")
     if preview.conflicts:
         out.append(style("Verdict: REFUSED", fg="red", bold=True) + "  (changed since the commit)")
-        out += [f"  - {c}" for c in preview.conflicts[:10]]
+        out += [f"  - {shown(c)}" for c in preview.conflicts[:10]]
         out += _more(len(preview.conflicts), 10, "")
     else:
         out.append(style("Verdict: PASS", fg="green", bold=True))

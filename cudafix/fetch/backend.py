@@ -2,6 +2,9 @@
 
 Builds their command lines (the one place an installer's argv is written); the
 transaction runs them on the environment, staging and resolving on scratch directories.
+Every command ends its options with ``--`` before the names, pins or wheel paths, and
+passes option values joined (``--find-links=DIR``): no value from a plan, a RECORD or a
+directory listing can ever be read as an option.
 """
 
 from __future__ import annotations
@@ -47,23 +50,40 @@ class UvBackend:
         return uv.find_uv_bin()
 
     def uninstall(self, names: Sequence[str]) -> Completed:
-        return run([self._uv(), "pip", "uninstall", "--python", self.python, *names])
+        return run([self._uv(), "pip", "uninstall", f"--python={self.python}", "--", *names])
 
     def reinstall(self, pins: Sequence[str]) -> Completed:
         return run(self.reinstall_argv(pins))
 
-    def reinstall_argv(self, pins: Sequence[str], *, dry_run: bool = False) -> list[str]:
-        """The reinstall command; ``dry_run`` asks uv only whether the wheels can be had."""
+    def reinstall_argv(
+        self, pins: Sequence[str], *, dry_run: bool = False, options: Sequence[str] = ()
+    ) -> list[str]:
+        """The reinstall command; ``dry_run`` asks uv only whether the wheels can be had;
+        ``options`` go before the ``--`` that ends them (``--prefix=DIR`` for staging)."""
         index = self.sources.installer_args()
-        argv = [self._uv(), "pip", "install", "--python", str(self.python)]
+        argv = [self._uv(), "pip", "install", f"--python={self.python}"]
         return [
             *argv,
             "--reinstall",
             "--no-deps",
             *index,
             *(["--dry-run"] if dry_run else []),
+            *options,
+            "--",
             *pins,
         ]
+
+    def stage_argv(self, pins: Sequence[str], prefix: str) -> list[str]:
+        """Install ``pins`` under the empty directory ``prefix`` as uv lays out an environment
+        (every ``.data`` scheme where the target's installs put it), for reading what they hold.
+
+        Without ``--reinstall``: it implies ``--refresh``, and uv then unpacks a registry
+        wheel into its cache anew on every call (a GB per dry run for cuDNN). Nothing is
+        installed under ``prefix`` yet, so nothing would be skipped without it.
+        """
+        index = self.sources.installer_args()
+        argv = [self._uv(), "pip", "install", f"--python={self.python}", "--no-deps"]
+        return [*argv, *index, f"--prefix={prefix}", "--", *pins]
 
 
 def find_pip(python: Path, path: str | None = None) -> list[str] | None:
@@ -74,11 +94,11 @@ def find_pip(python: Path, path: str | None = None) -> list[str] | None:
     and neither has cudafix when ``uv tool install`` installed it.
     """
     candidates: list[list[str]] = [[str(python), "-m", "pip"]]
-    candidates.append([sys.executable, "-m", "pip", "--python", str(python)])
+    candidates.append([sys.executable, "-m", "pip", f"--python={python}"])
     for name in ("pip", "pip3"):
         found = shutil.which(name, path=path if path is not None else os.environ.get("PATH"))
         if found:
-            candidates.append([found, "--python", str(python)])
+            candidates.append([found, f"--python={python}"])
     for argv in candidates:
         if run([*argv, "--version"], timeout=60).returncode == 0:
             return argv
@@ -96,12 +116,12 @@ class PipBackend:
         return find_pip(self.python) or [str(self.python), "-m", "pip"]
 
     def uninstall(self, names: Sequence[str]) -> Completed:
-        return run([*self._pip(), "uninstall", "-y", *names])
+        return run([*self._pip(), "uninstall", "-y", "--", *names])
 
     def reinstall(self, pins: Sequence[str]) -> Completed:
         index = self.sources.installer_args(pip=True)
         flags = ["--force-reinstall", "--no-deps", "--no-compile", "--disable-pip-version-check"]
-        return run([*self._pip(), "install", *flags, *index, *pins])
+        return run([*self._pip(), "install", *flags, *index, "--", *pins])
 
 
 def make_backend(kind: BackendName, python: Path, sources: Sources = Sources()) -> Backend:  # noqa: B008

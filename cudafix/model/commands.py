@@ -26,11 +26,11 @@ def cudafix_argv(*words: str, target: Sequence[str] = (), tail: Iterable[str] = 
     return ["cudafix", *words, *target, *tail]
 
 
-def shown(argv: Sequence[str]) -> str:
+def shell_join(argv: Sequence[str]) -> str:
     """An argv as a shell reads it back: every word quoted where it needs to be."""
     return shlex.join(argv)
 
 
 def cudafix_line(*words: str, target: Sequence[str] = (), tail: Iterable[str] = ()) -> str:
     """:func:`cudafix_argv`, quoted for a shell."""
-    return shown(cudafix_argv(*words, target=target, tail=tail))
+    return shell_join(cudafix_argv(*words, target=target, tail=tail))

@@ -34,9 +34,13 @@ class Sources:
         return args + [w for link in self.find_links for w in ("--find-links", link)]
 
     def installer_args(self, *, pip: bool = False) -> list[str]:
-        """The same sources as uv's (or pip's, which has no ``--offline``) options; offline
-        with local wheels means no index at all."""
-        args = [a for a in self.cli_args() if not (pip and a == "--offline")]
+        """The same sources as uv's (or pip's, which has no ``--offline``) options, each value
+        joined to its option (``--find-links=DIR``: a value starting with ``-`` is never read
+        as an option); offline with local wheels means no index at all."""
+        args = ["--offline"] if self.offline and not pip else []
+        args += [f"--index-url={self.index_url}"] if self.index_url else []
+        args += [f"--extra-index-url={url}" for url in self.extra_index_urls]
+        args += [f"--find-links={link}" for link in self.find_links]
         if self.offline and (self.find_links or pip):
             args.append("--no-index")
         return args

@@ -27,7 +27,7 @@ from cudafix.linker.linkage import (
 )
 from cudafix.linker.loader import LoadTree, Step, expand_entry
 from cudafix.linker.runtime import RuntimeLoad
-from cudafix.model.commands import TargetFlags, cudafix_argv, shown
+from cudafix.model.commands import TargetFlags, cudafix_argv, shell_join
 from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers, load_roots
@@ -70,6 +70,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         *_shadowed(facts, chains.edges.values(), cmd),
         *_requirements(facts, cmd, wanted),
         *_unsafe(inv),
+        *_unreadable(inv),
         *_bad_elf(facts),
         *_unmanaged(inv),
     ]
@@ -84,7 +85,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         findings=findings,
         repair={n: r for n, r in repair.items()},
         install={**install, **installs},
-        target_flags=shown(target_flags),
+        target_flags=shell_join(target_flags),
         next_command=_next_command(
             findings, cmd.argv(*_next_words(bool(repair or installs), wanted))
         ),
@@ -138,7 +139,7 @@ class _Commands:
         return cudafix_argv(*words, target=self.flags) if words else []
 
     def __call__(self, *words: str) -> str:
-        return shown(self.argv(*words))
+        return shell_join(self.argv(*words))
 
 
 def repair_candidates(
@@ -242,7 +243,7 @@ class _Step(TypedDict):
 
 def _step(argv: list[str], reason: str) -> _Step:
     """A finding's next step: its command, why, and both as a person reads them."""
-    return {"command": argv, "reason": reason, "hint": f"{shown(argv)}  ({reason})"}
+    return {"command": argv, "reason": reason, "hint": f"{shell_join(argv)}  ({reason})"}
 
 
 def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> Iterable[Finding]:
@@ -358,9 +359,9 @@ def _unresolved(
     framework's run-time load is judged by :func:`_run_time_unresolved`. When the consumer's
     distribution requires one that is not installed, installing that is the fix.
     """
-    prefix = str(inv.prefix)
     system = provided_by_system()
     elsewhere = _copies_by_name(inv)
+    searched = _Searched(inv)
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):
         if e.provider is not None:
             continue
@@ -368,7 +369,7 @@ def _unresolved(
         if row is not None:
             yield _run_time_unresolved(facts, e, row, cmd)
             continue
-        rel = to_env_path(prefix, e.requester)
+        rel = searched.env_path(e.requester)
         owner = inv.owners.get(rel, ()) if rel else ()
         claimants = _claimants(inv, e.need)
         severity: Severity = "error" if claimants or e.chains else "info"
@@ -400,13 +401,13 @@ def _unresolved(
             severity=severity,
             distribution=owner[0] if owner else None,
             message=(
-                f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
+                f"{searched.show(e.requester)} ({', '.join(owner) or 'no distribution'}) "
                 f"needs {e.need}, which is not found{why}"
             ),
             details=chains
-            + [f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
+            + searched.details(e)
             + [f"{e.need} is in the RECORD of {c}, but missing on disk" for c in claimants],
-            consumer=_show_env(inv, e.requester),
+            consumer=searched.env_path(e.requester) or e.requester,
             need=e.need,
             owners=claimants,
         )
@@ -449,6 +450,44 @@ def _run_time_unresolved(facts: Facts, e: Edge, row: RuntimeLoad, cmd: _Commands
     )
 
 
+class _Searched:
+    """The directories an unresolved need was looked for in, listed once per object.
+
+    Every need of one object that nothing provides was searched in the same directories
+    (its RPATH chain, RUNPATH, the defaults); listing them again for each need would make
+    the report objects x needs x directories long, where the input is objects x (needs +
+    directories). Later needs of the same object refer back to the first.
+    """
+
+    def __init__(self, inv: Inventory) -> None:
+        self._inv = inv
+        self._first: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        self._shown: dict[str, str] = {}
+        self._env: dict[str, EnvPath | None] = {}
+
+    def details(self, e: Edge) -> list[str]:
+        first = self._first.get(e.requester)
+        if first is None:
+            first = self._first[e.requester] = (e.need, e.searched, len(set(e.searched)))
+        need, dirs, count = first
+        if need != e.need and (dirs is e.searched or dirs == e.searched):
+            return [f"searched the same {count} directories as for {need}"]
+        return [f"searched {self.show(d)}" for d in dict.fromkeys(e.searched)]
+
+    def show(self, path: str) -> str:
+        """:func:`_show_abs`, memoised: the same objects and directories recur per need."""
+        shell_join = self._shown.get(path)
+        if shell_join is None:
+            shell_join = self._shown[path] = _show_abs(self._inv, path)
+        return shell_join
+
+    def env_path(self, path: str) -> EnvPath | None:
+        """:func:`to_env_path`, memoised like :meth:`show`."""
+        if path not in self._env:
+            self._env[path] = to_env_path(str(self._inv.prefix), path)
+        return self._env[path]
+
+
 def _copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:
     """Every file in the venv by base name: where a soname sits, on anyone's path or not."""
     out: dict[str, list[EnvPath]] = defaultdict(list)
@@ -465,11 +504,11 @@ def _where_else(inv: Inventory, need: str, copies: list[EnvPath]) -> str:
     to install."""
     if not copies:
         return f"install the distribution that provides {need}"
-    shown = ", ".join(
+    shell_join = ", ".join(
         f"{_show(inv, p)} ({', '.join(inv.owners.get(p, ())) or 'unowned'})" for p in sorted(copies)
     )
     return (
-        f"{need} is in the venv at {shown}, not on this object's search path: it loads "
+        f"{need} is in the venv at {shell_join}, not on this object's search path: it loads "
         "only in a process that has already loaded that copy"
     )
 
@@ -791,6 +830,20 @@ def _unsafe(inv: Inventory) -> Iterable[Finding]:
             message=f"{u.distribution}'s RECORD lists {u.raw!r}: {u.reason};"
             " cudafix will not act on it",
             hint="inspect that RECORD by hand; cudafix refuses to remove this distribution",
+        )
+
+
+def _unreadable(inv: Inventory) -> Iterable[Finding]:
+    for u in inv.unreadable:
+        yield Finding(
+            kind="unreadable-record",
+            severity="error",
+            distribution=u.distribution,
+            paths=[u.record],
+            message=f"{u.record} cannot be read exactly ({u.reason}): pip and uv would each "
+            f"read other rows, so what {u.distribution} owns is unknown",
+            hint="fix that RECORD by hand (or remove its dist-info and reinstall); until "
+            "then cudafix refuses every plan in this environment",
         )
 
 

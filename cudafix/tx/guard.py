@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import TxDir
-from cudafix.model.commands import cudafix_line, shown, venv_flags
+from cudafix.model.commands import cudafix_line, shell_join, venv_flags
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, quiet
 from cudafix.process import activated, run
@@ -71,7 +71,7 @@ class _Guarded:
     def step(self) -> GuardedRun:
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
         journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(args.argv)})
-        ctx.on_event(f"running {shown(args.argv)}")
+        ctx.on_event(f"running {shell_join(args.argv)}")
         with ctx.backend_runs():  # the command may be uv: hand it uv's lock
             done = run(args.argv, env=activated(prefix), timeout=args.timeout)
         in_place = snapshot.written_in_place(prefix, self.manifest)
