@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.app import FactArgs, InstallArgs, Progress, RemoveArgs, RunArgs, TargetArgs
+from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, locate_target
 from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
@@ -23,7 +24,7 @@ from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, shell_join, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding
 from cudafix.model.errors import CudafixError, InputError, LockedError, PlanRefused
-from cudafix.model.names import BackendName
+from cudafix.model.names import BackendName, DistName
 from cudafix.model.plan import Alternative, Options, Plan
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
@@ -482,9 +483,14 @@ def undo(
         return _said([f for f in found if f.severity == "error"])
 
     probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
+    full = tx_history.resolve(target.prefix, txid)
+    added = tx_history.entry(StateDir(target.prefix).tx(full)).installed
+    dists = facts.inventory.distributions
+    gone = [m for n in added if (d := dists.get(DistName(n))) is not None for m in d.top_level]
     return tx_undo.undo(
         target.prefix,
-        tx_history.resolve(target.prefix, txid),
+        full,
+        gone=gone,
         probes=probes if run.auto_probes else ProbeSpec(timeout=run.probe_timeout),
         judge=judge,
         accept=accept,

@@ -171,7 +171,7 @@ def test_a_file_name_cannot_write_lines_or_escapes_to_the_terminal(tmp_path: Pat
     odd = _site(prefix) / "odd"
     odd.mkdir()
     (odd / f"lib{FAKE}.so").write_bytes(b"\x7fELF\x02\x01\x01" + b"\xff" * 64)
-    done = cudafix("doctor", "--venv", prefix)
+    done = cudafix("doctor", "--venv", prefix, "-v")  # information is listed under -v
     assert "[bad-elf]" in done.stdout
     assert "\x1b" not in done.stdout + done.stderr
     assert not any(ln.startswith("Verdict: PASS") for ln in done.stdout.splitlines())
@@ -420,12 +420,13 @@ def test_a_full_tmpdir_while_staging_is_a_machine_error(tmp_path: Path, tmpfs: P
 def test_backend_commands_end_options_before_names(tmp_path: Path, kind: str) -> None:
     """Defence in depth below the plan checks: a name that looks like an option is a name."""
     from cudafix.fetch.backend import make_backend
+    from cudafix.model.sources import Sources
 
     prefix, wheels = shared_pair(tmp_path)
     out = _outside_install(tmp_path, wheels)
     outside = fingerprint(out)
     python = prefix / "bin" / "python"
-    backend = make_backend(kind, python, offline=True, find_links=[str(wheels)])  # type: ignore[arg-type]
+    backend = make_backend(kind, python, Sources(offline=True, find_links=(str(wheels),)))  # type: ignore[arg-type]
     backend.uninstall([f"--target={out}", "pa"])
     make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
     backend.reinstall([f"--target={out}", "pc==1.0"])

@@ -56,13 +56,15 @@ def undo(
     probes: ProbeSpec = ProbeSpec(),  # noqa: B008 - frozen value
     judge: Judge = _nothing_new,
     accept: bool = False,
+    gone: Sequence[str] = (),
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     command: Sequence[str] = (),
     on_event: OnEvent = quiet,
 ) -> TransactionResult:
     """Restore a committed transaction's snapshot, itself as a new transaction: probed and
     judged like any other, so an undo that breaks an import (it put back a broken state) is
-    rolled back and says why, unless ``accept``."""
+    rolled back and says why, unless ``accept``. The imports its plan probed are probed
+    again, but for ``gone``: modules of what the undo takes back out."""
     prefix = Path(prefix)
     with RunContext.open(prefix, lock_timeout, on_event) as ctx:
         ctx.require_no_pending()
@@ -75,7 +77,7 @@ def undo(
         conflicts = _undo_conflicts(prefix, old, post)
         if conflicts:
             raise StalePlan(f"cannot undo {txid}: the environment changed since", context=conflicts)
-        again = journal.head(journal.read(old.journal)).probe_modules
+        again = [m for m in journal.head(journal.read(old.journal)).probe_modules if m not in gone]
         probes = replace(probes, modules=tuple(dict.fromkeys((*probes.modules, *again))))
         tx = ctx.begin(journal.opening("undo", command, undo=txid))
         manifest = ctx.snapshot(tx, sorted(post), [])
