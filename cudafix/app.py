@@ -69,6 +69,15 @@ class RunArgs:
 
 
 @dataclass(frozen=True)
+class LiveArgs:
+    """How ``run`` runs its command: how long it may take, where its output goes."""
+
+    timeout: float | None = None
+    echo: tuple[int, int] = (1, 2)
+    """File descriptors the command's stdout and stderr are copied to as they come."""
+
+
+@dataclass(frozen=True)
 class RemoveArgs:
     """What ``cudafix remove`` was asked to remove, and how far it may go."""
 
@@ -352,15 +361,16 @@ def run_command(
     args: FactArgs,
     argv: Sequence[str],
     run: RunArgs,
+    live: LiveArgs = LiveArgs(),
     *,
     accept: bool = False,
     on_event: OnEvent = _quiet,
 ) -> transaction.GuardedRun:
     """Run any command that changes the environment (``uv pip install -U torch``,
-    ``pip install -r req.txt``) as a transaction: the whole site-packages and ``bin/`` are
-    snapshotted by hard link, the environment is diagnosed again after, and the run is rolled
-    back when it introduced a problem doctor reports (``accept``: commit anyway) or a probe
-    fails."""
+    ``pip install -r req.txt``) as a transaction: the whole environment is snapshotted by
+    hard link, the environment is diagnosed again after, and the run is rolled back when it
+    introduced a problem doctor reports (``accept``: commit anyway) or a probe fails. The
+    automatic probes import what the distributions the command added or changed provide."""
     from cudafix.plan.doctor import diagnose
     from cudafix.tx import transaction
     from cudafix.tx.probe import ProbeSpec
@@ -370,24 +380,33 @@ def run_command(
     flags = target_flags(args.target, target)
     facts = read_facts(args, target)
     known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
+    before = {d.dist_info for d in facts.inventory.distributions.values()}
 
-    def judge() -> list[str]:
-        after = diagnose(read_facts(args, target), flags)
-        return [
+    def judge() -> transaction.Judged:
+        now = read_facts(args, target)
+        after = diagnose(now, flags)
+        findings = [
             f"[{f.kind}] {f.message}"
             for f in after.findings
             if f.severity != "info" and (f.kind, f.message) not in known
         ]
+        changed = [d for d in now.inventory.distributions.values() if d.dist_info not in before]
+        modules = sorted({m for d in changed for m in d.top_level}) if run.auto_probes else []
+        spec = ProbeSpec(
+            modules=tuple(modules),
+            code=run.probe_code,
+            commands=run.probe_commands,
+            timeout=run.probe_timeout,
+        )
+        return transaction.Judged(tuple(findings), spec)
 
-    roots = [*facts.inventory.site_packages, "bin"]
-    probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
     return transaction.run_guarded(
         target.prefix,
-        roots,
         argv,
         judge=judge,
-        probes=probes,
         accept=accept,
+        timeout=live.timeout,
+        echo=live.echo,
         lock_timeout=run.lock_timeout,
         command=run.command,
         on_event=on_event,

@@ -64,6 +64,8 @@ class Event(str, enum.Enum):
     COMMIT = "commit"
     UNDO_BEGIN = "undo-begin"
     RUN_BEGIN = "run-begin"
+    PROCESS = "process"
+    """A command of the transaction started: its process group (``recover`` waits for it)."""
 
     def __str__(self) -> str:
         return self.value

@@ -48,6 +48,12 @@ class Entry:
     detach: bool = False
     """The backend will rewrite this path: unlink it before applying so nothing writes
     through the hard link into the snapshot."""
+    ctime_ns: int = 0
+    """A hard link's ctime once linked: a write in place moves it, even one that puts
+    size and mtime back (0: not recorded)."""
+    nlink: int = 0
+    """A hard link's link count once linked: a moved ctime with another count is a link
+    made or removed (uv linking from its cache), not a write."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ class Manifest:
         dirs = {e.path for e in entries if e.kind == "dir"}
         listings: dict[str, tuple[str, ...]] = {}
         for key, names in dict(data["listings"]).items():
-            if key not in dirs or not isinstance(names, list):
+            if (key not in dirs and key != ROOT) or not isinstance(names, list):
                 raise ValueError(f"listing {key!r} is not a snapshotted directory")
             bad = [n for n in names if not _is_name(n)]
             if bad:
@@ -95,6 +101,8 @@ _ENTRY_TYPES: Mapping[str, tuple[type, ...]] = {
     "mtime_ns": (int,),
     "sha256": (str, type(None)),
     "detach": (bool,),
+    "ctime_ns": (int,),
+    "nlink": (int,),
 }
 
 
@@ -173,19 +181,30 @@ def ancestors(paths: Iterable[str]) -> set[str]:
     return out
 
 
-def _link_or_copy(src: Path, dest: Path) -> str | None:
-    """Hard-link ``src`` to ``dest``; copy where linking is impossible and return its sha256."""
-    try:
-        os.link(src, dest, follow_symlinks=False)
-        return None
-    except OSError as exc:
-        if exc.errno not in _COPY_ERRNOS:
-            raise
+def _link_or_copy(src: Path, dest: Path, copy: bool = False) -> str | None:
+    """Hard-link ``src`` to ``dest``; copy (when asked, or where linking is impossible) and
+    return the copy's sha256."""
+    if not copy:
+        try:
+            os.link(src, dest, follow_symlinks=False)
+            return None
+        except OSError as exc:
+            if exc.errno not in _COPY_ERRNOS:
+                raise
     shutil.copy2(src, dest, follow_symlinks=False)
     return sha256_file(dest)
 
 
-def _snap_one(prefix: Path, store: Path, path: str, detach: bool) -> Entry:
+CopyWhen = Callable[[str, int], bool]
+"""Whether a file (its EnvPath and size) is snapshotted by copy rather than by hard link."""
+
+
+def never(_path: str, _size: int) -> bool:
+    """Link every file (the default)."""
+    return False
+
+
+def _snap_one(prefix: Path, store: Path, path: str, detach: bool, copy: CopyWhen) -> Entry:
     live, dest = prefix / path, store / path
     try:
         st = os.lstat(live)
@@ -205,31 +224,56 @@ def _snap_one(prefix: Path, store: Path, path: str, detach: bool) -> Entry:
     if not stat.S_ISREG(st.st_mode):
         raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory", str(live))
     fail_point("snapshot")
-    sha = _link_or_copy(live, dest)
+    sha = _link_or_copy(live, dest, copy(path, st.st_size))
     crash_point("snapshot-file")
+    linked = os.lstat(dest) if sha is None else None
     return Entry(
-        path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha, detach
-    )
+        path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha, detach,
+        ctime_ns=linked.st_ctime_ns if linked else 0, nlink=linked.st_nlink if linked else 0,
+    )  # fmt: skip
 
 
-def _listing(path: Path) -> tuple[str, ...] | None:
+ROOT = ""
+"""The listing key of the prefix itself (``run`` snapshots the whole environment)."""
+
+
+def _listing(prefix: Path, directory: str) -> tuple[str, ...] | None:
+    """The names in ``directory`` (cudafix's own state left out of the prefix's)."""
+    path = prefix / directory
     if path.is_symlink() or not path.is_dir():
         return None
-    return tuple(sorted(p.name for p in path.iterdir()))
+    names = (p.name for p in path.iterdir())
+    return tuple(sorted(n for n in names if directory != ROOT or n != STATE_DIR_NAME))
 
 
-def take(prefix: Path, tx: TxDir, paths: Iterable[str], detach: Iterable[str] = ()) -> Manifest:
-    """Snapshot ``paths`` (expanded, plus ancestor dirs) into ``tx``; write the manifest."""
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if directory != ROOT else name
+
+
+def take(
+    prefix: Path,
+    tx: TxDir,
+    paths: Iterable[str],
+    detach: Iterable[str] = (),
+    copy: CopyWhen = never,
+    whole: bool = False,
+) -> Manifest:
+    """Snapshot ``paths`` (expanded, plus ancestor dirs) into ``tx``; write the manifest.
+
+    Files ``copy`` picks are copied, so even a write in place can be undone. ``whole``:
+    ``paths`` are every entry of the prefix, so what appears beside them goes on restore."""
     wanted = expand(prefix, paths)
     every = sorted(set(wanted) | ancestors(wanted))
     rewritten = set(detach)
     statedir.ensure_dir(tx.snapshot, mode=0o700)
-    entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten) for p in every)
+    entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten, copy) for p in every)
     listings = {
         e.path: names
         for e in entries
-        if e.kind == "dir" and (names := _listing(prefix / e.path)) is not None
+        if e.kind == "dir" and (names := _listing(prefix, e.path)) is not None
     }
+    if whole and (names := _listing(prefix, ROOT)) is not None:
+        listings[ROOT] = names
     manifest = Manifest(entries, listings)
     write_json(tx.manifest, manifest.to_json())
     return manifest
@@ -298,10 +342,13 @@ def _same_inode(live: Path, e: Entry) -> bool:
 
 
 def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
-    """Snapshotted files something rewrote in place (same inode, other size or mtime).
+    """Snapshotted files something rewrote in place (same inode, other bytes).
 
     A hard-link snapshot shares the inode, so its copy changed too: those paths cannot be
     restored from it. Writers that replace files (uv, pip) create new inodes and are safe.
+    A write shows as another size or mtime, or, when those were put back, as a moved
+    ctime with the same link count and mode (a link made or removed, or a chmod, moves
+    ctime too, and changes those instead).
     """
     out = []
     for e in manifest.entries:
@@ -311,10 +358,16 @@ def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
             st = os.lstat(prefix / e.path)
         except FileNotFoundError:
             continue
-        same = (st.st_dev, st.st_ino) == (e.dev, e.ino)
-        if same and (st.st_size != e.size or st.st_mtime_ns != e.mtime_ns):
+        if (st.st_dev, st.st_ino) == (e.dev, e.ino) and _written(st, e):
             out.append(e.path)
     return out
+
+
+def _written(st: os.stat_result, e: Entry) -> bool:
+    if st.st_size != e.size or st.st_mtime_ns != e.mtime_ns:
+        return True
+    touched = e.ctime_ns != 0 and st.st_ctime_ns != e.ctime_ns
+    return touched and st.st_nlink == e.nlink and stat.S_IMODE(st.st_mode) == e.mode
 
 
 def mismatch(prefix: Path, e: Entry) -> str | None:
@@ -389,9 +442,9 @@ def set_dir_mode(path: Path, mode: int) -> None:
 def new_names(prefix: Path, manifest: Manifest) -> list[str]:
     """Paths that appeared in a touched directory since the snapshot."""
     return [
-        f"{directory}/{name}"
+        _join(directory, name)
         for directory, before in manifest.listings.items()
-        for name in sorted(set(_listing(prefix / directory) or ()) - set(before))
+        for name in sorted(set(_listing(prefix, directory) or ()) - set(before))
     ]
 
 
@@ -399,7 +452,7 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
     """Every way the live tree differs from the manifest (empty: byte-identical)."""
     problems = [m for e in manifest.entries if (m := mismatch(prefix, e)) is not None]
     for directory, before in manifest.listings.items():
-        now = _listing(prefix / directory)
+        now = _listing(prefix, directory)
         if now is not None and now != before:
             extra = sorted(set(now) - set(before))
             if extra:
@@ -409,7 +462,9 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
                 problems.append(f"{directory}: missing {', '.join(missing)}")
         if now is None:
             problems.append(f"{directory}: missing directory")
-        elif stat.S_IMODE(os.lstat(prefix / directory).st_mode) != _dir_mode(manifest, directory):
+        elif directory != ROOT and stat.S_IMODE(os.lstat(prefix / directory).st_mode) != _dir_mode(
+            manifest, directory
+        ):
             problems.append(f"{directory}: mode differs")
     return problems
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import shlex
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,14 @@ from typing import Any
 
 from cudafix.env.hashing import hash_path
 from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
-from cudafix.env.statedir import StateDir, TxDir, ensure_dir, new_txid, write_atomic
+from cudafix.env.statedir import (
+    STATE_DIR_NAME,
+    StateDir,
+    TxDir,
+    ensure_dir,
+    new_txid,
+    write_atomic,
+)
 from cudafix.model.errors import (
     CudafixError,
     DamagedState,
@@ -33,7 +41,7 @@ from cudafix.model.errors import (
 )
 from cudafix.model.names import EnvPath, normalize_name, split_dist_info_name
 from cudafix.model.plan import Plan
-from cudafix.process import Completed, activated, run
+from cudafix.process import Completed, activated, run, run_live
 from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
 from cudafix.tx.journal import Event
@@ -378,12 +386,18 @@ def _note(tx: TxDir, event: str, data: dict[str, Any] | None = None) -> str | No
 
 
 def _snapshot(
-    prefix: Path, tx: TxDir, paths: list[str], rewritten: list[str], on_event: OnEvent
+    prefix: Path,
+    tx: TxDir,
+    paths: list[str],
+    rewritten: list[str],
+    on_event: OnEvent,
+    copy: snapshot.CopyWhen = snapshot.never,
+    whole: bool = False,
 ) -> snapshot.Manifest:
     """Snapshot, or refuse having changed nothing (the env is not touched before this is done)."""
     try:
         journal.append(tx.journal, Event.SNAPSHOT_BEGIN, {"paths": paths})
-        manifest = snapshot.take(prefix, tx, paths, rewritten)
+        manifest = snapshot.take(prefix, tx, paths, rewritten, copy, whole)
         journal.append(tx.journal, Event.SNAPSHOT_DONE, {"entries": len(manifest.entries)})
     except (OSError, CudafixError) as exc:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
@@ -758,12 +772,7 @@ def _rollback(prefix: Path, tx: TxDir, reason: str, manifest: snapshot.Manifest 
 
 def _after_paths(prefix: Path, manifest: snapshot.Manifest) -> list[str]:
     """Touched paths now: the snapshot's, plus whatever appeared in the touched directories."""
-    new = [
-        f"{d}/{n}"
-        for d, before in manifest.listings.items()
-        if (prefix / d).is_dir()
-        for n in {p.name for p in (prefix / d).iterdir()} - set(before)
-    ]
+    new = snapshot.new_names(prefix, manifest)
     return sorted({e.path for e in manifest.entries} | set(snapshot.expand(prefix, new)))
 
 
@@ -803,46 +812,85 @@ def _forget(tx: TxDir, manifest: snapshot.Manifest, paths: Sequence[str]) -> sna
     return narrowed
 
 
+@dataclass(frozen=True)
+class Judged:
+    """What ``run``'s judge says of the environment after the command."""
+
+    findings: tuple[str, ...]
+    """Problems doctor finds now and did not find before."""
+    probes: ProbeSpec
+    """The probes to run (what the command changed, and the user's)."""
+
+
+def prefix_roots(prefix: Path) -> list[str]:
+    """Every top-level entry of the environment but cudafix's own state: what ``run``
+    snapshots, since a command may write anywhere (``share/``, ``include/``, ``pyvenv.cfg``)."""
+    with os.scandir(prefix) as it:
+        return sorted(e.name for e in it if e.name != STATE_DIR_NAME)
+
+
+COPY_LIMIT = 1 << 20
+"""Files up to this size outside site-packages (``pyvenv.cfg``, ``bin/`` scripts, ``etc/``)
+are snapshotted by copy for ``run``: tools append to them in place."""
+
+
+def _small_outside_site_packages(path: str, size: int) -> bool:
+    return size <= COPY_LIMIT and "site-packages" not in path.split("/")
+
+
 def run_guarded(
     prefix: Path,
-    roots: Sequence[str],
     argv: Sequence[str],
     *,
-    judge: Callable[[], list[str]],
-    probes: ProbeSpec,
+    judge: Callable[[], Judged],
     accept: bool = False,
     timeout: float | None = None,
+    echo: tuple[int, int] = (1, 2),
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     command: Sequence[str] = (),
     on_event: OnEvent = _quiet,
 ) -> GuardedRun:
-    """Snapshot ``roots`` (hard links), run ``argv``, then commit only when it succeeded,
-    ``judge`` (what the environment looks like now) has nothing new and the probes pass;
-    otherwise roll back and raise. ``accept`` commits despite ``judge``'s findings."""
+    """Snapshot the whole environment (hard links), run ``argv`` with its output shown live,
+    then commit only when it succeeded, ``judge`` (what the environment looks like now) has
+    nothing new and the probes pass; otherwise roll back and raise. ``accept`` commits
+    despite ``judge``'s findings. ``timeout`` stops the command and rolls back."""
     python = prefix / "bin" / "python"
     outcome: dict[str, Any] = {}
     with _locked(prefix, lock_timeout, on_event) as state:
         _require_no_pending(state)
         tx = _begin(state, {"kind": "run", "argv": list(argv)}, command)
-        manifest = _snapshot(prefix, tx, list(roots), [], on_event)
+        roots = prefix_roots(prefix)
+        manifest = _snapshot(
+            prefix, tx, roots, [], on_event, copy=_small_outside_site_packages, whole=True
+        )
+
+        def started(pgid: int) -> None:
+            journal.append(tx.journal, Event.PROCESS, {"pgid": pgid, "boot": _boot_id()})
 
         def step() -> tuple[str, ...]:
             journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(argv)})
-            on_event(f"running {' '.join(argv)}")
+            on_event(f"running {shlex.join(argv)}")
             with _backend_runs(prefix):  # the command may be uv: hand it uv's lock
-                done = run(argv, env=activated(prefix), timeout=timeout)
+                done = run_live(
+                    argv, env=activated(prefix), timeout=timeout, echo=echo, on_start=started
+                )
             outcome["completed"] = done
             in_place = snapshot.written_in_place(prefix, manifest)
             outcome["in_place"] = tuple(in_place)
             try:
+                if done.timed_out:
+                    with contextlib.suppress(_StepFailed):
+                        _backend_step(tx, "the command", done)  # journals what it said
+                    raise _StepFailed(f"the command did not finish within {timeout:g} s")
                 _backend_step(tx, "the command", done)  # journals it; raises when it failed
-                findings = judge()
-                outcome["findings"] = tuple(findings)
-                if findings and not accept:
+                judged = judge()
+                outcome["findings"] = judged.findings
+                if judged.findings and not accept:
                     raise _StepFailed(
-                        "the command left the environment with new problems: " + "; ".join(findings)
+                        "the command left the environment with new problems: "
+                        + "; ".join(judged.findings)
                     )
-                return _probe(prefix, tx, python, probes, on_event)
+                return _probe(prefix, tx, python, judged.probes, on_event)
             except _StepFailed as failed:
                 if not in_place:
                     raise
@@ -863,6 +911,14 @@ def run_guarded(
         passed,
         outcome.get("in_place", ()),
     )
+
+
+def _boot_id() -> str:
+    """This boot's id: a process group recorded before a reboot is certainly gone."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 
 # -- recover -------------------------------------------------------------------------------
