@@ -189,8 +189,9 @@ def test_recover_refuses_while_a_process_of_the_transaction_lives(venv: Path) ->
     proc = _spawn("run", "--venv", venv, "--", "sh", "-c", script)
     list(_lines_until(proc, "ready"))
     pgid = _pgid(venv)
-    proc.kill()
+    proc.send_signal(signal.SIGSTOP)  # both die before either can act, as in an OOM kill
     os.kill(pgid, signal.SIGKILL)  # the group's leader is the command's parent
+    proc.kill()
     proc.communicate(timeout=300)
     left = group_members(pgid)
     assert left, "the command should have outlived its parent here"
@@ -239,3 +240,61 @@ def test_a_write_in_place_that_keeps_size_and_mtime_is_found(venv: Path) -> None
     assert target.read_bytes() == b"B = 1\n"  # what the command left, and cudafix says so
     said = json.dumps(tx.show(venv, tx.history(venv)[-1].txid).journal)
     assert "pa_mod.py" in said
+
+
+# -- the target, resolved once ---------------------------------------------------------------
+
+
+def test_a_venv_link_swapped_during_the_run_does_not_redirect_the_rollback(
+    tmp_path: Path,
+) -> None:
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
+    make_wheel(wheels, "pb", "1.0", {"pb_mod.py": b"B = 1\n"})
+    real = make_venv(tmp_path / "real", wheels, ["pa==1.0"])
+    other = make_venv(tmp_path / "other", wheels, ["pb==1.0"])
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    before_real, before_other = fingerprint(real), fingerprint(other)
+    sp = site_packages(real)
+    script = f"ln -sfn {other} {link}; echo new > {real / sp}/new_mod.py; exit 1"
+    done = cudafix("run", "--venv", link, "--", "sh", "-c", script)
+    assert done.returncode == 1, done.stderr
+    assert not diff_fingerprints(before_other, fingerprint(other))
+    assert not diff_fingerprints(before_real, fingerprint(real))
+    assert tx.pending_transactions(real) == [] and tx.history(other) == []
+
+
+# -- small ones ------------------------------------------------------------------------------
+
+
+def test_a_socket_in_the_environment_is_named(venv: Path) -> None:
+    import socket
+
+    where = venv / site_packages(venv) / "daemon.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(where))
+        done = cudafix("run", "--venv", venv, "--", "true")
+    finally:
+        sock.close()
+    assert done.returncode != 0
+    assert "daemon.sock" in done.stderr and "Traceback" not in done.stderr
+    assert "nothing was changed" in done.stderr
+
+
+def test_undo_after_a_run_that_made_a_directory_a_symlink(venv: Path, tmp_path: Path) -> None:
+    sp = venv / site_packages(venv)
+    (sp / "pkgdir").mkdir()
+    (sp / "pkgdir" / "x.py").write_text("x = 1\n")
+    before = fingerprint(venv)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = f"rm -r {sp}/pkgdir && ln -s {elsewhere} {sp}/pkgdir"
+    done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    txid = tx.history(venv)[-1].txid
+    undone = cudafix("undo", txid, "--venv", venv, "--yes")
+    assert undone.returncode == 0, undone.stderr
+    assert not diff_fingerprints(before, fingerprint(venv))
+    assert list(elsewhere.iterdir()) == []  # nothing was written through the link

@@ -222,7 +222,7 @@ def _snap_one(prefix: Path, store: Path, path: str, detach: bool, copy: CopyWhen
     if stat.S_ISFIFO(st.st_mode):  # never opened (it would block); recreated on restore
         return Entry(path, "fifo", mode=mode)
     if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory", str(live))
+        raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory (a socket?)", str(live))
     fail_point("snapshot")
     sha = _link_or_copy(live, dest, copy(path, st.st_size))
     crash_point("snapshot-file")

@@ -8,6 +8,7 @@ either the planned after-state with probes passing, or byte-for-byte the state b
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 import shlex
@@ -41,7 +42,7 @@ from cudafix.model.errors import (
 )
 from cudafix.model.names import EnvPath, normalize_name, split_dist_info_name
 from cudafix.model.plan import Plan
-from cudafix.process import Completed, activated, run, run_live
+from cudafix.process import Completed, activated, group_members, run, run_live
 from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
 from cudafix.tx.journal import Event
@@ -406,9 +407,12 @@ def _snapshot(
         if _note(tx, Event.ABORTED, {"error": str(exc)}) is not None:
             shutil.rmtree(tx.root, ignore_errors=True)  # nothing changed: nothing to keep
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        where = exc.filename if isinstance(exc, OSError) and exc.filename else None
         raise TransactionFailed(
-            f"could not snapshot {prefix}: {why}; nothing was changed",
-            hint="free space or fix permissions under the environment, then retry",
+            f"could not snapshot {where or prefix}: {why}; nothing was changed",
+            hint="move a socket or device file out of the environment"
+            if isinstance(exc, OSError) and exc.errno == errno.EINVAL
+            else "free space or fix permissions under the environment, then retry",
         ) from exc
     on_event(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}")
     return manifest
@@ -927,6 +931,10 @@ def _boot_id() -> str:
 def _describe(prefix: Path, tx: TxDir) -> str:
     records = _records(tx)
     last = records[-1]["event"] if records else "start"
+    if lock_is_held(prefix):
+        return f"{tx.txid}: running now (another cudafix run holds {prefix}); nothing to recover"
+    if alive := live_processes(tx):
+        return f"{tx.txid}: interrupted, but its command is still running ({_processes(alive)})"
     try:
         manifest = _loaded(tx)
     except DamagedState as err:
@@ -937,6 +945,34 @@ def _describe(prefix: Path, tx: TxDir) -> str:
         return f"{tx.txid}: interrupted at '{last}'; cannot restore: its manifest is missing"
     entries = len(manifest.entries)
     return f"{tx.txid}: interrupted at '{last}'; restore {entries} paths from its snapshot"
+
+
+def live_processes(tx: TxDir) -> list[tuple[int, str]]:
+    """Processes of the transaction's commands still running (this boot): while one runs,
+    rolling back would race it, so ``recover`` refuses."""
+    boot = _boot_id()
+    groups = {
+        r["pgid"]
+        for r in _records(tx)
+        if r.get("event") == Event.PROCESS and isinstance(r.get("pgid"), int)
+        if r.get("boot") == boot
+    }
+    return [p for g in sorted(groups) for p in group_members(g)]
+
+
+def _processes(alive: Sequence[tuple[int, str]]) -> str:
+    return ", ".join(f"pid {pid}: {cmd[:80]}" for pid, cmd in alive[:5])
+
+
+def _require_no_live_processes(prefix: Path, tx: TxDir) -> None:
+    if alive := live_processes(tx):
+        raise LockedError(
+            f"transaction {tx.txid}: its command is still running ({_processes(alive)}); "
+            "nothing was rolled back",
+            context=[f"process group {os.getpgid(alive[0][0])}"],
+            hint=f"let it finish or stop it (kill -- -{os.getpgid(alive[0][0])}), then "
+            f"cudafix recover --venv {shlex.quote(str(prefix))}",
+        )
 
 
 def recover(
@@ -954,6 +990,8 @@ def recover(
     if dry_run or not pending:
         return RecoveryReport(prefix, dry_run, pending, actions)
     with _locked(prefix, lock_timeout, on_event) as state:
+        for txid in pending_transactions(prefix):
+            _require_no_live_processes(prefix, state.tx(txid))
         for txid in pending_transactions(prefix):
             tx = state.tx(txid)
             outcome = _rollback(prefix, tx, "recover after an interruption", _loaded(tx))
