@@ -323,6 +323,8 @@ def _wait(
         _pump(channels, _POLL)
         if watch is not None:
             watch()
+    if watch is not None:
+        watch()  # once more: what happened as the command exited
     for _ in range(64):  # what it wrote before exiting; a daemon's later output is not waited for
         if not channels:
             break

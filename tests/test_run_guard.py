@@ -298,3 +298,47 @@ def test_undo_after_a_run_that_made_a_directory_a_symlink(venv: Path, tmp_path: 
     assert undone.returncode == 0, undone.stderr
     assert not diff_fingerprints(before, fingerprint(venv))
     assert list(elsewhere.iterdir()) == []  # nothing was written through the link
+
+
+# -- uv's lock -------------------------------------------------------------------------------
+
+_FLOCK = """\
+import fcntl, os, sys, time
+lock, mark, until = sys.argv[1:4]
+fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+if mark != "-":
+    open(mark, "w").write("written while holding uv's lock\\n")
+print("holding", flush=True)
+while not os.path.exists(until):
+    time.sleep(0.02)
+"""
+"""Takes ``<venv>/.lock`` as uv does (an exclusive flock), writes ``mark``, holds it until
+the file ``until`` exists: a ``uv pip install`` whose install takes a while."""
+
+
+def test_an_outside_process_that_gets_uvs_lock_inside_the_run_is_named(
+    venv: Path, tmp_path: Path
+) -> None:
+    from cudafix.tx.lock import lock_users
+
+    before = fingerprint(venv)
+    lock, go, done_mark = venv / ".lock", tmp_path / "go", tmp_path / "go-outside"
+    intruder_file = venv / site_packages(venv) / "outsider_mod.py"
+    py = sys.executable
+    ours = _spawn("run", "--venv", venv, "--", py, "-c", _FLOCK, lock, "-", go)
+    list(_lines_until(ours, "holding"))  # the run's own command has uv's lock
+    outside = subprocess.Popen(
+        [py, "-c", _FLOCK, lock, intruder_file, done_mark], stdout=subprocess.PIPE, text=True
+    )
+    while not any(u.pid == outside.pid and u.waiting for u in lock_users(lock)):
+        os.sched_yield()  # the outside process queues on the lock
+    go.touch()  # our command ends: the outside process gets the lock inside the transaction
+    assert outside.stdout is not None and "holding" in outside.stdout.readline()
+    done_mark.touch()
+    outside.communicate(timeout=300)
+    _, err = ours.communicate(timeout=300)
+    assert ours.returncode == 1, err
+    assert f"pid {outside.pid}" in err and "rolled back" in err, err
+    assert not intruder_file.exists()  # rolled away, and the message says so
+    assert not diff_fingerprints(before, fingerprint(venv))

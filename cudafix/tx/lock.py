@@ -9,11 +9,13 @@ lock never makes cudafix create or truncate a file outside the environment.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import open_file
@@ -80,3 +82,81 @@ def is_held(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+@dataclass(frozen=True)
+class LockUser:
+    """A process holding, or waiting for, a ``flock`` (from ``/proc/locks``)."""
+
+    pid: int
+    waiting: bool
+    command: str
+
+    def describe(self) -> str:
+        doing = "waiting for" if self.waiting else "holding"
+        return f"pid {self.pid} ({self.command[:80] or '?'}) {doing} it"
+
+
+def lock_users(path: Path) -> list[LockUser]:
+    """Every process that holds or waits for a ``flock`` on the file at ``path`` now.
+
+    The kernel lists each lock (and each blocked request, marked ``->``) with its pid and
+    the file's device and inode, so another user's ``uv pip install`` queued behind cudafix
+    is seen before cudafix lets go of the lock.
+    """
+    try:
+        st = path.lstat()
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return []
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    users = []
+    for line in table.splitlines():
+        fields = line.split()
+        waiting = len(fields) > 1 and fields[1] == "->"
+        rest = fields[2:] if waiting else fields[1:]
+        with contextlib.suppress(ValueError, IndexError):
+            if rest[0] != "FLOCK":
+                continue
+            major, minor, inode = rest[4].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == want:
+                users.append(LockUser(int(rest[3]), waiting, _command(int(rest[3]))))
+    return users
+
+
+def outsiders(path: Path, ours: Collection[int] = ()) -> list[LockUser]:
+    """Users of the lock at ``path`` that are neither this process, nor one it started,
+    nor in process groups ``ours`` (the transaction's own commands)."""
+    return [
+        u for u in lock_users(path) if not _descends_from_me(u.pid) and _group(u.pid) not in ours
+    ]
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _descends_from_me(pid: int) -> bool:
+    me = os.getpid()
+    for _ in range(64):
+        if pid == me:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
+def _command(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()

@@ -14,7 +14,7 @@ import posixpath
 import shlex
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from cudafix.process import Completed, activated, group_members, run, run_live
 from cudafix.tx import DEFAULT_KEEP, journal, snapshot
 from cudafix.tx.backend import Backend, make_backend
 from cudafix.tx.journal import Event
-from cudafix.tx.lock import Lock, is_held
+from cudafix.tx.lock import Lock, is_held, outsiders
 from cudafix.tx.probe import ProbeSpec, run_probes
 from cudafix.tx.verify import install_mismatches
 
@@ -179,18 +179,60 @@ _INSTALLER_LOCKS: dict[Path, Lock] = {}
 """uv's lock held by this process, per environment, while a run holds cudafix's lock."""
 
 
+@dataclass
+class _Handover:
+    """uv's lock while this transaction's own command has it: who else was seen using it."""
+
+    path: Path | None
+    groups: set[int] = field(default_factory=set)
+    """Process groups of the transaction's own commands."""
+    seen: dict[int, str] = field(default_factory=dict)
+
+    def watch(self) -> None:
+        """Note every process outside the transaction that holds the lock (one waiting for
+        it is blocked until the transaction ends, unless it gets it: then it is noted)."""
+        if self.path is not None:
+            users = outsiders(self.path, self.groups)
+            self.seen.update((u.pid, u.describe()) for u in users if not u.waiting)
+
+    def started(self, pgid: int) -> None:
+        self.groups.add(pgid)
+
+
 @contextlib.contextmanager
-def _backend_runs(prefix: Path) -> Iterator[None]:
-    """Hand uv's lock to our own backend call (uv waits for it), and take it back after."""
+def _backend_runs(prefix: Path) -> Iterator[_Handover]:
+    """Hand uv's lock to our own backend call or command (uv waits for it), take it back.
+
+    A process outside the transaction queued on the lock would get it at the hand-over and
+    change the environment inside the transaction: then nothing is handed over (the step
+    fails, and the rollback leaves the environment to it). One that takes the lock while
+    the transaction's command has it is named, and the transaction is rolled back, saying
+    its changes went too.
+    """
     installer = _INSTALLER_LOCKS.get(prefix)
     if installer is None or not installer.held:
-        yield
+        yield _Handover(None)
         return
+    if waiting := outsiders(installer.path):
+        raise _StepFailed(
+            f"another process is {waiting[0].describe()} (uv's lock {installer.path}); "
+            "handing the lock over would let it change the environment inside this "
+            "transaction, so it was not handed over"
+        )
+    hand = _Handover(installer.path)
     installer.release()
     try:
-        yield
+        yield hand
     finally:
-        installer.acquire(DEFAULT_LOCK_TIMEOUT * 5)
+        if not installer.try_acquire():
+            hand.watch()
+            installer.acquire(DEFAULT_LOCK_TIMEOUT * 5)
+    if hand.seen:
+        raise _StepFailed(
+            f"a process outside this transaction used uv's lock {installer.path} while the "
+            f"transaction's own command had it ({'; '.join(hand.seen.values())}): what it "
+            "changed is rolled back with the rest; run it again once this is over"
+        )
 
 
 def lock_is_held(prefix: Path) -> bool:
@@ -868,24 +910,20 @@ def run_guarded(
             prefix, tx, roots, [], on_event, copy=_small_outside_site_packages, whole=True
         )
 
-        def started(pgid: int) -> None:
-            journal.append(tx.journal, Event.PROCESS, {"pgid": pgid, "boot": _boot_id()})
-
         def step() -> tuple[str, ...]:
             journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(argv)})
             on_event(f"running {shlex.join(argv)}")
-            with _backend_runs(prefix):  # the command may be uv: hand it uv's lock
-                done = run_live(
-                    argv, env=activated(prefix), timeout=timeout, echo=echo, on_start=started
-                )
+            done, intrusion = _run_handed_over(prefix, tx, argv, timeout, echo)
             outcome["completed"] = done
             in_place = snapshot.written_in_place(prefix, manifest)
             outcome["in_place"] = tuple(in_place)
             try:
-                if done.timed_out:
+                if done.timed_out or intrusion is not None:
                     with contextlib.suppress(_StepFailed):
                         _backend_step(tx, "the command", done)  # journals what it said
-                    raise _StepFailed(f"the command did not finish within {timeout:g} s")
+                    raise intrusion or _StepFailed(
+                        f"the command did not finish within {timeout:g} s"
+                    )
                 _backend_step(tx, "the command", done)  # journals it; raises when it failed
                 judged = judge()
                 outcome["findings"] = judged.findings
@@ -915,6 +953,35 @@ def run_guarded(
         passed,
         outcome.get("in_place", ()),
     )
+
+
+def _run_handed_over(
+    prefix: Path, tx: TxDir, argv: Sequence[str], timeout: float | None, echo: tuple[int, int]
+) -> tuple[Completed, _StepFailed | None]:
+    """Run ``run``'s command with uv's lock handed to it; returns what it did, and the
+    failure of the hand-over when a process outside the transaction used the lock."""
+    done: Completed | None = None
+    try:
+        with _backend_runs(prefix) as hand:
+
+            def started(pgid: int) -> None:
+                hand.started(pgid)
+                journal.append(tx.journal, Event.PROCESS, {"pgid": pgid, "boot": _boot_id()})
+
+            done = run_live(
+                argv,
+                env=activated(prefix),
+                timeout=timeout,
+                echo=echo,
+                on_start=started,
+                watch=hand.watch,
+            )
+    except _StepFailed as failed:
+        if done is None:
+            raise  # refused before the command ran
+        return done, failed
+    assert done is not None
+    return done, None
 
 
 def _boot_id() -> str:
