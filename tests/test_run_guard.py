@@ -342,3 +342,42 @@ def test_an_outside_process_that_gets_uvs_lock_inside_the_run_is_named(
     assert f"pid {outside.pid}" in err and "rolled back" in err, err
     assert not intruder_file.exists()  # rolled away, and the message says so
     assert not diff_fingerprints(before, fingerprint(venv))
+
+
+def test_undo_of_a_run_that_wrote_in_place_works_as_printed(venv: Path) -> None:
+    sp = venv / site_packages(venv)
+    before = fingerprint(venv)
+    script = f"echo more >> {sp}/pa_mod.py; echo new > {sp}/new_mod.py"
+    done = cudafix("run", "--venv", venv, "--accept", "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert "pa_mod.py was rewritten in place" in done.stderr
+    hint = done.stdout.split("Undo with: ")[1].split(" (")[0].split()
+    assert hint[:2] == ["cudafix", "undo"] and "rewritten in place" in done.stdout
+    undone = cudafix(*hint[1:], "--yes")
+    assert undone.returncode == 0, undone.stderr
+    assert not (sp / "new_mod.py").exists()
+    left = diff_fingerprints(before, fingerprint(venv))
+    assert [line.split()[1] for line in left] == [f"{site_packages(venv)}/pa_mod.py"]
+
+
+def test_recover_after_a_kill_names_a_write_in_place(venv: Path) -> None:
+    target = venv / site_packages(venv) / "pa_mod.py"
+    writer = (
+        "import os, sys, time\n"
+        "p = sys.argv[1]\n"
+        "st = os.stat(p)\n"
+        "with open(p, 'r+b') as f:\n    f.write(b'B')\n"
+        "os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = _spawn("run", "--venv", venv, "--", venv / "bin" / "python", "-c", writer, target)
+    list(_lines_until(proc, "ready"))
+    pgid = _pgid(venv)
+    proc.kill()
+    proc.communicate(timeout=300)
+    _wait_gone(pgid)
+    done = cudafix("recover", "--venv", venv)
+    assert done.returncode == 0, done.stderr
+    assert "pa_mod.py was rewritten in place" in done.stderr
+    assert target.read_bytes() == b"B = 1\n"

@@ -133,10 +133,15 @@ def run_command(
     if as_json:
         click.echo(json.dumps(run_json(result), indent=2))
         return
+    undo = f"cudafix undo {result.txid} --venv {shlex.quote(str(result.prefix))}"
+    kept = (
+        f" (it cannot bring back the {len(result.in_place)} file(s) rewritten in place)"
+        if result.in_place
+        else ""
+    )
     click.echo(
         f"Committed transaction {result.txid}: {shlex.join(argv)}; probes passed: "
-        f"{len(result.probes)}.\nUndo with: cudafix undo {result.txid} --venv "
-        f"{shlex.quote(str(result.prefix))}"
+        f"{len(result.probes)}.\nUndo with: {undo}{kept}"
     )
 
 

@@ -762,6 +762,8 @@ class _Outcome:
     entries: int
     journal: list[str]
     """Journal records that could not be written (the rollback went on without them)."""
+    in_place: list[str] = field(default_factory=list)
+    """Files rewritten in place: left as they are (their snapshot changed with them)."""
 
 
 _BEFORE_CHANGES = frozenset({"plan", "snapshot-begin", "snapshot-done", "rollback-begin"})
@@ -807,13 +809,29 @@ def _rollback(prefix: Path, tx: TxDir, reason: str, manifest: snapshot.Manifest 
             f"{tx.manifest} is missing; nothing was restored",
             hint=f"keep {tx.root} for inspection; cudafix will not guess what it held",
         )
-    unwritten += [m for m in [_note(tx, "restore-begin", {"entries": len(manifest.entries)})] if m]
+    manifest, in_place = _written_in_place_first(prefix, tx, manifest)
+    begin = {"entries": len(manifest.entries), "in_place": in_place}
+    unwritten += [m for m in [_note(tx, "restore-begin", begin)] if m]
     left = snapshot.restore(prefix, tx, manifest)
     done = "rollback-incomplete" if left else "rolled-back"
     m = _note(tx, done, {"problems": left} if left else None)
     if m is None and not left:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
-    return _Outcome(left, len(manifest.entries), [*unwritten, *([m] if m else [])])
+    return _Outcome(left, len(manifest.entries), [*unwritten, *([m] if m else [])], in_place)
+
+
+def _written_in_place_first(
+    prefix: Path, tx: TxDir, manifest: snapshot.Manifest
+) -> tuple[snapshot.Manifest, list[str]]:
+    """A ``run`` rolled back by ``recover``: files its command rewrote in place (their
+    hard-link snapshot changed with them) are left out and named, never called restored.
+    Checked only before a first restore, which itself links files back (and moves ctime)."""
+    records = _records(tx)
+    head = records[0] if records else {}
+    if head.get("kind") != "run" or any(r.get("event") == "restore-begin" for r in records):
+        return manifest, []
+    found = snapshot.written_in_place(prefix, manifest)
+    return (_forget(tx, manifest, found) if found else manifest), found
 
 
 def _after_paths(prefix: Path, manifest: snapshot.Manifest) -> list[str]:
@@ -932,7 +950,10 @@ def run_guarded(
                         "the command left the environment with new problems: "
                         + "; ".join(judged.findings)
                     )
-                return _probe(prefix, tx, python, judged.probes, on_event)
+                passed = _probe(prefix, tx, python, judged.probes, on_event)
+                if in_place:  # committed with them: undo restores the rest, names these
+                    _forget(tx, manifest, in_place)
+                return passed
             except _StepFailed as failed:
                 if not in_place:
                     raise
@@ -1071,6 +1092,8 @@ def recover(
                     f"cudafix recover --venv {prefix}",
                 )
             on_event(f"rolled back transaction {txid}")
+            for path in outcome.in_place:
+                on_event(f"warning: {path} was rewritten in place by the command; it stays so")
     return RecoveryReport(prefix, dry_run, pending, actions)
 
 
