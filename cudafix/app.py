@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from cudafix.model.errors import CudafixError, LockedError, PlanRefused
+from cudafix.model.errors import CudafixError, LockedError, PlanRefused, UnsafeState
 from cudafix.model.sources import Sources
 
 if TYPE_CHECKING:
@@ -116,6 +116,15 @@ def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = _qui
     from cudafix.tx import transaction
 
     pending = transaction.pending_transactions(target.prefix)
+    hidden = transaction.unreadable_transactions(target.prefix)
+    if hidden and mutating:
+        raise UnsafeState(
+            f"transaction {hidden[0]} in {target.prefix} is not readable by this user; "
+            "nothing was changed",
+            hint="run cudafix as a user who can write the environment",
+        )
+    if hidden:
+        on_event(f"note: transaction {hidden[0]} is not readable by this user; not checked")
     if not pending:
         return
     if transaction.lock_is_held(target.prefix):

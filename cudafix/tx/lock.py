@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import open_file
+from cudafix.model.errors import UnsafeState
 
 POLL = 0.05
 
@@ -35,8 +36,17 @@ class Lock:
         return self._fd is not None
 
     def try_acquire(self) -> bool:
-        """Take the lock now if it is free; False when another process holds it."""
-        fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
+        """Take the lock now if it is free; False when another process holds it.
+
+        A user who may not write the lock file may not change the environment: that is
+        said in one line (:class:`UnsafeState`, exit 2), not as a machine error."""
+        try:
+            fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
+        except PermissionError as exc:
+            raise UnsafeState(
+                f"cannot take the lock {self.path}: {exc.strerror}; nothing was changed",
+                hint="run cudafix as a user who can write the environment",
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -247,10 +247,25 @@ def pending_transactions(prefix: Path) -> list[str]:
     first journal write failed): it holds nothing and blocks nothing.
     """
     state = StateDir(Path(prefix))
-    return [t for t in state.transaction_ids() if _is_pending(state.tx(t))]
+    return [t for t in state.transaction_ids() if _is_pending(state.tx(t)) is True]
 
 
-def _is_pending(tx: TxDir) -> bool:
+def unreadable_transactions(prefix: Path) -> list[str]:
+    """Ids of transactions this user cannot read (another user's, made private): whether
+    they are finished is unknown, so only their owner may change the environment."""
+    state = StateDir(Path(prefix))
+    return [t for t in state.transaction_ids() if _is_pending(state.tx(t)) is None]
+
+
+def _is_pending(tx: TxDir) -> bool | None:
+    """Whether ``tx`` needs ``recover``; None when this user cannot read it."""
+    try:
+        return _needs_recovery(tx)
+    except PermissionError:
+        return None
+
+
+def _needs_recovery(tx: TxDir) -> bool:
     records = _records(tx)
     if not records:
         return tx.snapshot.exists() or tx.manifest.exists()
@@ -262,7 +277,7 @@ def _records(tx: TxDir) -> list[dict[str, Any]]:
 
 
 def _require_no_pending(state: StateDir) -> None:
-    pending = pending_transactions(state.prefix)
+    pending = pending_transactions(state.prefix) + unreadable_transactions(state.prefix)
     if pending:
         raise LockedError(
             f"an unfinished cudafix transaction holds {state.prefix}",
@@ -404,7 +419,7 @@ def _begin(state: StateDir, what: dict[str, Any], command: Sequence[str]) -> TxD
     """A new transaction with its first journal record, or nothing at all (then raise)."""
     tx = state.tx(new_txid())
     try:
-        ensure_dir(tx.root, mode=0o700)
+        ensure_dir(tx.root)  # readable: history and doctor work for any reader of the venv
         journal.append(tx.journal, Event.PLAN, {**what, "command": list(command)})
     except OSError as exc:
         shutil.rmtree(tx.root, ignore_errors=True)
@@ -1075,6 +1090,8 @@ def recover(
     state = StateDir(prefix)
     pending = tuple(pending_transactions(prefix))
     actions = tuple(_describe(prefix, state.tx(t)) for t in pending)
+    hidden = unreadable_transactions(prefix)
+    actions += tuple(f"{t}: this user cannot read it; its owner can recover it" for t in hidden)
     if dry_run or not pending:
         return RecoveryReport(prefix, dry_run, pending, actions)
     with _locked(prefix, lock_timeout, on_event) as state:
@@ -1116,8 +1133,15 @@ def _strings(value: Any, key: str | None = None) -> tuple[str, ...]:
 
 
 def _entry(tx: TxDir) -> HistoryEntry:
-    """One transaction for ``history``; a damaged journal still yields an entry (it says so)."""
-    log = journal.load(tx.journal)
+    """One transaction for ``history``; a damaged or unreadable journal still yields an
+    entry (it says so)."""
+    try:
+        log = journal.load(tx.journal)
+    except PermissionError as exc:
+        return HistoryEntry(
+            tx.txid, 0.0, "?", (), "", "unreadable", (), (), (),
+            f"this user cannot read it ({exc.strerror})", False,
+        )  # fmt: skip
     records = log.records
     head = records[0] if records and records[0].get("event") == "plan" else {}
     plan: dict[str, Any] = head["plan"] if isinstance(head.get("plan"), dict) else {}
