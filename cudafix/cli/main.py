@@ -259,7 +259,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             emit_json_error(UsageError(exc.format_message()))
         exc.show()
         sys.exit(ExitCode.USAGE)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click wraps Ctrl-C and SIGTERM
+            echo_err("interrupted")
+            sys.exit(_interrupted_code(exc.__cause__))
         echo_err("aborted; nothing was changed")
         sys.exit(ExitCode.FAILURE)
     except KeyboardInterrupt as exc:

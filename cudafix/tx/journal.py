@@ -5,8 +5,9 @@ here every step is durable first, so ``recover`` can always finish (roll back) a
 
 Test-only hooks (never set them outside tests):
 
-* ``CUDAFIX_TEST_CRASH_AFTER=<step>``: SIGKILL this process right after ``<step>`` is
-  journaled (or reached, for per-file points such as ``snapshot-file``/``restore-file``).
+* ``CUDAFIX_TEST_CRASH_AFTER=<step>[:SIGNAL]``: SIGKILL (or send ``SIGNAL``, e.g.
+  ``SIGTERM``) this process right after ``<step>`` is journaled (or reached, for per-file
+  points such as ``snapshot-file``/``restore-file``).
 * ``CUDAFIX_TEST_FAIL=<op>[@<glob>]:<ERRNO>[,...]``: raise ``OSError(errno.<ERRNO>)`` at
   operation ``<op>`` (``snapshot``, ``restore``, ``keep``, ``journal``, ``commit``), only for
   paths or journal events matching ``<glob>`` when one is given, to simulate ENOSPC/EPERM.
@@ -77,8 +78,9 @@ DONE_EVENTS = frozenset({Event.COMMIT, Event.ROLLED_BACK, Event.ABORTED})
 
 def crash_point(step: str) -> None:
     """Test hook: SIGKILL ourselves at ``step`` when asked to (simulates a power cut)."""
-    if os.environ.get(CRASH_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
+    want, _, how = os.environ.get(CRASH_ENV, "").partition(":")
+    if want == step:
+        os.kill(os.getpid(), getattr(signal, how or "SIGKILL"))
     _fill_point(step)
 
 

@@ -13,6 +13,8 @@ import os
 import posixpath
 import shlex
 import shutil
+import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -421,8 +423,10 @@ def _begin(state: StateDir, what: dict[str, Any], command: Sequence[str]) -> TxD
     try:
         ensure_dir(tx.root)  # readable: history and doctor work for any reader of the venv
         journal.append(tx.journal, Event.PLAN, {**what, "command": list(command)})
-    except OSError as exc:
+    except BaseException as exc:  # an interrupt too: nothing changed, nothing left behind
         shutil.rmtree(tx.root, ignore_errors=True)
+        if not isinstance(exc, OSError):
+            raise
         raise TransactionFailed(
             f"could not write the journal in {tx.root}: {exc.strerror or exc}; nothing was changed",
             hint="free space or fix permissions under the environment, then retry",
@@ -457,12 +461,15 @@ def _snapshot(
         journal.append(tx.journal, Event.SNAPSHOT_BEGIN, {"paths": paths})
         manifest = snapshot.take(prefix, tx, paths, rewritten, copy, whole)
         journal.append(tx.journal, Event.SNAPSHOT_DONE, {"entries": len(manifest.entries)})
-    except (OSError, CudafixError) as exc:
-        shutil.rmtree(tx.snapshot, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            tx.manifest.unlink()
-        if _note(tx, Event.ABORTED, {"error": str(exc)}) is not None:
-            shutil.rmtree(tx.root, ignore_errors=True)  # nothing changed: nothing to keep
+    except BaseException as exc:  # an interrupt too: nothing changed, nothing left behind
+        with _interrupts_held():
+            shutil.rmtree(tx.snapshot, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                tx.manifest.unlink()
+            if _note(tx, Event.ABORTED, {"error": _reason(exc)}) is not None:
+                shutil.rmtree(tx.root, ignore_errors=True)  # nothing changed: nothing to keep
+        if not isinstance(exc, OSError | CudafixError):
+            raise
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         where = exc.filename if isinstance(exc, OSError) and exc.filename else None
         raise TransactionFailed(
@@ -732,11 +739,31 @@ def _execute(
     except BaseException as exc:
         reason = _reason(exc)
         narrowed = exc.restore if isinstance(exc, _StepFailed) else None
-        _fail(prefix, tx, reason, exc, on_event, narrowed or manifest)
+        with _interrupts_held():
+            _fail(prefix, tx, reason, exc, on_event, narrowed or manifest)
     on_event(f"committed transaction {tx.txid}")
     with contextlib.suppress(OSError, CudafixError):
         gc(prefix, keep=DEFAULT_KEEP)
     return passed
+
+
+_INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait while a rollback runs, and are then dropped: the run is
+    ending anyway, and an interrupted rollback would leave work for ``recover``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    try:
+        yield
+    finally:
+        while signal.sigtimedwait(_INTERRUPTS, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _reason(exc: BaseException) -> str:
