@@ -381,3 +381,32 @@ def test_recover_after_a_kill_names_a_write_in_place(venv: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "pa_mod.py was rewritten in place" in done.stderr
     assert target.read_bytes() == b"B = 1\n"
+
+
+# -- cudafix's own state ---------------------------------------------------------------------
+
+
+def test_a_command_that_clears_the_venv_is_rolled_back_from_held_state(venv: Path) -> None:
+    from txhelp import UV
+
+    before = fingerprint(venv)
+    done = cudafix("run", "--venv", venv, "--", UV, "venv", "--clear", venv)
+    assert done.returncode == 1, done.stderr
+    assert "removed or replaced cudafix's own state" in done.stderr and "rolled back" in done.stderr
+    assert not diff_fingerprints(before, fingerprint(venv))
+    assert tx.pending_transactions(venv) == []
+    assert [e.state for e in tx.history(venv)] == ["rolled-back"]
+
+
+def test_a_command_that_replaces_the_state_with_a_symlink(venv: Path, tmp_path: Path) -> None:
+    before = fingerprint(venv)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sp = venv / site_packages(venv)
+    script = f"echo x > {sp}/new_mod.py; rm -rf {venv}/.cudafix; ln -s {elsewhere} {venv}/.cudafix"
+    done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
+    assert done.returncode == 1, done.stderr
+    assert "rolled back" in done.stderr
+    assert not diff_fingerprints(before, fingerprint(venv))
+    assert not (venv / ".cudafix").is_symlink() and list(elsewhere.iterdir()) == []
+    assert tx.pending_transactions(venv) == []

@@ -8,22 +8,25 @@ that passed :func:`check_path` (inside the prefix, no symlinked ancestor) are to
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import posixpath
+import resource
 import shutil
 import stat
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
-from cudafix.model.errors import DamagedState
+from cudafix.model.errors import DamagedState, UnsafeState
+from cudafix.tx.journal import append as journal_append
 from cudafix.tx.journal import crash_point, fail_point
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
@@ -543,3 +546,117 @@ def lstat_state(prefix: Path, paths: Iterable[str]) -> dict[str, list[Any]]:
         else:
             out[path] = [kind, st.st_size, st.st_mode, st.st_ino, st.st_mtime_ns, target]
     return out
+
+
+# -- state a command cannot take away --------------------------------------------------------
+
+
+@dataclass
+class Pins:
+    """What survives a command that deletes cudafix's own state (``uv venv --clear``, a
+    ``.cudafix`` replaced by a symlink): an open fd of every snapshotted file (an open file
+    outlives its last name), the manifest and the journal as bytes."""
+
+    fds: dict[str, int]
+    manifest: Manifest
+    journal: bytes
+    missed: int = 0
+    """Files no fd was left for (the process's open-file limit)."""
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+
+
+def pin(tx: TxDir, manifest: Manifest) -> Pins:
+    """Hold the snapshot open (the soft open-file limit raised to the hard one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    files = [e.path for e in manifest.entries if e.kind == "file"]
+    if soft < hard and len(files) + 256 > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    pins = Pins({}, manifest, read_bytes(tx.journal))
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    for path in files:
+        try:
+            pins.fds[path] = os.open(tx.snapshot / path, flags)
+        except OSError:
+            pins.missed += 1
+    return pins
+
+
+def state_lost(tx: TxDir, pins: Pins) -> bool:
+    """Whether anything of the transaction's state is gone or replaced since :func:`pin`."""
+    try:
+        read_bytes(tx.manifest)
+        read_bytes(tx.journal)
+        for path, fd in pins.fds.items():
+            live, held = os.lstat(tx.snapshot / path), os.fstat(fd)
+            if (live.st_dev, live.st_ino) != (held.st_dev, held.st_ino):
+                return True
+    except (OSError, UnsafeState):
+        return True
+    return False
+
+
+def rebuild(
+    prefix: Path, tx: TxDir, pins: Pins, note: dict[str, Any]
+) -> tuple[Manifest, list[str]]:
+    """Write the transaction's state again from :class:`Pins`: the manifest, the journal
+    (plus a ``state-rebuilt`` record with ``note``), and a copy of each snapshotted file
+    whose link is gone (its entry then carries the copy's sha256, so a restore is checked
+    by content). Returns the manifest to restore and the files that cannot be restored."""
+    state = prefix / STATE_DIR_NAME
+    if state.is_symlink() or (os.path.lexists(state) and not state.is_dir()):
+        state.unlink()  # the command put something else there; never followed
+    statedir.ensure_dir(tx.snapshot, mode=0o700)
+    entries, lost = [], []
+    for e in pins.manifest.entries:
+        fd = pins.fds.get(e.path)
+        if e.kind != "file" or not _link_gone(tx.snapshot / e.path, fd):
+            entries.append(e)
+        elif fd is None:
+            entries.append(e)
+            lost.append(e.path)
+        else:
+            entries.append(replace(e, sha256=_copy_fd(fd, tx.snapshot / e.path)))
+    manifest = Manifest(tuple(entries), pins.manifest.listings)
+    write_json(tx.manifest, manifest.to_json())
+    write_atomic(tx.journal, pins.journal.decode("utf-8"))
+    journal_append(tx.journal, "state-rebuilt", {**note, "unrestorable": lost})
+    return manifest, lost
+
+
+def _link_gone(path: Path, fd: int | None) -> bool:
+    try:
+        live = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if fd is None:
+        return False
+    held = os.fstat(fd)
+    return (live.st_dev, live.st_ino) != (held.st_dev, held.st_ino)
+
+
+def _copy_fd(fd: int, dest: Path) -> str:
+    """Copy an open file's bytes to ``dest`` (not followed), with its mode; its sha256."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        remove_path(dest)
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    out = os.open(dest, flags, mode)
+    digest = hashlib.sha256()
+    try:
+        offset = 0
+        while chunk := os.pread(fd, 1 << 20, offset):
+            digest.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view) :]
+            offset += len(chunk)
+        os.fsync(out)
+    finally:
+        os.close(out)
+    return digest.hexdigest()

@@ -973,7 +973,15 @@ def run_guarded(
         def step() -> tuple[str, ...]:
             journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(argv)})
             on_event(f"running {shlex.join(argv)}")
-            done, intrusion = _run_handed_over(prefix, tx, argv, timeout, echo)
+            pins = snapshot.pin(tx, manifest)
+            try:
+                done, intrusion = _run_handed_over(prefix, tx, argv, timeout, echo)
+                taken = _state_taken(prefix, tx, pins, on_event)
+            finally:
+                pins.close()
+            if taken is not None:
+                outcome["completed"] = done
+                raise taken
             outcome["completed"] = done
             in_place = snapshot.written_in_place(prefix, manifest)
             outcome["in_place"] = tuple(in_place)
@@ -1007,7 +1015,11 @@ def run_guarded(
                     restore=_forget(tx, manifest, in_place),
                 ) from failed
 
-        passed = _execute(prefix, tx, manifest, step, on_event)
+        try:
+            passed = _execute(prefix, tx, manifest, step, on_event)
+        finally:
+            while _RELOCKED:
+                _RELOCKED.pop().release()
     return GuardedRun(
         tx.txid,
         prefix,
@@ -1016,6 +1028,35 @@ def run_guarded(
         passed,
         outcome.get("in_place", ()),
     )
+
+
+def _state_taken(
+    prefix: Path, tx: TxDir, pins: snapshot.Pins, on_event: OnEvent
+) -> _StepFailed | None:
+    """When the command removed or replaced cudafix's state (``uv venv --clear``), write it
+    again from what was held open, take cudafix's lock again, and fail the step so the
+    rollback restores the environment from it (a command that removes the state cannot be
+    judged against it)."""
+    if not snapshot.state_lost(tx, pins):
+        return None
+    manifest, lost = snapshot.rebuild(prefix, tx, pins, {"missed": pins.missed})
+    relock = Lock(StateDir(prefix).lock)
+    if relock.try_acquire():
+        _RELOCKED.append(relock)
+    on_event(f"the command removed cudafix's state in {StateDir(prefix).root}; rebuilt it")
+    unrestorable = (
+        f"; {len(lost)} file(s) cannot be restored: {', '.join(lost[:5])}" if lost else ""
+    )
+    return _StepFailed(
+        f"the command removed or replaced cudafix's own state ({StateDir(prefix).root}), "
+        f"so it cannot be judged; the state was rebuilt from files held open{unrestorable}",
+        restore=manifest,
+    )
+
+
+_RELOCKED: list[Lock] = []
+"""cudafix's lock taken again on a state directory a command re-created (released at the
+end of the run)."""
 
 
 def _run_handed_over(
