@@ -410,3 +410,23 @@ def test_a_command_that_replaces_the_state_with_a_symlink(venv: Path, tmp_path: 
     assert not diff_fingerprints(before, fingerprint(venv))
     assert not (venv / ".cudafix").is_symlink() and list(elsewhere.iterdir()) == []
     assert tx.pending_transactions(venv) == []
+
+
+def test_on_a_terminal_the_command_gets_a_terminal(venv: Path) -> None:
+    """uv draws its progress only on a terminal: the command sees one where cudafix has one."""
+    import shlex
+    import shutil
+
+    if shutil.which("script") is None:
+        pytest.skip("needs script(1) for a pseudo-terminal")
+    probe = "test -t 1 && echo out-is-a-tty; test -t 2 && echo err-is-a-tty >&2; true"
+    argv = [sys.executable, "-m", "cudafix", "run", "--venv", str(venv), "--", "sh", "-c", probe]
+    done = subprocess.run(
+        ["script", "-qec", shlex.join(argv), "/dev/null"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout
+    assert "out-is-a-tty" in done.stdout and "err-is-a-tty" in done.stdout
