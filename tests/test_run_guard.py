@@ -290,14 +290,17 @@ def test_undo_after_a_run_that_made_a_directory_a_symlink(venv: Path, tmp_path: 
     before = fingerprint(venv)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    script = f"rm -r {sp}/pkgdir && ln -s {elsewhere} {sp}/pkgdir"
+    (elsewhere / "x.py").write_text("outside\n")
+    relative = os.path.relpath(elsewhere, sp)
+    script = f"rm -r {sp}/pkgdir && ln -s {relative} {sp}/pkgdir"
     done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr
     txid = tx.history(venv)[-1].txid
     undone = cudafix("undo", txid, "--venv", venv, "--yes")
     assert undone.returncode == 0, undone.stderr
     assert not diff_fingerprints(before, fingerprint(venv))
-    assert list(elsewhere.iterdir()) == []  # nothing was written through the link
+    assert [p.name for p in elsewhere.iterdir()] == ["x.py"]  # nothing written through it
+    assert (elsewhere / "x.py").stat().st_nlink == 1
 
 
 # -- uv's lock -------------------------------------------------------------------------------

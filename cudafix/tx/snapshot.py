@@ -265,7 +265,8 @@ def take(
 
     Files ``copy`` picks are copied, so even a write in place can be undone. ``whole``:
     ``paths`` are every entry of the prefix, so what appears beside them goes on restore."""
-    wanted = expand(prefix, paths)
+    # A path below a symlink is the symlink's (its entry restores it); never followed.
+    wanted = [p for p in expand(prefix, paths) if check_path(prefix, p) is None]
     every = sorted(set(wanted) | ancestors(wanted))
     rewritten = set(detach)
     statedir.ensure_dir(tx.snapshot, mode=0o700)
