@@ -433,3 +433,24 @@ def test_on_a_terminal_the_command_gets_a_terminal(venv: Path) -> None:
     )
     assert done.returncode == 0, done.stdout
     assert "out-is-a-tty" in done.stdout and "err-is-a-tty" in done.stdout
+
+
+def test_what_the_command_installed_is_imported_unless_no_probe(tmp_path: Path) -> None:
+    from txhelp import UV, uv_env
+
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
+    make_wheel(wheels, "pbad", "1.0", {"pbad_mod.py": b"raise ImportError('broken build')\n"})
+    venv = make_venv(tmp_path / "venv", wheels, ["pa==1.0"])
+    before = fingerprint(venv)
+    uv_install = [
+        UV, "pip", "install", "--python", venv / "bin" / "python", "--offline", "--no-index",
+        "--find-links", wheels, "pbad==1.0",
+    ]  # fmt: skip
+    probed = cudafix("run", "--venv", venv, "--", *uv_install, env=uv_env())
+    assert probed.returncode == 1, probed.stderr
+    assert "probe failed" in probed.stderr and "broken build" in probed.stderr
+    assert not diff_fingerprints(before, fingerprint(venv))
+    unprobed = cudafix("run", "--venv", venv, "--no-probe", "--", *uv_install, env=uv_env())
+    assert unprobed.returncode == 0, unprobed.stderr
+    assert (venv / site_packages(venv) / "pbad_mod.py").exists()
