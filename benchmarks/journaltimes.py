@@ -27,8 +27,8 @@ def latest_spans(venv: Path) -> dict[str, float]:
     records = journal.read(state.tx(ids[-1]).journal)
     times: dict[str, float] = {}
     for r in records:
-        times.setdefault(str(r.get("event")), float(r["time"]))
-    last = float(records[-1]["time"])
+        times.setdefault(str(r.event), r.time)
+    last = records[-1].time
     out: dict[str, float] = {}
     for name, (start, end) in SPANS.items():
         if start in times and (end is None or end in times):
@@ -41,5 +41,6 @@ def snapshot_entries(venv: Path) -> int:
     ids = state.transaction_ids()
     if not ids:
         return 0
-    done = journal.find(journal.read(state.tx(ids[-1]).journal), "snapshot-done")
-    return int(done.get("entries", 0)) if done else 0
+    records = journal.read(state.tx(ids[-1]).journal)
+    done = next((r for r in records if r.event is journal.Event.SNAPSHOT_DONE), None)
+    return int(done.data.get("entries", 0)) if done else 0

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.inventory import Distribution, FileStat, Inventory, RecordEntry, SharedPath
+from cudafix.fetch.staging import StagedWheel, Staging
 from cudafix.linker.elf import ElfInfo
 from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.loader import SearchConfig
 from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
 from cudafix.plan.facts import Facts
-from cudafix.plan.staging import StagedWheel, Staging
 
 SITE = EnvPath("lib/python3.12/site-packages")
 PREFIX = Path("/nonexistent/hand-made-venv")

@@ -17,11 +17,11 @@ import pytest
 from conftest import ScenarioFactory
 
 from cudafix import app
+from cudafix.fetch.backend import UvBackend
 from cudafix.model.plan import Plan
 from cudafix.model.sources import Sources
 from cudafix.process import Completed
-from cudafix.tx import transaction
-from cudafix.tx.backend import UvBackend
+from cudafix.tx.apply import run_transaction
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
@@ -69,7 +69,7 @@ def test_keeping_and_deleting_backends_commit_the_same_post_state(
         assert plan.verdict == "pass", plan.reasons
         uv = UvBackend(built.python, True, (str(built.wheelhouse),))
         backend = DeletingBackend(uv, plan) if deleting else uv
-        transaction.run_transaction(plan, backend=backend)
+        run_transaction(plan, backend=backend)
         assert plan.shared_paths
         states.append({p: v for p, v in fingerprint(built.venv).items() if "site-packages/" in p})
     assert diff_fingerprints(states[0], states[1]) == []

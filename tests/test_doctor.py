@@ -11,7 +11,8 @@ from typing import Any
 from clihelp import as_json, cudafix
 from conftest import ScenarioFactory
 
-from cudafix.tx.probe import ProbeSpec, run_probes
+from cudafix.model.probe import ProbeSpec
+from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
 

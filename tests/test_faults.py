@@ -20,8 +20,8 @@ import pytest
 from clihelp import cudafix
 from txhelp import B_BYTES, UV, make_wheel, shared_pair, site_packages, uv_env
 
-from cudafix.tx import transaction as tx
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV, FILL_ENV
+from cudafix.tx.recovery import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 STEPS = [
@@ -96,7 +96,7 @@ def _outcome(
     if proc.returncode == 0:
         assert not (sp / "pa_mod.py").exists()
         assert (sp / "shared" / "lib.so").read_bytes() == B_BYTES
-        assert tx.pending_transactions(prefix) == []
+        assert pending_transactions(prefix) == []
         return "committed"
     if proc.returncode == -9:
         assert CRASH_ENV in env
@@ -104,13 +104,13 @@ def _outcome(
         errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
         assert len(errors) == 1, proc.stderr
         assert proc.returncode in (1, 4), said
-    pending = tx.pending_transactions(prefix)
+    pending = pending_transactions(prefix)
     if pending or proc.returncode in (-9, 4):
         if proc.returncode != -9:
             assert "cudafix recover --venv" in said, said
         done = cudafix("recover", "--venv", prefix)
         assert done.returncode == 0, done.stderr
-        assert tx.pending_transactions(prefix) == []
+        assert pending_transactions(prefix) == []
         outcome = "recovered"
     else:
         outcome = "unchanged" if "nothing was changed" in said else "rolled-back"
@@ -131,7 +131,7 @@ def test_journal_enospc(tmp_path: Path, step: str) -> None:
     prefix, wheels = shared_pair(tmp_path)
     got = _outcome(prefix, wheels, fingerprint(prefix), {FAIL_ENV: f"journal@{step}:ENOSPC"})
     assert got == EXPECTED["journal-enospc"][step]
-    assert tx.pending_transactions(prefix) == []
+    assert pending_transactions(prefix) == []
     assert _remove(prefix, wheels, {}).returncode == 0
 
 
@@ -237,7 +237,7 @@ def _cell(command: str, prefix: Path, wheels: Path, env: dict[str, str], *extra:
     sp = prefix / site_packages(prefix)
     if proc.returncode == 0:
         assert (sp / "pc_mod.py").read_bytes() == C_BYTES
-        assert tx.pending_transactions(prefix) == []
+        assert pending_transactions(prefix) == []
         return "committed"
     if proc.returncode == -9:
         assert CRASH_ENV in env
@@ -247,13 +247,13 @@ def _cell(command: str, prefix: Path, wheels: Path, env: dict[str, str], *extra:
         errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
         assert len(errors) == 1, proc.stderr
         assert proc.returncode in (1, 4), said
-    pending = tx.pending_transactions(prefix)
+    pending = pending_transactions(prefix)
     if pending or proc.returncode in (-9, 4):
         if proc.returncode != -9:
             assert "cudafix recover --venv" in said, said
         done = cudafix("recover", "--venv", prefix)
         assert done.returncode == 0, done.stderr
-        assert tx.pending_transactions(prefix) == []
+        assert pending_transactions(prefix) == []
         outcome = "recovered"
     else:
         outcome = "rolled-back" if "rolled back" in said else "unchanged"
@@ -273,7 +273,7 @@ def test_install_and_run_sigterm(tmp_path: Path, command: str, step: str) -> Non
     prefix, wheels = _venv_and_pc(tmp_path)
     got = _cell(command, prefix, wheels, {CRASH_ENV: f"{step}:SIGTERM"})
     assert got == _expected("sigterm", step)
-    assert tx.pending_transactions(prefix) == []
+    assert pending_transactions(prefix) == []
 
 
 @pytest.mark.parametrize(("command", "step"), CELLS)

@@ -10,13 +10,13 @@ import pytest
 from conftest import ScenarioFactory
 
 from cudafix.env.target import locate_target
+from cudafix.fetch.staging import Staging
 from cudafix.model.errors import UsageError
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options
 from cudafix.plan.facts import Facts, gather, own_dependencies
 from cudafix.plan.planner import Request, build_plan
 from cudafix.plan.select import select
-from cudafix.plan.staging import Staging
 from cudafix.tx.verify import compare
 
 PIN = (DistName("nvidia-cudnn-cu12"), "9.10.2.21")

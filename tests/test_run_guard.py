@@ -19,7 +19,8 @@ from clihelp import as_json, cudafix
 from txhelp import make_venv, make_wheel, site_packages
 
 from cudafix.process import group_members
-from cudafix.tx import transaction as tx
+from cudafix.tx.history import history, show
+from cudafix.tx.recovery import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
@@ -31,8 +32,8 @@ def venv(tmp_path: Path) -> Path:
 
 
 def _journal(prefix: Path) -> list[dict[str, object]]:
-    [txid] = tx.history(prefix)[-1:] and [tx.history(prefix)[-1].txid]
-    return list(tx.show(prefix, txid).journal)
+    [txid] = history(prefix)[-1:] and [history(prefix)[-1].txid]
+    return list(show(prefix, txid).journal)
 
 
 def _pgid(prefix: Path) -> int:
@@ -69,11 +70,11 @@ def test_options_before_the_separator_are_cudafix_own(venv: Path) -> None:
     result = as_json(done)
     assert result["state"] == "committed" and result["argv"] == ["true"]
     assert result["returncode"] == 0
-    before = len(tx.history(venv))
+    before = len(history(venv))
     bogus = cudafix("run", "--venv", venv, "--bogus", "--", "true")
     assert bogus.returncode == 2, bogus.stderr
     assert "--bogus" in bogus.stderr and "Traceback" not in bogus.stderr
-    assert len(tx.history(venv)) == before  # nothing ran, nothing was snapshotted
+    assert len(history(venv)) == before  # nothing ran, nothing was snapshotted
 
 
 def test_json_failure_is_one_object_and_the_command_output_goes_to_stderr(venv: Path) -> None:
@@ -111,10 +112,10 @@ def test_the_journal_keeps_a_bounded_tail(venv: Path) -> None:
     script = "head -c 5000000 /dev/zero | tr '\\0' x; echo; echo the-end"
     done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr[-2000:]
-    [txid] = [e.txid for e in tx.history(venv)]
+    [txid] = [e.txid for e in history(venv)]
     journal = venv / ".cudafix" / "transactions" / txid / "journal.jsonl"
     assert journal.stat().st_size < 500_000
-    [step] = [r for r in tx.show(venv, txid).journal if r["event"] == "backend"]
+    [step] = [r for r in show(venv, txid).journal if r["event"] == "backend"]
     assert step["stdout"].rstrip().endswith("the-end")
     assert "earlier bytes not kept" in step["stdout"]
 
@@ -157,7 +158,7 @@ def test_a_signal_to_cudafix_stops_the_command_and_rolls_back(
     assert "rolled back" in err and "Traceback" not in err
     assert not diff_fingerprints(before, fingerprint(venv))
     assert group_members(_pgid(venv)) == []
-    assert tx.pending_transactions(venv) == []
+    assert pending_transactions(venv) == []
 
 
 def _wait_gone(pgid: int) -> None:
@@ -238,7 +239,7 @@ def test_a_write_in_place_that_keeps_size_and_mtime_is_found(venv: Path) -> None
     assert done.returncode == 1, done.stderr
     assert "rewritten in place" in done.stderr and "pa_mod.py" in done.stderr
     assert target.read_bytes() == b"B = 1\n"  # what the command left, and cudafix says so
-    said = json.dumps(tx.show(venv, tx.history(venv)[-1].txid).journal)
+    said = json.dumps(show(venv, history(venv)[-1].txid).journal)
     assert "pa_mod.py" in said
 
 
@@ -262,7 +263,7 @@ def test_a_venv_link_swapped_during_the_run_does_not_redirect_the_rollback(
     assert done.returncode == 1, done.stderr
     assert not diff_fingerprints(before_other, fingerprint(other))
     assert not diff_fingerprints(before_real, fingerprint(real))
-    assert tx.pending_transactions(real) == [] and tx.history(other) == []
+    assert pending_transactions(real) == [] and history(other) == []
 
 
 # -- small ones ------------------------------------------------------------------------------
@@ -295,7 +296,7 @@ def test_undo_after_a_run_that_made_a_directory_a_symlink(venv: Path, tmp_path: 
     script = f"rm -r {sp}/pkgdir && ln -s {relative} {sp}/pkgdir"
     done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr
-    txid = tx.history(venv)[-1].txid
+    txid = history(venv)[-1].txid
     undone = cudafix("undo", txid, "--venv", venv, "--yes")
     assert undone.returncode == 0, undone.stderr
     assert not diff_fingerprints(before, fingerprint(venv))
@@ -397,8 +398,8 @@ def test_a_command_that_clears_the_venv_is_rolled_back_from_held_state(venv: Pat
     assert done.returncode == 1, done.stderr
     assert "removed or replaced cudafix's own state" in done.stderr and "rolled back" in done.stderr
     assert not diff_fingerprints(before, fingerprint(venv))
-    assert tx.pending_transactions(venv) == []
-    assert [e.state for e in tx.history(venv)] == ["rolled-back"]
+    assert pending_transactions(venv) == []
+    assert [e.state for e in history(venv)] == ["rolled-back"]
 
 
 def test_a_command_that_replaces_the_state_with_a_symlink(venv: Path, tmp_path: Path) -> None:
@@ -412,7 +413,7 @@ def test_a_command_that_replaces_the_state_with_a_symlink(venv: Path, tmp_path: 
     assert "rolled back" in done.stderr
     assert not diff_fingerprints(before, fingerprint(venv))
     assert not (venv / ".cudafix").is_symlink() and list(elsewhere.iterdir()) == []
-    assert tx.pending_transactions(venv) == []
+    assert pending_transactions(venv) == []
 
 
 def test_on_a_terminal_the_command_gets_a_terminal(venv: Path) -> None:

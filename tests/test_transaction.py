@@ -24,9 +24,12 @@ from cudafix.model.errors import (
     TransactionFailed,
 )
 from cudafix.model.plan import Plan
-from cudafix.tx import transaction as tx
+from cudafix.model.probe import ProbeSpec
+from cudafix.tx.apply import run_transaction
+from cudafix.tx.history import gc, history, show
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
-from cudafix.tx.probe import ProbeSpec
+from cudafix.tx.recovery import pending_transactions, recover
+from cudafix.tx.undo import undo
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 OK = ProbeSpec(modules=("pb_mod",))
@@ -47,26 +50,26 @@ def test_uninstall_and_reinstall_commit(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     sp = prefix / site_packages(prefix)
     events: list[str] = []
-    result = tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK, on_event=events.append)
+    result = run_transaction(remove_pa_plan(prefix, wheels), probes=OK, on_event=events.append)
     assert not (sp / "pa_mod.py").exists()
     assert not (sp / "pa-1.0.dist-info").exists()
     assert (sp / "shared" / "lib.so").read_bytes() == B_BYTES
     assert result.probes == ("import pb_mod",)
     assert any(e.startswith("committed") for e in events)
-    [entry] = tx.history(prefix)
+    [entry] = history(prefix)
     assert (entry.state, entry.removed, entry.reinstalled) == ("committed", ("pa",), ("pb",))
-    assert tx.pending_transactions(prefix) == []
+    assert pending_transactions(prefix) == []
 
 
 def test_failing_probe_rolls_back_byte_identical(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     before = fingerprint(prefix)
     with pytest.raises(TransactionFailed) as info:
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
     assert "ModuleNotFoundError: No module named 'pa_mod'" in info.value.message
     assert "restored" in info.value.context[0]
     assert_same(prefix, before)
-    assert [e.state for e in tx.history(prefix)] == ["rolled-back"]
+    assert [e.state for e in history(prefix)] == ["rolled-back"]
 
 
 def test_backend_failure_rolls_back(venv: tuple[Path, Path]) -> None:
@@ -74,11 +77,11 @@ def test_backend_failure_rolls_back(venv: tuple[Path, Path]) -> None:
     before = fingerprint(prefix)
     plan = remove_pa_plan(prefix, wheels, reinstall=[("pb", "9.9")])
     with pytest.raises(TransactionFailed, match=r"uv reinstall failed \(exit status"):
-        tx.run_transaction(plan, probes=OK)
+        run_transaction(plan, probes=OK)
     assert_same(prefix, before)
     [record] = [
         r
-        for r in tx.show(prefix, tx.history(prefix)[0].txid).journal
+        for r in show(prefix, history(prefix)[0].txid).journal
         if r["event"] == "backend" and r["returncode"]
     ]
     assert "pb==9.9" in record["argv"]
@@ -89,7 +92,7 @@ def test_hanging_probe_times_out_and_rolls_back(venv: tuple[Path, Path]) -> None
     before = fingerprint(prefix)
     hang = ProbeSpec(code=("import time; time.sleep(60)",), timeout=2)
     with pytest.raises(TransactionFailed, match="timed out after 2 s"):
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=hang)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=hang)
     assert_same(prefix, before)
 
 
@@ -99,23 +102,21 @@ def test_probe_command_error_is_reported(venv: tuple[Path, Path]) -> None:
         commands=("echo 'libcudnn.so.9: cannot open shared object file' >&2; exit 3",)
     )
     with pytest.raises(TransactionFailed, match=r"libcudnn\.so\.9: cannot open shared object file"):
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=probe)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=probe)
 
 
 def test_verify_mismatch_and_interrupt_roll_back(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     before = fingerprint(prefix)
     with pytest.raises(TransactionFailed, match=r"predicted lib\.so differs"):
-        tx.run_transaction(
-            remove_pa_plan(prefix, wheels), verify=lambda: ["predicted lib.so differs"]
-        )
+        run_transaction(remove_pa_plan(prefix, wheels), verify=lambda: ["predicted lib.so differs"])
     assert_same(prefix, before)
 
     def interrupt() -> list[str]:
         raise KeyboardInterrupt
 
     with pytest.raises(TransactionFailed, match="KeyboardInterrupt"):
-        tx.run_transaction(remove_pa_plan(prefix, wheels), verify=interrupt)
+        run_transaction(remove_pa_plan(prefix, wheels), verify=interrupt)
     assert_same(prefix, before)
 
 
@@ -124,7 +125,7 @@ def test_keep_shared_puts_the_path_back(venv: tuple[Path, Path]) -> None:
     sp = site_packages(prefix)
     old = (prefix / sp / "shared/lib.so").read_bytes()
     plan = remove_pa_plan(prefix, wheels, reinstall=[], kept=["shared/lib.so"])
-    tx.run_transaction(plan, probes=OK)
+    run_transaction(plan, probes=OK)
     assert (prefix / sp / "shared/lib.so").read_bytes() == old
     assert not (prefix / sp / "pa_mod.py").exists()
 
@@ -134,9 +135,9 @@ def test_refused_plan_needs_force(venv: tuple[Path, Path]) -> None:
     before = fingerprint(prefix)
     plan = remove_pa_plan(prefix, wheels, verdict="refused")
     with pytest.raises(PlanRefused):
-        tx.run_transaction(plan, probes=OK)
+        run_transaction(plan, probes=OK)
     with pytest.raises(TransactionFailed):
-        tx.run_transaction(plan, probes=BAD, force=True)
+        run_transaction(plan, probes=BAD, force=True)
     assert_same(prefix, before)
 
 
@@ -152,11 +153,11 @@ def test_paths_outside_prefix_are_refused_up_front(venv: tuple[Path, Path], tmp_
         deleted=["../../outside", str(outside), "../outside"],
     )
     with pytest.raises(PlanRefused) as info:
-        tx.run_transaction(plan, probes=OK)
+        run_transaction(plan, probes=OK)
     assert len(info.value.context) == 3
     assert outside.read_text() == "precious"
     assert_same(prefix, before)
-    assert tx.history(prefix) == []
+    assert history(prefix) == []
 
 
 def test_symlink_out_is_kept_as_a_symlink(venv: tuple[Path, Path], tmp_path: Path) -> None:
@@ -168,10 +169,10 @@ def test_symlink_out_is_kept_as_a_symlink(venv: tuple[Path, Path], tmp_path: Pat
     (sp / "pa-1.0.dist-info" / "evil").symlink_to(target)
     before = fingerprint(prefix)
     with pytest.raises(TransactionFailed):
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
     assert_same(prefix, before)
     assert (sp / "pa-1.0.dist-info" / "evil").is_symlink()
-    tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
     assert (target / "keep.txt").read_text() == "precious"
     assert not (sp / "pa-1.0.dist-info" / "RECORD").exists()
     assert (sp / "pa-1.0.dist-info" / "evil").is_symlink()  # uv leaves foreign entries
@@ -197,7 +198,7 @@ def test_lock_held_fails_cleanly(venv: tuple[Path, Path]) -> None:
         before = fingerprint(prefix)
         events: list[str] = []
         with pytest.raises(LockedError, match="another cudafix run"):
-            tx.run_transaction(
+            run_transaction(
                 remove_pa_plan(prefix, wheels), probes=OK, lock_timeout=0.3, on_event=events.append
             )
         assert events and events[0].startswith("waiting")
@@ -211,8 +212,8 @@ def _child_script(plan_file: Path, probes: ProbeSpec) -> str:
     return textwrap.dedent(f"""
         from pathlib import Path
         from cudafix.model.plan import Plan
-        from cudafix.tx.probe import ProbeSpec
-        from cudafix.tx.transaction import run_transaction
+        from cudafix.model.probe import ProbeSpec
+        from cudafix.tx.apply import run_transaction
         plan = Plan.model_validate_json(Path({str(plan_file)!r}).read_text())
         run_transaction(plan, probes=ProbeSpec(code={probes.code!r}, modules={probes.modules!r}))
     """)
@@ -260,21 +261,21 @@ def test_sigkill_at_each_step_then_recover(
     before = fingerprint(prefix)
     plan = remove_pa_plan(prefix, wheels)
     assert _run_child(plan, probes, tmp_path, {CRASH_ENV: step}) == -signal.SIGKILL
-    [pending] = tx.pending_transactions(prefix)
+    [pending] = pending_transactions(prefix)
     with pytest.raises(LockedError) as info:
-        tx.run_transaction(plan, probes=OK)
+        run_transaction(plan, probes=OK)
     assert info.value.hint is not None and "cudafix recover" in info.value.hint
     mid = fingerprint(prefix)
     assert (mid == before) == (step in UNTOUCHED), (
         "crash point reached a different state than expected"
     )
-    dry = tx.recover(prefix, dry_run=True)
+    dry = recover(prefix, dry_run=True)
     assert dry.transactions == (pending,) and pending in dry.actions[0]
     assert fingerprint(prefix) == mid
-    tx.recover(prefix)
+    recover(prefix)
     assert_same(prefix, before)
-    assert tx.pending_transactions(prefix) == []
-    assert tx.recover(prefix).transactions == ()
+    assert pending_transactions(prefix) == []
+    assert recover(prefix).transactions == ()
 
 
 def test_sigkill_while_keeping_shared(venv: tuple[Path, Path], tmp_path: Path) -> None:
@@ -282,7 +283,7 @@ def test_sigkill_while_keeping_shared(venv: tuple[Path, Path], tmp_path: Path) -
     before = fingerprint(prefix)
     plan = remove_pa_plan(prefix, wheels, reinstall=[], kept=["shared/lib.so"])
     assert _run_child(plan, OK, tmp_path, {CRASH_ENV: "keep-begin"}) == -signal.SIGKILL
-    tx.recover(prefix)
+    recover(prefix)
     assert_same(prefix, before)
 
 
@@ -292,7 +293,7 @@ def test_crash_after_commit_leaves_the_after_state(venv: tuple[Path, Path], tmp_
         _run_child(remove_pa_plan(prefix, wheels), OK, tmp_path, {CRASH_ENV: "commit"})
         == -signal.SIGKILL
     )
-    assert tx.pending_transactions(prefix) == []
+    assert pending_transactions(prefix) == []
     assert not (prefix / site_packages(prefix) / "pa_mod.py").exists()
 
 
@@ -304,9 +305,9 @@ def test_snapshot_failure_changes_nothing(
     before = fingerprint(prefix)
     monkeypatch.setenv(FAIL_ENV, f"snapshot:{code}")
     with pytest.raises(TransactionFailed, match="nothing was changed"):
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
     assert_same(prefix, before)
-    assert [e.state for e in tx.history(prefix)] == ["aborted"]
+    assert [e.state for e in history(prefix)] == ["aborted"]
 
 
 @pytest.mark.parametrize("code", ["ENOSPC", "EACCES"])
@@ -317,12 +318,12 @@ def test_restore_failure_then_recover(
     before = fingerprint(prefix)
     monkeypatch.setenv(FAIL_ENV, f"restore:{code}")
     with pytest.raises(RollbackIncomplete, match="rollback did not finish") as info:
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
     assert info.value.exit_code == ExitCode.LOCKED
     assert info.value.hint == f"cudafix recover --venv {prefix}"
-    assert tx.pending_transactions(prefix)
+    assert pending_transactions(prefix)
     monkeypatch.delenv(FAIL_ENV)
-    tx.recover(prefix)
+    recover(prefix)
     assert_same(prefix, before)
 
 
@@ -331,7 +332,7 @@ def test_keep_failure_rolls_back(venv: tuple[Path, Path], monkeypatch: pytest.Mo
     before = fingerprint(prefix)
     monkeypatch.setenv(FAIL_ENV, "keep:ENOSPC")
     with pytest.raises(TransactionFailed, match="No space left"):
-        tx.run_transaction(
+        run_transaction(
             remove_pa_plan(prefix, wheels, reinstall=[], kept=["shared/lib.so"]), probes=OK
         )
     assert_same(prefix, before)
@@ -340,29 +341,29 @@ def test_keep_failure_rolls_back(venv: tuple[Path, Path], monkeypatch: pytest.Mo
 def test_undo_restores_and_refuses_after_changes(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     before = fingerprint(prefix)
-    first = tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    first = run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
     after = fingerprint(prefix)
-    undone = tx.undo(prefix, first.txid, probes=ProbeSpec(modules=("pa_mod", "pb_mod")))
+    undone = undo(prefix, first.txid, probes=ProbeSpec(modules=("pa_mod", "pb_mod")))
     assert_same(prefix, before)
-    assert [e.kind for e in tx.history(prefix)] == ["apply", "undo"]
-    tx.undo(prefix, undone.txid)
+    assert [e.kind for e in history(prefix)] == ["apply", "undo"]
+    undo(prefix, undone.txid)
     assert_same(prefix, after)
-    second = tx.history(prefix)[-1].txid
+    second = history(prefix)[-1].txid
     (prefix / site_packages(prefix) / "pb_mod.py").write_text("B = 2\n")
     with pytest.raises(StalePlan) as info:
-        tx.undo(prefix, second)
+        undo(prefix, second)
     assert any("pb_mod.py" in c for c in info.value.context)
 
 
 def test_gc_keeps_the_newest_snapshots(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    first = tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    first = run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
     current = first.txid
     for _ in range(2):
-        current = tx.undo(prefix, current).txid
-    assert [e.snapshot for e in tx.history(prefix)] == [True, True, True]
-    assert tx.gc(prefix, keep=1) == [e.txid for e in tx.history(prefix)[:2]]
-    assert [e.snapshot for e in tx.history(prefix)] == [False, False, True]
+        current = undo(prefix, current).txid
+    assert [e.snapshot for e in history(prefix)] == [True, True, True]
+    assert gc(prefix, keep=1) == [e.txid for e in history(prefix)[:2]]
+    assert [e.snapshot for e in history(prefix)] == [False, False, True]
     assert (
         json.loads((StateDir(prefix).tx(current).journal).read_text().splitlines()[0])["kind"]
         == "undo"

@@ -24,8 +24,11 @@ from cudafix.model.errors import (
     UnsafeState,
 )
 from cudafix.tx import journal
-from cudafix.tx import transaction as tx
-from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
+from cudafix.tx.apply import run_transaction
+from cudafix.tx.history import history, show
+from cudafix.tx.journal import CRASH_ENV, FAIL_ENV, Event
+from cudafix.tx.recovery import pending_transactions, recover
+from cudafix.tx.undo import undo
 from scenarios.fingerprint import fingerprint
 
 
@@ -55,7 +58,7 @@ def test_symlinked_state_is_refused_and_nothing_lands_outside(
     (prefix / link).symlink_to(target)
     before = fingerprint(prefix)
     with pytest.raises(UnsafeState) as info:
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
     assert info.value.exit_code == ExitCode.USAGE
     assert link.split("/")[-1] in info.value.message
     assert_same(prefix, before)
@@ -72,12 +75,12 @@ def test_symlinked_transactions_are_not_listed(venv: tuple[Path, Path], tmp_path
     state = StateDir(prefix)
     state.transactions.mkdir(parents=True)
     (state.transactions / elsewhere.name).symlink_to(elsewhere)
-    assert tx.history(prefix) == [] and tx.pending_transactions(prefix) == []
+    assert history(prefix) == [] and pending_transactions(prefix) == []
     (state.transactions / elsewhere.name).unlink()
     state.transactions.rmdir()
     state.transactions.symlink_to(elsewhere.parent)
     with pytest.raises(UnsafeState):
-        tx.history(prefix)
+        history(prefix)
 
 
 # -- recover trusts nothing it reads ----------------------------------------------------------
@@ -122,27 +125,27 @@ def test_manifest_paths_outside_are_refused(
     t.manifest.write_text(json.dumps(data))
     mid = fingerprint(prefix)
     with pytest.raises(DamagedState) as info:
-        tx.recover(prefix)
+        recover(prefix)
     assert info.value.exit_code == ExitCode.LOCKED
     assert str(t.manifest) in info.value.message
     assert victim.read_text() == "precious\n"
     assert fingerprint(prefix) == mid
     assert t.snapshot.is_dir()
-    dry = tx.recover(prefix, dry_run=True)
+    dry = recover(prefix, dry_run=True)
     assert "cannot restore" in dry.actions[0]
-    assert [e.state for e in tx.history(prefix)] == ["pending"]
+    assert [e.state for e in history(prefix)] == ["pending"]
 
 
 def test_post_state_outside_is_refused_by_undo(venv: tuple[Path, Path], tmp_path: Path) -> None:
     prefix, wheels = venv
-    done = tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    done = run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
     post = StateDir(prefix).tx(done.txid).post
     data = json.loads(post.read_text())
     data["../../outside"] = ["dir", 0o777, []]
     post.write_text(json.dumps(data))
     after = fingerprint(prefix)
     with pytest.raises(DamagedState, match="post-state"):
-        tx.undo(prefix, done.txid)
+        undo(prefix, done.txid)
     assert fingerprint(prefix) == after
 
 
@@ -164,10 +167,10 @@ def test_damaged_journal_still_restores(
     else:
         t.journal.write_bytes(lines[0] + b"\xff\xfe\x00garbage\n")
     assert not (prefix / site_packages(prefix) / "pa_mod.py").exists()
-    [entry] = tx.history(prefix)
+    [entry] = history(prefix)
     assert entry.state == "pending"
-    assert "restore" in tx.recover(prefix, dry_run=True).actions[0]
-    tx.recover(prefix)
+    assert "restore" in recover(prefix, dry_run=True).actions[0]
+    recover(prefix)
     assert_same(prefix, before)
 
 
@@ -182,19 +185,19 @@ def test_damaged_manifest_is_a_clear_refusal(
     else:
         t.manifest.unlink()
     with pytest.raises(DamagedState) as info:
-        tx.recover(prefix)
+        recover(prefix)
     assert "manifest" in info.value.message and str(t.manifest) in info.value.message
     assert t.snapshot.is_dir()
-    assert [e.state for e in tx.history(prefix)] == ["pending"]
-    assert tx.show(prefix, t.txid).entry.state == "pending" if damage == "missing" else True
+    assert [e.state for e in history(prefix)] == ["pending"]
+    assert show(prefix, t.txid).entry.state == "pending" if damage == "missing" else True
 
 
 def test_torn_line_does_not_swallow_the_next_record(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
-    journal.append(path, "plan")
+    journal.append(path, Event.PLAN)
     with path.open("a") as fh:
         fh.write('{"event": "snapshot-be')
-    journal.append(path, "rollback-begin")
+    journal.append(path, Event.ROLLBACK_BEGIN)
     log = journal.load(path)
     assert journal.events(log.records) == ["plan", "rollback-begin"]
     assert log.damaged == (2,)
@@ -210,10 +213,10 @@ def test_enospc_at_commit_rolls_back(
     before = fingerprint(prefix)
     monkeypatch.setenv(FAIL_ENV, "commit:ENOSPC")
     with pytest.raises(TransactionFailed, match="No space left") as info:
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
     assert not isinstance(info.value, RollbackIncomplete)
     assert_same(prefix, before)
-    assert [e.state for e in tx.history(prefix)] == ["rolled-back"]
+    assert [e.state for e in history(prefix)] == ["rolled-back"]
 
 
 def test_enospc_for_the_rollback_journal_still_restores(
@@ -224,17 +227,17 @@ def test_enospc_for_the_rollback_journal_still_restores(
     failing = ["rollback-begin", "restore-begin", "rolled-back", "aborted"]
     monkeypatch.setenv(FAIL_ENV, ",".join(f"journal@{e}:ENOSPC" for e in failing))
     with pytest.raises(TransactionFailed) as info:
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
     assert_same(prefix, before)
     assert any("could not record" in c for c in info.value.context)
     assert any(
         c == f"once there is space: cudafix recover --venv {prefix}" for c in info.value.context
     )
     monkeypatch.delenv(FAIL_ENV)
-    assert tx.pending_transactions(prefix)
-    tx.recover(prefix)
+    assert pending_transactions(prefix)
+    recover(prefix)
     assert_same(prefix, before)
-    assert tx.pending_transactions(prefix) == []
+    assert pending_transactions(prefix) == []
 
 
 def test_enospc_at_the_first_journal_write_leaves_nothing(
@@ -244,11 +247,11 @@ def test_enospc_at_the_first_journal_write_leaves_nothing(
     before = fingerprint(prefix)
     monkeypatch.setenv(FAIL_ENV, "journal@plan:ENOSPC")
     with pytest.raises(TransactionFailed, match="nothing was changed"):
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
     assert_same(prefix, before)
-    assert tx.pending_transactions(prefix) == [] and tx.history(prefix) == []
+    assert pending_transactions(prefix) == [] and history(prefix) == []
     monkeypatch.delenv(FAIL_ENV)
-    tx.run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
 
 
 def test_one_path_that_cannot_be_restored_does_not_stop_the_rest(
@@ -259,14 +262,14 @@ def test_one_path_that_cannot_be_restored_does_not_stop_the_rest(
     before = fingerprint(prefix)
     monkeypatch.setenv(FAIL_ENV, "restore@*/pa_mod.py:EPERM")
     with pytest.raises(RollbackIncomplete) as info:
-        tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
+        run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
     assert info.value.exit_code == ExitCode.LOCKED
     assert info.value.context[0].startswith(f"{sp}/pa_mod.py: Operation not permitted")
     assert [c for c in info.value.context if "differs" in c or "missing" in c] == []
     assert (prefix / sp / "pa-1.0.dist-info" / "RECORD").is_file()
     assert not (prefix / sp / "pa_mod.py").exists()
     monkeypatch.delenv(FAIL_ENV)
-    tx.recover(prefix)
+    recover(prefix)
     assert_same(prefix, before)
 
 
@@ -283,7 +286,7 @@ def test_an_immutable_directory_with_the_right_mode_is_left_alone(
         pytest.skip("this file system has no immutable attribute")
     try:
         with pytest.raises(TransactionFailed) as info:
-            tx.run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
+            run_transaction(remove_pa_plan(prefix, wheels), probes=BAD)
         assert not isinstance(info.value, RollbackIncomplete), info.value.context
     finally:
         subprocess.run(["chattr", "-i", str(lib)], check=True)

@@ -34,7 +34,7 @@ from cudafix.model.sources import Sources
 
 if TYPE_CHECKING:
     from cudafix.model.plan import Plan
-    from cudafix.tx.transaction import TransactionResult
+    from cudafix.model.transaction import TransactionResult
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok/healthy, 1 problems found or failed (rolled back), 2 usage or input "
@@ -133,7 +133,7 @@ class PlanFlags:
 
     facts: app.FactArgs
     sources: Sources
-    backend: app.Backend
+    backend: app.BackendName
     backend_given: bool
     """``--backend`` was on the command line (it then overrides a script's or plan's)."""
     dry_run: bool
@@ -248,7 +248,9 @@ def plan_options(func: F) -> F:
         ),
         click.option("--no-probe", is_flag=True, help="Skip the automatic import/dlopen probes."),
         click.option("--probe-timeout", type=float, default=60.0, show_default=True),
-        click.option("--lock-timeout", type=float, default=60.0, show_default=True),
+        click.option(
+            "--lock-timeout", type=float, default=app.DEFAULT_LOCK_TIMEOUT, show_default=True
+        ),
         click.option(
             "--force",
             is_flag=True,

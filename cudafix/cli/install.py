@@ -31,7 +31,7 @@ from cudafix.cli.common import (
 from cudafix.model.errors import CudafixError, ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from cudafix.tx.transaction import GuardedRun
+    from cudafix.model.transaction import GuardedRun
 
 
 @click.command("install", epilog=EXIT_CODES_HELP)
@@ -77,7 +77,7 @@ def install(
     "--no-probe", is_flag=True, help="Skip the automatic import probes of what the command changed."
 )
 @click.option("--probe-timeout", type=float, default=60.0, show_default=True)
-@click.option("--lock-timeout", type=float, default=60.0, show_default=True)
+@click.option("--lock-timeout", type=float, default=app.DEFAULT_LOCK_TIMEOUT, show_default=True)
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),

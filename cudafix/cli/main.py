@@ -34,7 +34,6 @@ from cudafix.cli.common import (
 from cudafix.cli.install import install as install_command
 from cudafix.cli.install import run_command
 from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, UsageError
-from cudafix.tx import DEFAULT_KEEP
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
@@ -128,7 +127,7 @@ def repair(flags: PlanFlags) -> None:
 @cli.command(epilog=EXIT_CODES_HELP)
 @target_options
 @click.option("--dry-run", is_flag=True, help="Say what would be rolled back.")
-@click.option("--lock-timeout", type=float, default=60.0, show_default=True)
+@click.option("--lock-timeout", type=float, default=app.DEFAULT_LOCK_TIMEOUT, show_default=True)
 def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
     """Roll back a transaction that was interrupted (killed, power loss)."""
     report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_err)
@@ -176,7 +175,7 @@ def show(txid: str, target: app.TargetArgs) -> None:
 @click.argument("txid")
 @target_options
 @click.option("--yes", "-y", is_flag=True)
-@click.option("--lock-timeout", type=float, default=60.0, show_default=True)
+@click.option("--lock-timeout", type=float, default=app.DEFAULT_LOCK_TIMEOUT, show_default=True)
 def undo(txid: str, target: app.TargetArgs, yes: bool, lock_timeout: float) -> None:
     """Restore the state before a committed transaction, as a new transaction."""
     confirm(yes)
@@ -187,7 +186,7 @@ def undo(txid: str, target: app.TargetArgs, yes: bool, lock_timeout: float) -> N
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @target_options
-@click.option("--keep", type=int, default=DEFAULT_KEEP, show_default=True)
+@click.option("--keep", type=int, default=app.DEFAULT_KEEP, show_default=True)
 def gc(target: app.TargetArgs, keep: int) -> None:
     """Delete old snapshots, keeping the newest KEEP committed ones."""
     gone = app.gc(target, keep)

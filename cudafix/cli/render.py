@@ -14,8 +14,8 @@ from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
 
 if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pydantic
+    from cudafix.model.doctor import DoctorReport, Finding
     from cudafix.model.plan import Plan
-    from cudafix.plan.doctor import DoctorReport, Finding
 
 Style = Callable[..., str]
 
@@ -155,13 +155,6 @@ def _shared_groups(plan: Plan) -> list[str]:
         held = f"{holder}'s bytes" if holder else "no owner's bytes"
         lines.append(f"{shown}\n    claimed by {' and '.join(owners)}; holds {held}; {fate}")
     return lines
-
-
-def _searched(plan: Plan, dirs: Sequence[str]) -> str:
-    unique = list(dict.fromkeys(_site(plan, d) for d in dirs))
-    if not unique:
-        return ""
-    return f"\n    (searched {', '.join(unique[:5])}{', ...' if len(unique) > 5 else ''})"
 
 
 def _counts(plan: Plan) -> str:

@@ -26,11 +26,6 @@ CACHE_VERSION = 2
 StatKey = tuple[int, int, int, int, int]
 
 
-def record_digest(data: bytes) -> str:
-    """sha256 in RECORD encoding: urlsafe base64 without padding."""
-    return _encode(hashlib.sha256(data).digest())
-
-
 def _encode(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 

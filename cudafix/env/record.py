@@ -16,7 +16,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudafix.model.errors import InputError
 from cudafix.model.names import EnvPath
 
 _WEAK = frozenset({"md5", "sha1"})
@@ -171,16 +170,6 @@ def _after_leading_dotdots(parts: list[str]) -> list[str]:
     while i < len(parts) and parts[i] in ("..", "."):
         i += 1
     return parts[i:]
-
-
-def validate_env_path(p: str) -> EnvPath:
-    """Check an EnvPath read from outside (a plan file): relative, normal, inside the prefix."""
-    if not p or _is_absolute(p):
-        raise InputError(f"{p!r}: not a path relative to the environment")
-    norm = posixpath.normpath(p)
-    if norm != p or norm == "." or norm == ".." or norm.startswith("../"):
-        raise InputError(f"{p!r}: not a normalised path inside the environment")
-    return EnvPath(norm)
 
 
 def is_inside(root: Path, path: Path) -> bool:

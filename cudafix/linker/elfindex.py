@@ -33,7 +33,6 @@ _NOT_ELF = ("not-elf", "linker-script")
 
 Reader = Callable[[Path], "ElfInfo | ElfProblem"]
 Verdict = ElfInfo | ElfProblem
-Key = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True)

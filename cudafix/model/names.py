@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import NewType
+from typing import Literal, NewType
 
 DistName = NewType("DistName", str)
 """A PEP 503 normalised distribution name (``nvidia-cudnn-cu12``)."""
@@ -15,6 +15,9 @@ Soname = NewType("Soname", str)
 EnvPath = NewType("EnvPath", str)
 """A POSIX path relative to the environment prefix, lexically normalised, never escaping it
 (``lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9``)."""
+
+BackendName = Literal["uv", "pip"]
+"""Which installer applies a plan (staging always uses uv)."""
 
 DIST_INFO_SUFFIX = ".dist-info"
 _SEPARATORS = re.compile(r"[-_.]+")

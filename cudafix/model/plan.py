@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cudafix.model.names import BackendName
+
 PLAN_SCHEMA_VERSION = 1
 
 
@@ -178,7 +180,7 @@ class Options(_Frozen):
     allow_broken_requirements: bool = False
     offline: bool = False
     find_links: list[str] = Field(default_factory=list)
-    backend: Literal["uv", "pip"] = "uv"
+    backend: BackendName = "uv"
 
 
 class Plan(_Frozen):

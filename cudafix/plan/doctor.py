@@ -11,70 +11,18 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict
 
 from cudafix.env.inventory import Inventory, SharedPath
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
 from cudafix.linker.loader import LoadTree, Step, expand_entry
+from cudafix.model.doctor import DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers
 from cudafix.plan.requirements import check_requirements, requirement_closure
 
-DOCTOR_SCHEMA_VERSION = 1
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
-
-Severity = Literal["error", "warning", "info"]
-
-
-class Finding(BaseModel):
-    """One problem, with where it is and what to do next."""
-
-    model_config = ConfigDict(frozen=True)
-
-    kind: str
-    """``missing-files``, ``clobbered``, ``shared``, ``foreign-bytes``, ``unresolved``,
-    ``mixed-cuda``, ``shadowed``, ``duplicate-soname``, ``requirement``, ``unsafe-record``,
-    ``unmanaged``, ``bad-elf``."""
-    severity: Severity
-    message: str
-    details: list[str] = []
-    """Every detail line (renderers may shorten; JSON has them all)."""
-    hint: str | None = None
-    distribution: str | None = None
-    consumer: str | None = None
-    """The object whose need this is about (EnvPath, or absolute outside the venv)."""
-    need: str | None = None
-    """The soname needed."""
-    provider: str | None = None
-    """Where the need resolves (None: nowhere)."""
-    paths: list[str] = []
-    """EnvPaths the finding is about (missing, shared, overwritten or competing copies)."""
-    owners: list[str] = []
-    """Distributions involved (owners of ``paths``, or of the provider)."""
-
-
-class DoctorReport(BaseModel):
-    """Every finding for one environment (``cudafix doctor --json``)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    schema_version: int = DOCTOR_SCHEMA_VERSION
-    prefix: str
-    distributions: int
-    elf_objects: int
-    findings: list[Finding]
-    repair: dict[str, str]
-    """Distributions ``cudafix repair`` would reinstall, with the reason."""
-    target_flags: str = ""
-    """``--venv DIR`` or ``--python PATH``, carried into every command the report prints."""
-
-    @property
-    def healthy(self) -> bool:
-        return not any(f.severity != "info" for f in self.findings)
 
 
 def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:

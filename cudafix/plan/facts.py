@@ -22,12 +22,11 @@ from cudafix.env.inventory import Inventory, changed_since_record, read_inventor
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import InterpreterInfo, TargetEnv, query_interpreter
 from cudafix.env.treecache import TreeCache
+from cudafix.fetch.staging import Staging
 from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostcache import HOST
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.model.names import DistName, EnvPath, normalize_name
-from cudafix.model.sources import Sources
-from cudafix.plan.staging import Pin, Staging, stage
 
 
 @dataclass(frozen=True)
@@ -104,14 +103,10 @@ def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:
     return replace(facts, path_hashes=known)
 
 
-def with_staging(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Facts:
-    """``facts`` with ``pins`` staged (unless ``sources.fetch`` is off) and the paths the
-    staged wheels would overwrite hashed, for the plan's preconditions."""
-    if not sources.fetch:
-        return replace(facts, staging=Staging(fetched=False))
+def with_staging(facts: Facts, staging: Staging) -> Facts:
+    """``facts`` with what staging found (:func:`cudafix.fetch.staging.stage`, run by the
+    caller) and the paths the staged wheels would overwrite hashed, for the preconditions."""
     inv = facts.inventory
-    python = inv.python or inv.prefix / "bin" / "python"
-    staging = stage(python, pins, sources, inv.site_packages[0])
     overwritten = [p for w in staging.wheels.values() for p in w.files if p in inv.files]
     return replace(with_hashes(facts, overwritten), staging=staging)
 

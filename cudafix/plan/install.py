@@ -8,83 +8,23 @@ objects on the environment (minus what upgrades uninstall), and the planner diff
 resolution. The rest of this module is pure findings on top of that: which claimed paths a
 wheel overwrites (:func:`overwritten`), which consumers would load a file with another
 distribution's bytes at the same path (:func:`same_path_switches`), mixed CUDA majors
-introduced, and the refusal reasons. :func:`resolve` is the only function that runs a
-process: it asks uv what it would install, so the plan is uv's plan.
+introduced, and the refusal reasons. Asking uv what it would install is
+:func:`cudafix.fetch.resolve.resolve`'s, so the plan is uv's plan; nothing here runs a process.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from cudafix.env.inventory import FileStat, Inventory
+from cudafix.fetch.staging import StagedWheel
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import Edge, EdgeKey, to_env_path
 from cudafix.model import plan as P
-from cudafix.model.errors import InputError
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
-from cudafix.model.sources import Sources
-from cudafix.plan.staging import Pin, StagedWheel
-
-RESOLVE_TIMEOUT = 600.0
-"""Seconds uv may take to resolve (an index may be slow)."""
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """What ``uv pip install SPEC...`` would change in the target."""
-
-    installs: tuple[Pin, ...]
-    """Exact pins uv would install (new distributions, upgrades and downgrades)."""
-    replaced: tuple[DistName, ...]
-    """Installed distributions uv would uninstall first (the old side of an upgrade)."""
-
-
-_CHANGE = re.compile(r"^ (?P<op>[+-]) (?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)$")
-
-
-def parse_dry_run(text: str) -> Resolution:
-    """uv's ``--dry-run`` report (`` + name==version`` / `` - name==version`` lines)."""
-    installs: list[Pin] = []
-    replaced: list[DistName] = []
-    for line in text.splitlines():
-        m = _CHANGE.match(line.rstrip())
-        if m is None:
-            continue
-        name = normalize_name(m.group("name"))
-        if m.group("op") == "+":
-            installs.append((name, m.group("version")))
-        else:
-            replaced.append(name)
-    return Resolution(tuple(installs), tuple(dict.fromkeys(replaced)))
-
-
-def resolve(python: str, specs: Sequence[str], sources: Sources) -> Resolution:
-    """Ask uv, against the target and with the plan's sources, what it would install.
-
-    This and :func:`cudafix.plan.staging.stage` are the whole of how an install is
-    fetched: replace them together to stage differently.
-    """
-    from cudafix.process import run
-    from cudafix.tx.backend import UvBackend
-
-    uv = UvBackend(Path(python), sources.offline, sources.find_links)
-    argv = [
-        a for a in uv.reinstall_argv(specs, dry_run=True) if a not in ("--reinstall", "--no-deps")
-    ]
-    done = run(argv, timeout=RESOLVE_TIMEOUT)
-    if done.returncode != 0:
-        lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
-        cause = [ln for ln in lines if not ln.startswith("Using Python")]
-        raise InputError(
-            f"uv cannot resolve {' '.join(specs)}: {cause[0] if cause else 'no output'}",
-            context=cause[1:4],
-            hint="check the names and versions, and --find-links / --index-url / --offline",
-        )
-    return parse_dry_run(done.stderr + "\n" + done.stdout)
-
 
 # -- the after-state (pure) ----------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from cudafix.env.inventory import Distribution, Inventory
+from cudafix.fetch.staging import Pin, StagedWheel
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import diff_edges, env_roots, resolve_edges, to_env_path
 from cudafix.model import plan as P
@@ -22,7 +23,7 @@ from cudafix.plan import install
 from cudafix.plan.facts import Facts
 from cudafix.plan.preconditions import record_digest
 from cudafix.plan.requirements import Declared, check_requirements
-from cudafix.plan.staging import Pin, StagedWheel, comparable, wheel_differences
+from cudafix.plan.staging import comparable, wheel_differences
 
 
 @dataclass(frozen=True)

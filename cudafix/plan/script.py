@@ -61,12 +61,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
-from cudafix.model.names import DistName, normalize_name
+from cudafix.model.names import BackendName, DistName, normalize_name
+from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request
 from cudafix.plan.select import select
-from cudafix.tx.probe import ProbeSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -91,7 +91,7 @@ class Policy(_Strict):
     keep_shared: bool = False
     offline: bool = False
     find_links: list[str] = Field(default_factory=list)
-    backend: Literal["uv", "pip"] = "uv"
+    backend: BackendName = "uv"
     allow_broken_requirements: bool = False
 
 
@@ -279,7 +279,7 @@ def locate(source: str, loc: Sequence[str | int]) -> int | None:
 def script_options(
     loaded: LoadedScript,
     sources: Sources = Sources(),  # noqa: B008 - a frozen value
-    backend: Literal["uv", "pip"] | None = None,
+    backend: BackendName | None = None,
 ) -> P.Options:
     """The one set of options the whole plan runs with (policy, any step's flags, the CLI):
     the command line's ``sources`` add to the policy's, its ``backend`` replaces it."""

@@ -1,4 +1,7 @@
-"""The only room that changes an environment: lock, journal, snapshot, backend, probes, verify."""
+"""The only room that changes an environment: lock, journal, snapshot, backend, probes, verify.
 
-DEFAULT_KEEP = 5
-"""Committed snapshots ``gc`` keeps unless told otherwise (cheap to import for ``--help``)."""
+``context`` holds one run (both locks, begin/snapshot/execute/commit; the rollback is
+``recovery``'s); ``apply`` (with ``files``), ``guard`` (``run --``) and ``undo`` are the
+flows built on it; ``history`` reads the log back. ``journal`` is the one codec for
+journal records. No module keeps state between runs.
+"""

@@ -24,8 +24,8 @@ import json
 import os
 import signal
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,8 @@ class Event(str, enum.Enum):
     RUN_BEGIN = "run-begin"
     PROCESS = "process"
     """A command of the transaction started: its process group (``recover`` waits for it)."""
+    STATE_REBUILT = "state-rebuilt"
+    """A command removed cudafix's state; it was written again from files held open."""
 
     def __str__(self) -> str:
         return self.value
@@ -74,6 +76,11 @@ class Event(str, enum.Enum):
 
 DONE_EVENTS = frozenset({Event.COMMIT, Event.ROLLED_BACK, Event.ABORTED})
 """A transaction whose journal ends in one of these needs nothing more."""
+
+BEFORE_CHANGES = frozenset(
+    {Event.PLAN, Event.SNAPSHOT_BEGIN, Event.SNAPSHOT_DONE, Event.ROLLBACK_BEGIN}
+)
+"""Journal events that precede any change to the environment."""
 
 
 def crash_point(step: str) -> None:
@@ -110,14 +117,80 @@ def fail_point(op: str, subject: str = "") -> None:
             raise OSError(num, f"{os.strerror(num)} (injected at {op})", subject or None)
 
 
-def append(path: Path, event: Event | str, data: Mapping[str, Any] | None = None) -> None:
+@dataclass(frozen=True)
+class Record:
+    """One journal line, decoded: the step, when it was written, and what it carried.
+
+    ``data`` is the record's plain-JSON payload (every key but ``event`` and ``time``);
+    :class:`Head` reads the first record's payload into typed fields.
+    """
+
+    event: Event
+    time: float = 0.0
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def encode(self) -> dict[str, Any]:
+        """The record as it is written (and as ``cudafix show`` prints it)."""
+        return dict(sorted({**self.data, "event": str(self.event), "time": self.time}.items()))
+
+
+@dataclass(frozen=True)
+class Head:
+    """The first record (``plan``): what the transaction was, as ``history`` lists it.
+
+    Read leniently: a damaged or hand-edited journal still yields a head (junk becomes
+    empty values), so ``history`` can always list the transaction.
+    """
+
+    kind: str = "apply"
+    """``apply``, ``run`` or ``undo``."""
+    time: float = 0.0
+    command: tuple[str, ...] = ()
+    verdict: str = ""
+    removed: tuple[str, ...] = ()
+    reinstalled: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+
+def opening(kind: str, command: Sequence[str], **payload: Any) -> dict[str, Any]:
+    """The payload of a transaction's first record (``plan``), read back by :func:`head`."""
+    return {"kind": kind, **payload, "command": list(command)}
+
+
+def head(records: Sequence[Record]) -> Head:
+    """The typed first record; defaults when the journal does not start with one."""
+    if not records or records[0].event is not Event.PLAN:
+        return Head()
+    data = records[0].data
+    plan: Mapping[str, Any] = data["plan"] if isinstance(data.get("plan"), dict) else {}
+    kind = data.get("kind", "apply")
+    return Head(
+        kind=str(kind),
+        time=records[0].time,
+        command=_strings(data.get("command")),
+        verdict=str(plan.get("verdict", "pass" if kind == "undo" else "")),
+        removed=_strings(plan.get("remove"), "name"),
+        reinstalled=_strings(plan.get("reinstall"), "name"),
+        kept=_strings(plan.get("kept_paths")),
+    )
+
+
+def _strings(value: Any, key: str | None = None) -> tuple[str, ...]:
+    """A list of strings (or of ``{key: str}``) from a journal record; junk becomes ()."""
+    if not isinstance(value, list):
+        return ()
+    items = [v.get(key) if key and isinstance(v, dict) else v for v in value]
+    return tuple(str(v) for v in items if isinstance(v, str | int | float))
+
+
+def append(path: Path, event: Event, data: Mapping[str, Any] | None = None) -> None:
     """Durably append one step; fsync the file, and the directory when the file is new.
 
     A line torn by an earlier failed write is ended first, so it can never swallow this
     record; the file is opened without following symlinks.
     """
     name = str(event)
-    record = {"event": name, "time": time.time(), **(data or {})}
+    record = Record(event, time.time(), data or {}).encode()
     line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     fd = open_file(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
@@ -137,7 +210,7 @@ def append(path: Path, event: Event | str, data: Mapping[str, Any] | None = None
 class Journal:
     """What a journal file holds: its records, and the lines that are not records."""
 
-    records: list[dict[str, Any]]
+    records: list[Record]
     damaged: tuple[int, ...] = ()
     """1-based numbers of lines that are not a JSON record (a torn last line excepted)."""
 
@@ -154,12 +227,12 @@ def load(path: Path) -> Journal:
         return Journal([])
     lines = raw.split(b"\n")
     torn_tail = bool(lines) and lines[-1] != b""
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     damaged: list[int] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        value = _record(line)
+        value = decode(line)
         if value is not None:
             records.append(value)
         elif not (torn_tail and number == len(lines)):
@@ -167,30 +240,45 @@ def load(path: Path) -> Journal:
     return Journal(records, tuple(damaged))
 
 
-def _record(line: bytes) -> dict[str, Any] | None:
+def decode(line: bytes) -> Record | None:
+    """One line as a :class:`Record`; None when it is not one (torn, garbled, unknown step)."""
     try:
         value = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
-    if isinstance(value, dict) and isinstance(value.get("event"), str):
-        return value
-    return None
+    if not isinstance(value, dict) or not isinstance(value.get("event"), str):
+        return None
+    try:
+        event = Event(value.pop("event"))
+    except ValueError:
+        return None
+    when = value.pop("time", 0.0)
+    moment = float(when) if isinstance(when, int | float) else 0.0
+    return Record(event, moment, value)
 
 
-def read(path: Path) -> list[dict[str, Any]]:
+def read(path: Path) -> list[Record]:
     """Every complete record; a torn or garbled line is skipped (see :func:`load`)."""
     return load(path).records
 
 
-def events(records: list[dict[str, Any]]) -> list[str]:
-    return [str(r.get("event")) for r in records]
+def events(records: Sequence[Record]) -> list[Event]:
+    return [r.event for r in records]
 
 
-def is_done(records: list[dict[str, Any]]) -> bool:
+def is_done(records: Sequence[Record]) -> bool:
     """True when the last step says nothing more is needed."""
-    return bool(records) and records[-1].get("event") in DONE_EVENTS
+    return bool(records) and records[-1].event in DONE_EVENTS
 
 
-def find(records: list[dict[str, Any]], event: str) -> dict[str, Any] | None:
-    """The first record of ``event``, if any."""
-    return next((r for r in records if r.get("event") == event), None)
+def note(path: Path, event: Event, data: Mapping[str, Any] | None = None) -> str | None:
+    """Journal a step of a rollback, best effort: None, or why it could not be written.
+
+    A rollback restores from the snapshot whatever the journal can record (hard links
+    need no space); what the journal could not say is reported, and ``recover`` finishes.
+    """
+    try:
+        append(path, event, data)
+    except OSError as exc:
+        return f"the journal could not record '{event}': {exc.strerror or exc}"
+    return None

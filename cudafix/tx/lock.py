@@ -14,12 +14,14 @@ import errno
 import fcntl
 import os
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from cudafix.env.statedir import open_file
-from cudafix.model.errors import UnsafeState
+from cudafix.model.errors import LockedError, UnsafeState
+from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT
 
 POLL = 0.05
 
@@ -170,3 +172,125 @@ def _command(pid: int) -> str:
     except OSError:
         return ""
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+INSTALLER_LOCK = ".lock"
+"""uv's environment lock (``<venv>/.lock``, an exclusive flock for every ``uv pip`` change)."""
+
+
+class LockIntrusion(Exception):
+    """A process outside the transaction waits for uv's lock at a hand-over, or took it
+    while the transaction's own command had it."""
+
+
+@dataclass
+class Handover:
+    """uv's lock while the transaction's own command has it: who else was seen using it."""
+
+    path: Path | None
+    groups: set[int] = field(default_factory=set)
+    """Process groups of the transaction's own commands."""
+    seen: dict[int, str] = field(default_factory=dict)
+
+    def watch(self) -> None:
+        """Note every process outside the transaction that holds the lock (one waiting for
+        it is blocked until the transaction ends, unless it gets it: then it is noted)."""
+        if self.path is not None:
+            users = outsiders(self.path, self.groups)
+            self.seen.update((u.pid, u.describe()) for u in users if not u.waiting)
+
+    def started(self, pgid: int) -> None:
+        self.groups.add(pgid)
+
+
+@dataclass
+class EnvLocks:
+    """cudafix's lock and uv's, held together for one run (see :func:`hold`)."""
+
+    own: Lock
+    installer: Lock
+
+    @contextlib.contextmanager
+    def backend_runs(self) -> Iterator[Handover]:
+        """Hand uv's lock to our own backend call or command (uv waits for it), take it back.
+
+        A process outside the transaction queued on the lock would get it at the hand-over
+        and change the environment inside the transaction: then nothing is handed over
+        (:class:`LockIntrusion`; the transaction rolls back and leaves the environment to
+        it). One that takes the lock while the transaction's command has it is named
+        (:class:`LockIntrusion` after the command), so the rollback says its changes went.
+        """
+        if not self.installer.held:
+            yield Handover(None)
+            return
+        path = self.installer.path
+        if waiting := outsiders(path):
+            raise LockIntrusion(
+                f"another process is {waiting[0].describe()} (uv's lock {path}); handing the "
+                "lock over would let it change the environment inside this transaction, so "
+                "it was not handed over"
+            )
+        hand = Handover(path)
+        self.installer.release()
+        try:
+            yield hand
+        finally:
+            if not self.installer.try_acquire():
+                hand.watch()
+                self.installer.acquire(DEFAULT_LOCK_TIMEOUT * 5)
+        if hand.seen:
+            raise LockIntrusion(
+                f"a process outside this transaction used uv's lock {path} while the "
+                f"transaction's own command had it ({'; '.join(hand.seen.values())}): what it "
+                "changed is rolled back with the rest; run it again once this is over"
+            )
+
+    def retake_own(self) -> None:
+        """Take cudafix's lock again on a lock file re-created after a command removed it
+        (the old lock is on a file no other run can open any more)."""
+        again = Lock(self.own.path)
+        if again.try_acquire():
+            self.own.release()
+            self.own = again
+
+
+@contextlib.contextmanager
+def hold(
+    prefix: Path, own: Path, timeout: float, on_event: Callable[[str], None]
+) -> Iterator[EnvLocks]:
+    """cudafix's lock (``own``), then uv's, for the whole run.
+
+    Holding uv's own lock makes a concurrent ``uv pip install`` wait until the transaction
+    has committed or rolled back, instead of being wiped by the rollback.
+    """
+    lock = Lock(own)
+    wait = partial(on_event, f"waiting for another cudafix run on {prefix} (lock {own})")
+    if not lock.acquire(timeout, on_wait=wait):
+        raise LockedError(
+            f"another cudafix run holds {prefix}",
+            context=[f"lock file: {own}", f"waited {timeout:g} s"],
+            hint="wait for it to finish, then retry",
+        )
+    try:
+        installer = Lock(prefix / INSTALLER_LOCK)
+        created = not os.path.lexists(installer.path)
+        said = f"waiting for uv, which is changing {prefix} (lock {installer.path})"
+        if not installer.acquire(timeout, on_wait=partial(on_event, said)):
+            raise LockedError(
+                f"uv is changing {prefix}",
+                context=[f"lock file: {installer.path}", f"waited {timeout:g} s"],
+                hint="wait for it to finish, then retry",
+            )
+        locks = EnvLocks(lock, installer)
+        try:
+            yield locks
+        except BaseException:
+            if created:  # rolled back: the environment had no lock file before this run
+                with contextlib.suppress(OSError):
+                    installer.path.unlink()
+            raise
+        finally:
+            installer.release()
+            lock = locks.own  # taken again if a command re-created the state directory
+    finally:
+        lock.release()

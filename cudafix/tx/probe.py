@@ -1,6 +1,6 @@
 """Probes: does the environment still work, asked of its own interpreter.
 
-Each probe is a subprocess (through :func:`cudafix.tx.backend.run`) with a timeout and
+Each probe is a subprocess (through :func:`cudafix.process.run`) with a timeout and
 ``PYTHONDONTWRITEBYTECODE=1``, so probing writes nothing into the environment. A failure
 carries the probe's own last error line (``ImportError: libcudnn.so.9: cannot open ...``).
 """
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.linker.hostdeps import provided_by_system
+from cudafix.model.probe import ProbeSpec
 from cudafix.process import Completed, activated, run
 
 _LOAD = """\
@@ -23,21 +24,6 @@ for p in sys.argv[1:]:
         print("cudafix-load-failed\\t" + p + "\\t" + str(e).replace("\\n", " "))
 """
 _NOT_FOUND = re.compile(r"^(?P<soname>[^\s:/]+): cannot open shared object file")
-
-
-@dataclass(frozen=True)
-class ProbeSpec:
-    """What to probe after applying a plan."""
-
-    modules: tuple[str, ...] = ()
-    """Top-level modules to import."""
-    libraries: tuple[str, ...] = ()
-    """ELF paths to ``ctypes.CDLL``."""
-    code: tuple[str, ...] = ()
-    """User Python snippets (``--probe``)."""
-    commands: tuple[str, ...] = ()
-    """User shell commands (``--probe-cmd``), run with the environment's bin/ first on PATH."""
-    timeout: float = 60.0
 
 
 @dataclass(frozen=True)

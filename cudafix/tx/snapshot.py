@@ -26,8 +26,8 @@ from typing import Any
 from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
 from cudafix.model.errors import DamagedState, UnsafeState
+from cudafix.tx.journal import Event, crash_point, fail_point
 from cudafix.tx.journal import append as journal_append
-from cudafix.tx.journal import crash_point, fail_point
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
 KINDS = frozenset({"file", "symlink", "dir", "fifo", "absent"})
@@ -625,7 +625,7 @@ def rebuild(
     manifest = Manifest(tuple(entries), pins.manifest.listings)
     write_json(tx.manifest, manifest.to_json())
     write_atomic(tx.journal, pins.journal.decode("utf-8"))
-    journal_append(tx.journal, "state-rebuilt", {**note, "unrestorable": lost})
+    journal_append(tx.journal, Event.STATE_REBUILT, {**note, "unrestorable": lost})
     return manifest, lost
 
 
@@ -661,3 +661,12 @@ def _copy_fd(fd: int, dest: Path) -> str:
     finally:
         os.close(out)
     return digest.hexdigest()
+
+
+def forget(tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> Manifest:
+    """Drop entries whose snapshot is not the old content (in-place writes) from the manifest,
+    so the rollback restores everything else and finishes instead of failing on them."""
+    gone = set(paths)
+    narrowed = Manifest(tuple(e for e in manifest.entries if e.path not in gone), manifest.listings)
+    write_json(tx.manifest, narrowed.to_json())  # what recover would restore
+    return narrowed

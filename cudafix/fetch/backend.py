@@ -1,4 +1,8 @@
-"""The installers the transaction drives: uv (bundled) and pip, behind one ``Backend`` protocol."""
+"""The installers cudafix drives: uv (bundled) and pip, behind one ``Backend`` protocol.
+
+Builds their command lines (the one place an installer's argv is written); the
+transaction runs them on the environment, staging and resolving on scratch directories.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from cudafix.model.names import BackendName
 from cudafix.process import Completed, run
 
 
@@ -97,7 +102,7 @@ class PipBackend:
 
 
 def make_backend(
-    kind: str, python: Path, *, offline: bool = False, find_links: Sequence[str] = ()
+    kind: BackendName, python: Path, *, offline: bool = False, find_links: Sequence[str] = ()
 ) -> Backend:
     """The backend a plan asks for (``plan.options.backend``)."""
     if kind == "pip":

@@ -1,0 +1,20 @@
+"""What to probe after a change: a value the planner derives and the transaction runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """What to probe after applying a plan."""
+
+    modules: tuple[str, ...] = ()
+    """Top-level modules to import."""
+    libraries: tuple[str, ...] = ()
+    """ELF paths to ``ctypes.CDLL``."""
+    code: tuple[str, ...] = ()
+    """User Python snippets (``--probe``)."""
+    commands: tuple[str, ...] = ()
+    """User shell commands (``--probe-cmd``), run with the environment's bin/ first on PATH."""
+    timeout: float = 60.0

@@ -1,0 +1,99 @@
+"""What a transaction returns: committed runs, recoveries and the transaction log, as values.
+
+Pure values (no I/O): ``tx/`` builds them, ``app`` hands them on, the CLI renders them.
+The defaults live here too, so the CLI can show them without importing ``tx/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cudafix.process import Completed
+
+DEFAULT_KEEP = 5
+"""Committed snapshots ``gc`` keeps unless told otherwise."""
+
+DEFAULT_LOCK_TIMEOUT = 60.0
+"""Seconds a run waits for the environment's locks (cudafix's, then uv's)."""
+
+
+@dataclass(frozen=True)
+class TransactionResult:
+    """A committed transaction."""
+
+    txid: str
+    prefix: Path
+    removed: tuple[str, ...]
+    reinstalled: tuple[str, ...]
+    kept: tuple[str, ...]
+    probes: tuple[str, ...]
+    """Labels of the probes that passed."""
+    snapshot_entries: int
+    installed: tuple[str, ...] = ()
+    """``name==version`` pins the plan's install step put in."""
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What ``recover`` did (or, with ``dry_run``, would do)."""
+
+    prefix: Path
+    dry_run: bool
+    transactions: tuple[str, ...]
+    actions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One transaction as ``cudafix history`` lists it."""
+
+    txid: str
+    time: float
+    kind: str
+    """``apply``, ``run`` or ``undo``."""
+    command: tuple[str, ...]
+    verdict: str
+    state: str
+    """``committed``, ``rolled-back``, ``aborted`` or ``pending``."""
+    removed: tuple[str, ...]
+    reinstalled: tuple[str, ...]
+    kept: tuple[str, ...]
+    error: str | None
+    snapshot: bool
+    """Its snapshot is still there (so it can be undone)."""
+
+
+@dataclass(frozen=True)
+class TransactionDetail:
+    """``cudafix show``: one transaction's entry, journal and snapshot manifest."""
+
+    entry: HistoryEntry
+    journal: tuple[dict[str, Any], ...]
+    """Every journal record, as written (plain JSON)."""
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GuardedRun:
+    """A command that ran inside a transaction and was committed."""
+
+    txid: str
+    prefix: Path
+    completed: Completed
+    findings: tuple[str, ...]
+    """Problems the command introduced, accepted with ``accept``."""
+    probes: tuple[str, ...]
+    in_place: tuple[str, ...]
+    """Files the command rewrote in place (the snapshot could not have restored them)."""
+
+
+OnEvent = Callable[[str], None]
+"""Where a run reports progress and warnings (the CLI sends them to stderr)."""
+
+
+def quiet(_message: str) -> None:
+    """The default ``on_event``: say nothing."""

@@ -1,0 +1,249 @@
+"""One run under the environment's locks: begin, snapshot, execute, commit or roll back.
+
+The promise every flow (``apply``, ``guard``, ``undo``) keeps through this: when a run
+returns, raises, is killed or loses power, the environment is either the after-state with
+probes passing, or byte-for-byte the state before (after ``recover`` for the killed
+cases). Every step is journaled before it happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+from cudafix.env.statedir import StateDir, TxDir, ensure_dir, new_txid
+from cudafix.model.errors import CudafixError, LockedError, RollbackIncomplete, TransactionFailed
+from cudafix.model.probe import ProbeSpec
+from cudafix.model.transaction import DEFAULT_KEEP, OnEvent
+from cudafix.process import Completed
+from cudafix.tx import journal, snapshot
+from cudafix.tx.history import gc
+from cudafix.tx.journal import Event
+from cudafix.tx.lock import EnvLocks, Handover, LockIntrusion, hold
+from cudafix.tx.probe import run_probes
+from cudafix.tx.recovery import pending_transactions, rollback, unreadable_transactions
+from cudafix.tx.snapshot import Manifest
+
+T = TypeVar("T")
+
+
+class StepFailed(Exception):
+    """A step of the apply phase failed; the transaction rolls back.
+
+    ``restore`` narrows what the rollback restores (entries whose snapshot is no longer the
+    old content are left out); None restores the whole snapshot.
+    """
+
+    def __init__(self, message: str, restore: Manifest | None = None) -> None:
+        super().__init__(message)
+        self.restore = restore
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run on ``prefix``: its state directory and the locks it holds (cudafix's, uv's)."""
+
+    prefix: Path
+    state: StateDir
+    locks: EnvLocks
+    on_event: OnEvent
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, prefix: Path, timeout: float, on_event: OnEvent) -> Iterator[RunContext]:
+        """Take both locks for the whole run; released (uv's lock file removed when this
+        run created it and failed) when the block exits."""
+        state = StateDir(prefix)
+        ensure_dir(state.transactions)
+        with hold(prefix, state.lock, timeout, on_event) as locks:
+            yield cls(prefix, state, locks, on_event)
+
+    @contextlib.contextmanager
+    def backend_runs(self) -> Iterator[Handover]:
+        """Around our own backend call or command: it gets uv's lock, the run takes it back
+        after; a process outside the transaction that would get in fails the step."""
+        try:
+            with self.locks.backend_runs() as hand:
+                yield hand
+        except LockIntrusion as exc:
+            raise StepFailed(str(exc)) from exc
+
+    def require_no_pending(self) -> None:
+        pending = pending_transactions(self.prefix) + unreadable_transactions(self.prefix)
+        if pending:
+            raise LockedError(
+                f"an unfinished cudafix transaction holds {self.prefix}",
+                context=[f"transaction {t}" for t in pending],
+                hint=f"cudafix recover --venv {self.prefix}",
+            )
+
+    def begin(self, opening: dict[str, Any]) -> TxDir:
+        """A new transaction with its first journal record, or nothing at all (then raise)."""
+        tx = self.state.tx(new_txid())
+        try:
+            ensure_dir(tx.root)  # readable: history and doctor work for any reader of the venv
+            journal.append(tx.journal, Event.PLAN, opening)
+        except BaseException as exc:  # an interrupt too: nothing changed, nothing left behind
+            shutil.rmtree(tx.root, ignore_errors=True)
+            if not isinstance(exc, OSError):
+                raise
+            raise TransactionFailed(
+                f"could not write the journal in {tx.root}: {exc.strerror or exc}; "
+                "nothing was changed",
+                hint="free space or fix permissions under the environment, then retry",
+            ) from exc
+        return tx
+
+    def snapshot(
+        self,
+        tx: TxDir,
+        paths: list[str],
+        rewritten: list[str],
+        copy: snapshot.CopyWhen = snapshot.never,
+        whole: bool = False,
+    ) -> Manifest:
+        """Snapshot, or refuse having changed nothing (the env is untouched before this).
+
+        ``copy`` and ``whole`` as for :func:`cudafix.tx.snapshot.take`."""
+        try:
+            journal.append(tx.journal, Event.SNAPSHOT_BEGIN, {"paths": paths})
+            manifest = snapshot.take(self.prefix, tx, paths, rewritten, copy, whole)
+            journal.append(tx.journal, Event.SNAPSHOT_DONE, {"entries": len(manifest.entries)})
+        except BaseException as exc:  # an interrupt too: nothing changed, nothing left behind
+            with interrupts_held():
+                self._discard(tx, exc)
+            if not isinstance(exc, OSError | CudafixError):
+                raise
+            raise _not_snapshotted(self.prefix, exc) from exc
+        self.on_event(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}")
+        return manifest
+
+    @staticmethod
+    def _discard(tx: TxDir, exc: BaseException) -> None:
+        shutil.rmtree(tx.snapshot, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            tx.manifest.unlink()
+        if journal.note(tx.journal, Event.ABORTED, {"error": _reason(exc)}) is not None:
+            shutil.rmtree(tx.root, ignore_errors=True)  # nothing changed: nothing to keep
+
+    def backend_step(self, tx: TxDir, what: str, done: Completed) -> None:
+        """Journal what a backend call did; :class:`StepFailed` when it failed."""
+        journal.append(
+            tx.journal,
+            Event.BACKEND,
+            {
+                "step": what,
+                "argv": list(done.argv),
+                "returncode": done.returncode,
+                "stdout": done.stdout,
+                "stderr": done.stderr,
+            },
+        )
+        if done.returncode != 0:
+            lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+            said = lines[-1].strip() if lines else "no output"
+            raise StepFailed(f"{what} failed (exit status {done.returncode}): {said}")
+
+    def probe(self, tx: TxDir, python: Path, spec: ProbeSpec) -> tuple[str, ...]:
+        """Run the probes; the labels that passed, or :class:`StepFailed`."""
+        journal.append(tx.journal, Event.PROBE_BEGIN)
+        self.on_event("probing the environment")
+        results = run_probes(self.prefix, python, spec, tx.root)
+        journal.append(tx.journal, Event.PROBE_DONE, {"results": [r.__dict__ for r in results]})
+        for note in (r.note for r in results if r.note):
+            self.on_event(f"probe note: {note}")
+        failed = [f"{r.label}: {r.error}" for r in results if not r.ok]
+        if failed:
+            raise StepFailed("probe failed: " + "; ".join(failed))
+        return tuple(r.label for r in results)
+
+    def execute(self, tx: TxDir, manifest: Manifest, step: Callable[[], T]) -> T:
+        """Run ``step`` and commit; on any failure (even KeyboardInterrupt) roll back and
+        raise. Returns what ``step`` returned."""
+        try:
+            done = step()
+            self.commit(tx, manifest)
+        except BaseException as exc:
+            narrowed = exc.restore if isinstance(exc, StepFailed) else None
+            with interrupts_held():
+                self._fail(tx, _reason(exc), exc, narrowed or manifest)
+        self.on_event(f"committed transaction {tx.txid}")
+        with contextlib.suppress(OSError, CudafixError):
+            gc(self.prefix, keep=DEFAULT_KEEP)
+        return done
+
+    def commit(self, tx: TxDir, manifest: Manifest) -> None:
+        """The durable ``commit`` record is the commit point: any failure before it rolls back."""
+        journal.append(tx.journal, Event.COMMIT_BEGIN)
+        journal.fail_point("commit")
+        after = snapshot.lstat_state(self.prefix, _after_paths(self.prefix, manifest))
+        snapshot.write_json(tx.post, after)
+        journal.append(tx.journal, Event.COMMIT)
+
+    def _fail(self, tx: TxDir, reason: str, exc: BaseException, manifest: Manifest) -> NoReturn:
+        outcome = rollback(self.prefix, tx, reason, manifest)
+        if outcome.left:
+            raise RollbackIncomplete(
+                f"{reason}; the rollback did not finish: {len(outcome.left)} path(s) differ",
+                context=[*outcome.left, *outcome.journal],
+                hint=f"cudafix recover --venv {self.prefix}",
+            ) from exc
+        self.on_event(f"rolled back transaction {tx.txid}")
+        said = [f"restored {outcome.entries} snapshotted paths and verified them"]
+        if outcome.journal:
+            said += [*outcome.journal, f"once there is space: cudafix recover --venv {self.prefix}"]
+        raise TransactionFailed(f"{reason}; rolled back", context=said) from exc
+
+
+def _not_snapshotted(prefix: Path, exc: OSError | CudafixError) -> TransactionFailed:
+    """Why the snapshot failed, naming the path (a socket cudafix cannot snapshot)."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    where = exc.filename if isinstance(exc, OSError) and exc.filename else None
+    odd = isinstance(exc, OSError) and exc.errno == errno.EINVAL
+    return TransactionFailed(
+        f"could not snapshot {where or prefix}: {why}; nothing was changed",
+        hint="move the socket or device file out of the environment"
+        if odd
+        else "free space or fix permissions under the environment, then retry",
+    )
+
+
+_INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait while a rollback runs, and are then dropped: the run is
+    ending anyway, and an interrupted rollback would leave work for ``recover``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    try:
+        yield
+    finally:
+        while signal.sigtimedwait(_INTERRUPTS, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, StepFailed):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _after_paths(prefix: Path, manifest: Manifest) -> list[str]:
+    """Touched paths now: the snapshot's, plus whatever appeared in the touched directories."""
+    new = snapshot.new_names(prefix, manifest)
+    return sorted({e.path for e in manifest.entries} | set(snapshot.expand(prefix, new)))

@@ -1,0 +1,94 @@
+"""``cudafix undo TXID``: restore a committed transaction's snapshot, as a new transaction.
+
+Refused when anything the old transaction left has changed since its commit (its
+post-state) or its snapshot was modified: undo restores bytes, it never merges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cudafix.env.statedir import TxDir
+from cudafix.model.errors import DamagedState, StalePlan, UsageError
+from cudafix.model.probe import ProbeSpec
+from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, TransactionResult, quiet
+from cudafix.tx import journal, snapshot
+from cudafix.tx.context import RunContext, StepFailed
+from cudafix.tx.history import entry, existing
+from cudafix.tx.journal import Event
+
+
+def undo(
+    prefix: Path,
+    txid: str,
+    *,
+    probes: ProbeSpec = ProbeSpec(),  # noqa: B008 - frozen value
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    command: Sequence[str] = (),
+    on_event: OnEvent = quiet,
+) -> TransactionResult:
+    """Restore a committed transaction's snapshot, itself as a new transaction."""
+    prefix = Path(prefix)
+    with RunContext.open(prefix, lock_timeout, on_event) as ctx:
+        ctx.require_no_pending()
+        old = existing(prefix, txid)
+        done = entry(old)
+        if done.state != "committed" or not done.snapshot or not old.post.is_file():
+            raise UsageError(f"transaction {txid} is {done.state} and has no snapshot to undo")
+        post = _post_state(old)
+        old_manifest = snapshot.load(old)
+        conflicts = _undo_conflicts(prefix, old, post)
+        if conflicts:
+            raise StalePlan(f"cannot undo {txid}: the environment changed since", context=conflicts)
+        tx = ctx.begin(journal.opening("undo", command, undo=txid))
+        manifest = ctx.snapshot(tx, sorted(post), [])
+
+        def restore() -> tuple[str, ...]:
+            journal.append(tx.journal, Event.UNDO_BEGIN, {"from": txid})
+            problems = snapshot.restore(prefix, old, old_manifest)
+            if problems:
+                raise StepFailed("undo did not restore: " + "; ".join(problems))
+            return ctx.probe(tx, prefix / "bin" / "python", probes)
+
+        passed = ctx.execute(tx, manifest, restore)
+    # Undoing swaps the sides on purpose: what the old transaction removed is put back
+    # (reinstalled now), and what it reinstalled is taken back out (removed now).
+    return TransactionResult(
+        txid=tx.txid,
+        prefix=prefix,
+        removed=done.reinstalled,
+        reinstalled=done.removed,
+        kept=(),
+        probes=passed,
+        snapshot_entries=len(manifest.entries),
+    )
+
+
+def _post_state(tx: TxDir) -> dict[str, list[Any]]:
+    """A committed transaction's post-state, every path checked like the manifest's."""
+    post = snapshot.load_json(tx.post, "post-state")
+    bad = (
+        ["not a JSON object"]
+        if not isinstance(post, dict)
+        else [w for p in post if (w := snapshot.path_syntax(p)) is not None]
+    )
+    if bad:
+        raise DamagedState(
+            f"the post-state {tx.post} is damaged or names a path outside the environment "
+            f"({bad[0]}); nothing was undone",
+            hint=f"keep {tx.root} for inspection; cudafix will not act on it",
+        )
+    return dict(post)
+
+
+def _undo_conflicts(prefix: Path, old: TxDir, post: dict[str, list[Any]]) -> list[str]:
+    now = snapshot.lstat_state(prefix, post)
+    conflicts = [f"{p}: changed since the commit" for p in sorted(post) if now[p] != post[p]]
+    for e in snapshot.load(old).entries:
+        if e.kind == "file" and e.sha256 is None:
+            live = snapshot.Entry(**{**e.__dict__, "path": f"snapshot/{e.path}"})
+            if snapshot.mismatch(old.root, live) is not None:
+                conflicts.append(f"{e.path}: its snapshot was modified")
+    return conflicts
