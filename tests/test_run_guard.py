@@ -270,17 +270,14 @@ def test_a_venv_link_swapped_during_the_run_does_not_redirect_the_rollback(
 
 
 def test_a_socket_in_the_environment_is_named(venv: Path) -> None:
-    import socket
-
-    where = venv / site_packages(venv) / "daemon.sock"
-    sock = socket.socket(socket.AF_UNIX)
-    try:
-        sock.bind(str(where))
-        done = cudafix("run", "--venv", venv, "--", "true")
-    finally:
-        sock.close()
+    sp = venv / site_packages(venv)
+    bind = (
+        "import os, socket; os.chdir(os.sys.argv[1]); socket.socket(socket.AF_UNIX).bind('d.sock')"
+    )
+    subprocess.run([sys.executable, "-c", bind, sp], check=True)  # the socket file stays
+    done = cudafix("run", "--venv", venv, "--", "true")
     assert done.returncode != 0
-    assert "daemon.sock" in done.stderr and "Traceback" not in done.stderr
+    assert "d.sock" in done.stderr and "Traceback" not in done.stderr
     assert "nothing was changed" in done.stderr
 
 
