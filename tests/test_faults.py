@@ -208,6 +208,15 @@ def _expected(fault: str, step: str) -> str:
     return "rolled-back"
 
 
+def _disk_full(command: str, step: str) -> set[str]:
+    """A full disk from ``step`` on: refused before any change, else rolled back; where the
+    rollback cannot even journal (install writes its journal before uv fills the disk),
+    finished by ``recover`` once there is space again."""
+    if step in BEFORE_CHANGES - {"snapshot-done"}:
+        return {"unchanged"}
+    return {"rolled-back", "recovered"} if command == "install" else {"rolled-back"}
+
+
 def _venv_and_pc(tmp: Path) -> tuple[Path, Path]:
     """A venv holding pa, and a wheelhouse that also has pc (a new distribution)."""
     prefix, wheels = shared_pair(tmp)
@@ -228,11 +237,18 @@ def _act(command: str, prefix: Path, wheels: Path, env: dict[str, str], *extra: 
     return cudafix("run", "--venv", prefix, *extra, "--", *uv_install, env={**uv_env(), **env})
 
 
-def _cell(command: str, prefix: Path, wheels: Path, env: dict[str, str], *extra: str) -> str:
-    """Run one cell of install/run; check its invariants; return the outcome class."""
+def _cell(
+    command: str, prefix: Path, wheels: Path, env: dict[str, str], clear: Path | None = None
+) -> str:
+    """Run one cell of install/run; check its invariants; return the outcome class.
+
+    ``run`` shows its command's own output, uv's ``error:`` lines included: cudafix's own
+    error is the last one."""
     before = fingerprint(prefix)
-    proc = _act(command, prefix, wheels, env, *extra)
+    proc = _act(command, prefix, wheels, env)
     said = proc.stdout + proc.stderr
+    if clear is not None:
+        clear.unlink(missing_ok=True)
     assert "Traceback" not in said and "bug" not in said, said
     sp = prefix / site_packages(prefix)
     if proc.returncode == 0:
@@ -245,7 +261,8 @@ def _cell(command: str, prefix: Path, wheels: Path, env: dict[str, str], *extra:
         assert env.get(CRASH_ENV, "").endswith(":SIGTERM"), said
     else:
         errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
-        assert len(errors) == 1, proc.stderr
+        assert len(errors) == 1 or (command == "run" and errors), proc.stderr
+        assert "rolled back" in errors[-1] or "nothing was changed" in errors[-1], errors
         assert proc.returncode in (1, 4), said
     pending = pending_transactions(prefix)
     if pending or proc.returncode in (-9, 4):
@@ -291,9 +308,8 @@ def test_install_and_run_disk_full(tmp_path: Path, tmpfs: Path, command: str, st
     subprocess.run(["cp", "-a", str(prefix), str(moved)], check=True)
     shutil.rmtree(prefix)
     filler = tmpfs / "filler"
-    got = _cell(command, moved, wheels, {FILL_ENV: f"{step}:{filler}"})
-    filler.unlink(missing_ok=True)
-    assert got == _expected("disk-full", step), got
+    got = _cell(command, moved, wheels, {FILL_ENV: f"{step}:{filler}"}, clear=filler)
+    assert got in _disk_full(command, step), got
 
 
 @pytest.mark.parametrize("command", ["install", "run"])

@@ -501,13 +501,19 @@ def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
     for e in dirs:
         attempt(e.path, partial(ensure_dir, prefix, e))
     for path in new_names(prefix, manifest):
-        attempt(path, partial(remove_path, prefix / path))
+        attempt(path, partial(_remove_new, prefix, path))
     for e in manifest.entries:
         attempt(e.path, partial(restore_entry, prefix, tx, e))
     for e in dirs:
         attempt(e.path, partial(set_dir_mode, prefix / e.path, e.mode))
     left = [p for p in verify(prefix, manifest) if not _explained(p, failed)]
     return [*failed.values(), *left]
+
+
+def _remove_new(prefix: Path, path: str) -> None:
+    """Remove a path that appeared since the snapshot (the fault hook sees it as a restore)."""
+    fail_point("restore", path)
+    remove_path(prefix / path)
 
 
 def _explained(problem: str, failed: Mapping[str, str]) -> bool:
