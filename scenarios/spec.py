@@ -43,6 +43,10 @@ class Lib(_Model):
     """DT_RUNPATH entries, verbatim. Mutually exclusive with ``rpath``."""
     dlopen: tuple[str, ...] = ()
     """Sonames a constructor dlopen()s when the library is loaded (no DT_NEEDED names them)."""
+    loader: bool = False
+    """Export ``int cudafix_dlopen(const char *name)``: dlopen() called from this object, so
+    ld.so searches its RPATH/RUNPATH, as a framework's run-time loader does (1: loaded;
+    0: failed, ``dlerror()`` on stderr)."""
     truncate: int | None = None
     """Cut the built file to this many bytes (a truncated ELF)."""
     machine: int | None = None
@@ -75,11 +79,20 @@ class Extension(_Model):
     needed: tuple[str, ...] = ()
     rpath: tuple[str, ...] = ()
     runpath: tuple[str, ...] = ()
+    suffix: str | None = None
+    """File ending instead of EXT_SUFFIX: ``.so`` for a name without ABI tag (``_jax.so``)."""
 
     @field_validator("path")
     @classmethod
     def _check_path(cls, value: str) -> str:
         return _relative(value)
+
+    @field_validator("suffix")
+    @classmethod
+    def _check_suffix(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith(".") or "/" in value):
+            raise ValueError(f"suffix {value!r}: a file ending such as '.so'")
+        return value
 
     @property
     def module(self) -> str:

@@ -64,6 +64,9 @@ class LostNeed(_Frozen):
     """Every distribution whose RECORD claims the file that goes."""
     searched: list[str]
     """The directories the loader would search after the plan, in order."""
+    run_time_load: str | None = None
+    """Set when the need is a framework's run-time load (``cudafix/data/runtime.toml``):
+    who asked for the library (``jax-cuda12-plugin[with-cuda]``); None for DT_NEEDED."""
 
 
 class ProviderSwitch(_Frozen):
@@ -84,6 +87,28 @@ class RequirementBreak(_Frozen):
     distribution: str
     requirement: str
     reason: str
+    extra: str = ""
+    """The requested extra the requirement belongs to (``with-cuda``); ``""``: a base one."""
+
+    @property
+    def requested_as(self) -> str:
+        """``jax-cuda12-plugin[with-cuda]``, or the bare name for a base requirement."""
+        return f"{self.distribution}[{self.extra}]" if self.extra else self.distribution
+
+
+class RunTimeProbe(_Frozen):
+    """A framework object's run-time load, exercised after applying: the soname dlopen()ed
+    through the object's own RPATH/RUNPATH, or the library loaded by its full path."""
+
+    object: str
+    """EnvPath of the framework object that loads it."""
+    need: str
+    """A soname, or the EnvPath of a library the framework loads by full path."""
+    framework: str
+    """The distribution owning ``object`` (for messages)."""
+    search: list[str] = Field(default_factory=list)
+    """For a soname: the object's RPATH then RUNPATH, expanded (``$ORIGIN``), in the order
+    ld.so tries them; the probe loads the first copy there, else asks the system loader."""
 
 
 class Reinstall(_Frozen):
@@ -215,6 +240,9 @@ class Plan(_Frozen):
     """Top-level modules of remaining distributions the plan touches: imported after applying."""
     probe_libraries: list[str]
     """Remaining ELF objects whose needs resolve into deleted or rewritten files: dlopened after."""
+    probe_run_time: list[RunTimeProbe] = Field(default_factory=list)
+    """Every run-time load of the framework objects whose run-time loads the plan changes
+    (``cudafix/data/runtime.toml``): ``import`` loads none of them on a CPU host."""
     warnings: list[str]
     """Things worth knowing that do not refuse the plan (provider switches, foreign bytes kept)."""
     verdict: Literal["pass", "refused"]

@@ -9,6 +9,7 @@ including paths other distributions claim.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -16,11 +17,19 @@ from typing import Literal
 from cudafix.env.inventory import Distribution, Inventory
 from cudafix.fetch.staging import Pin, StagedWheel
 from cudafix.linker.elfindex import EnvironmentView
-from cudafix.linker.linkage import diff_edges, env_roots, resolve_edges, to_env_path
+from cudafix.linker.linkage import (
+    Edge,
+    EdgeKey,
+    diff_edges,
+    env_objects,
+    resolve_chains,
+    to_env_path,
+)
+from cudafix.linker.loader import expand_entry
 from cudafix.model import plan as P
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
-from cudafix.plan.facts import Facts
+from cudafix.plan.facts import Facts, load_roots
 from cudafix.plan.preconditions import record_digest
 from cudafix.plan.requirements import Declared, check_requirements
 from cudafix.plan.staging import comparable, wheel_differences
@@ -114,7 +123,9 @@ def _simulate(
     gone = frozenset(p for p in deleted if p not in set(kept) | set(rewritten) | new)
     changed = frozenset(deleted) | {EnvPath(p) for p in rewritten} | new
     clobbers = install.overwritten(inv, wheels, removed, facts.path_hashes)
-    lost, switches, touched = _linkage(facts, view, gone, changed, wheels, clobbers, removed)
+    lost, switches, touched, run_time = _linkage(
+        facts, view, gone, changed, wheels, clobbers, removed
+    )
     breaks = _requirement_breaks(facts, remaining, wheels)
     backend_reads = removed | {DistName(r.name) for r in reinstall}
     refused = [
@@ -161,6 +172,7 @@ def _simulate(
             }
         ),
         probe_libraries=sorted(touched),
+        probe_run_time=run_time,
         warnings=[
             *_warnings(shared, request.options, switches, refused),
             *_unchecked(facts, reinstall, installs),
@@ -275,27 +287,34 @@ def _linkage(
     wheels: Sequence[StagedWheel] = (),
     clobbers: Sequence[P.OverwrittenPath] = (),
     removed: Iterable[DistName] = (),
-) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath]]:
-    """Needs lost and switched, and the remaining objects whose providers change on disk.
+) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath], list[P.RunTimeProbe]]:
+    """Needs lost and switched, the remaining objects whose providers change on disk, and
+    the run-time loads to probe.
 
     ``wheels`` are installed after ``gone`` is deleted: the after-state has their files,
-    so a need may then resolve into them, or to a path whose bytes they replace.
+    so a need may then resolve into them, or to a path whose bytes they replace. Needs are
+    judged as doctor judges them (:func:`~cudafix.linker.linkage.judge`): lost only when
+    every real load chain through the consumer fails them.
     """
     inv, prefix = facts.inventory, str(facts.inventory.prefix)
-    roots = env_roots(prefix, facts.elf, gone)
-    before = resolve_edges(roots, view, facts.search, facts.dlopen)
+    roots = load_roots(facts, gone)
+    objects = env_objects(prefix, facts.elf, gone)
+    before = resolve_chains(roots, objects, view, facts.search, facts.dlopen).edges
     after_view = install.after_view(view, gone, wheels)
-    after = resolve_edges(roots, after_view, facts.search, facts.dlopen)
+    after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
     diff = diff_edges(before, after)
     claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
     lost = [
         P.LostNeed(
             consumer=_display(prefix, old.requester),
             consumer_distribution=_owner(inv, prefix, old.requester),
-            need=old.need,
+            need=_display(prefix, old.need),
             resolved_before=_display(prefix, old.provider or ""),
             lost_file_owners=list(_owners(inv, prefix, old.provider or "")),
             searched=list(new.searched),
+            run_time_load=row.requested_as
+            if (row := facts.runtime.row(old.requester, old.need))
+            else None,
         )
         for old, new in diff.lost
     ]
@@ -331,7 +350,53 @@ def _linkage(
         and (rel := to_env_path(prefix, e.requester)) is not None
         and rel not in gone
     }
-    return lost, switches, touched
+    return lost, switches, touched, _run_time_probes(facts, before, after, changed, gone)
+
+
+def _run_time_probes(
+    facts: Facts,
+    before: Mapping[EdgeKey, Edge],
+    after: Mapping[EdgeKey, Edge],
+    changed: frozenset[EnvPath],
+    gone: frozenset[EnvPath],
+) -> list[P.RunTimeProbe]:
+    """Every run-time load of each remaining framework object one of whose run-time loads
+    the plan changes: found elsewhere, found again (a repair), or its file rewritten."""
+    prefix = str(facts.inventory.prefix)
+
+    def moved(key: EdgeKey) -> bool:
+        old, new = before.get(key), after[key]
+        was = old.provider if old else None
+        return was != new.provider or (
+            new.provider is not None and to_env_path(prefix, new.provider) in changed
+        )
+
+    loads = [key for key in after if facts.runtime.row(*key) is not None]
+    objects = {
+        obj for obj, need in loads if moved((obj, need)) and to_env_path(prefix, obj) not in gone
+    }
+    return [
+        P.RunTimeProbe(
+            object=_display(prefix, obj),
+            need=_display(prefix, need),
+            framework=row.framework,
+            search=[] if "/" in need else [_display(prefix, d) for d in _own_search(facts, obj)],
+        )
+        for obj, need in sorted(loads)
+        if obj in objects and (row := facts.runtime.row(obj, need)) is not None
+    ]
+
+
+def _own_search(facts: Facts, obj: str) -> list[str]:
+    """``obj``'s own RPATH (void under RUNPATH) then RUNPATH, expanded: where a dlopen() it
+    makes looks before the system's paths."""
+    info = facts.elf.objects.get(EnvPath(_display(str(facts.inventory.prefix), obj)))
+    if info is None:
+        return []
+    origin = posixpath.dirname(obj)
+    entries = (*info.effective_rpath, *info.runpath)
+    dirs = (expand_entry(e, origin, facts.search) for e in entries)
+    return list(dict.fromkeys(d for d in dirs if d is not None))
 
 
 def _probe_modules(
@@ -363,12 +428,19 @@ def _owner(inv: Inventory, prefix: str, path: str) -> str | None:
 def _requirement_breaks(
     facts: Facts, remaining: Mapping[DistName, Distribution], installs: Sequence[StagedWheel]
 ) -> list[P.RequirementBreak]:
-    """Requires-Dist the after-state (remaining plus installs) leaves unmet, that hold today."""
-    before = set(check_requirements(facts.inventory.distributions, facts.marker_env))
+    """Requires-Dist the after-state (remaining plus installs) leaves unmet, that hold today.
+
+    Extras are those requested today: removing what an extra brings must not make the
+    extra look unrequested.
+    """
+    extras = facts.extras
+    before = set(check_requirements(facts.inventory.distributions, facts.marker_env, extras))
     after: dict[DistName, Declared] = {**remaining, **{w.name: w for w in installs}}
     return [
-        P.RequirementBreak(distribution=p.distribution, requirement=p.requirement, reason=p.reason)
-        for p in check_requirements(after, facts.marker_env)
+        P.RequirementBreak(
+            distribution=p.distribution, requirement=p.requirement, reason=p.reason, extra=p.extra
+        )
+        for p in check_requirements(after, facts.marker_env, extras)
         if p not in before
     ]
 
@@ -440,12 +512,18 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
     sites = plan.target.site_packages
     reasons = [
         f"{site_relative(lost.consumer, sites)} ({lost.consumer_distribution or 'no distribution'})"
-        f" needs {lost.need}, which would no longer be found"
+        + (
+            f" loads {site_relative(lost.need, sites, plan.target.prefix)} at run time "
+            f"(for {lost.run_time_load})"
+            if lost.run_time_load
+            else f" needs {lost.need}"
+        )
+        + ", which would no longer be found"
         for lost in plan.lost
     ]
     if plan.requirement_breaks and not options.allow_broken_requirements:
         reasons += [
-            f"{b.distribution} requires {b.requirement}: {b.reason}"
+            f"{b.requested_as} requires {b.requirement}: {b.reason}"
             for b in plan.requirement_breaks
         ]
     reasons += [

@@ -387,6 +387,11 @@ def expect_code(expect: P.ExpectProbe) -> str:
     return _EXPECT.format(argv=argv, want=expect.output, label=label)
 
 
+def _absolute(prefix: Path, path: str) -> str:
+    """An EnvPath (or soname) of the plan as the probe needs it: absolute, sonames as they are."""
+    return str(prefix / path) if "/" in path and not path.startswith("/") else path
+
+
 def probe_spec(
     plan: P.Plan,
     *,
@@ -403,6 +408,14 @@ def probe_spec(
     return ProbeSpec(
         modules=tuple(dict.fromkeys(modules)),
         libraries=tuple(str(prefix / lib) for lib in plan.probe_libraries) if use_auto else (),
+        run_time=tuple(
+            (
+                f"{r.need} by {r.object}",
+                _absolute(prefix, r.need),
+                tuple(_absolute(prefix, d) for d in r.search),
+            )
+            for r in (plan.probe_run_time if use_auto else ())
+        ),
         code=(*p.python, *(expect_code(e) for e in p.expect), *code),
         commands=(*p.commands, *commands),
         timeout=p.timeout or timeout,
