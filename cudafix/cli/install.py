@@ -28,6 +28,7 @@ from cudafix.cli.common import (
     plan_options,
     present_and_apply,
 )
+from cudafix.cli.render import shown
 from cudafix.model.errors import CudafixError, ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ def install(
         on_event=echo_err,
     )  # fmt: skip
     if not plan.install and not plan.remove and not flags.as_json:
-        click.echo(f"Nothing to install in {plan.target.prefix}: {' '.join(specs)} is satisfied.")
+        done = f"Nothing to install in {plan.target.prefix}: {' '.join(specs)} is satisfied."
+        click.echo(shown(done))
         raise click.exceptions.Exit(ExitCode.OK)
     present_and_apply(plan, flags)
 
@@ -127,9 +129,11 @@ def run_command(
             emit_json_error(err)
         raise
     for finding in result.findings:
-        echo_err(f"accepted: {finding}")
+        echo_err(f"accepted: {shown(finding)}")
     for path in result.in_place:
-        echo_err(f"warning: {path} was rewritten in place; a rollback could not have restored it")
+        echo_err(
+            f"warning: {shown(path)} was rewritten in place; a rollback could not have restored it"
+        )
     if as_json:
         click.echo(json.dumps(run_json(result), indent=2))
         return
@@ -140,8 +144,8 @@ def run_command(
         else ""
     )
     click.echo(
-        f"Committed transaction {result.txid}: {shlex.join(argv)}; probes passed: "
-        f"{len(result.probes)}.\nUndo with: {undo}{kept}"
+        f"Committed transaction {result.txid}: {shown(shlex.join(argv))}; probes passed: "
+        f"{len(result.probes)}.\nUndo with: {shown(undo)}{kept}"
     )
 
 

@@ -40,7 +40,7 @@ class Finding(BaseModel):
     kind: str
     """``missing-files``, ``clobbered``, ``shared``, ``foreign-bytes``, ``unresolved``,
     ``mixed-cuda``, ``shadowed``, ``duplicate-soname``, ``requirement``, ``unsafe-record``,
-    ``unmanaged``, ``bad-elf``."""
+    ``unreadable-record``, ``unmanaged``, ``bad-elf``."""
     severity: Severity
     message: str
     details: list[str] = []

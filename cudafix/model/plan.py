@@ -7,11 +7,13 @@ layer consumes it unchanged (uv's ``Plan``, auditwheel's queued updates). Paths 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cudafix.model.names import BackendName
+from cudafix.model.names import BackendName, is_dist_name, is_env_path, is_module_name
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -111,7 +113,18 @@ class RunTimeProbe(_Frozen):
     ld.so tries them; the probe loads the first copy there, else asks the system loader."""
 
 
-class Reinstall(_Frozen):
+class _Pinned(_Frozen):
+    """The local wheel file a reinstall or install was staged from, when it was one."""
+
+    wheel: str | None = None
+    """The wheel file that was staged, when it is a local file (a ``--find-links``
+    directory): the transaction installs a checked copy of this file, by path, never
+    whatever the sources hold by then."""
+    wheel_sha256: str | None = None
+    """Hex sha256 of ``wheel`` when staged: a file with other bytes is refused (exit 3)."""
+
+
+class Reinstall(_Pinned):
     """A distribution reinstalled at its recorded version so its own files come back."""
 
     name: str
@@ -120,7 +133,8 @@ class Reinstall(_Frozen):
 
 
 class RefusedPath(_Frozen):
-    """A RECORD entry cudafix will not act on, because it leaves the environment."""
+    """A RECORD entry cudafix will not act on: it leaves the environment, or names a directory
+    (which uv would delete with everything under it)."""
 
     distribution: str
     entry: str
@@ -146,7 +160,7 @@ class Precondition(_Frozen):
     so the same wheel installed on two machines digests the same)."""
 
 
-class Install(_Frozen):
+class Install(_Pinned):
     """A distribution installed at an exact version (``--no-deps``) after removals and reinstalls.
 
     ``paths`` are the EnvPaths a staging install of the same wheel wrote: the transaction
@@ -257,3 +271,53 @@ class Plan(_Frozen):
     """Probes saved with the plan, so a plan file applied elsewhere is checked the same way."""
     source: str | None = None
     """The cleanup script the plan was compiled from, if any."""
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+def input_problems(plan: Plan) -> list[str]:
+    """Every field of ``plan`` that is not what it claims to be, where cudafix would hand
+    it to uv, pip or the target interpreter: empty for a plan cudafix made.
+
+    A plan file is input. A "name" of ``--target=/elsewhere`` is an option to uv, a probe
+    module of ``os; ...`` is code, a library of ``../../x.so`` is outside the environment:
+    each is refused before anything runs, even with ``--no-plan-probes``.
+    """
+    return list(_input_problems(plan))
+
+
+def _input_problems(plan: Plan) -> Iterator[str]:
+    names = [("remove", i, d.name) for i, d in enumerate(plan.remove)]
+    names += [("reinstall", i, r.name) for i, r in enumerate(plan.reinstall)]
+    names += [("install", i, p.name) for i, p in enumerate(plan.install)]
+    for field, i, name in names:
+        if not is_dist_name(name):
+            yield f"{field}[{i}].name {name!r}: not a distribution name"
+    pins = [("reinstall", r.version) for r in plan.reinstall]
+    pins += [("install", p.version) for p in plan.install]
+    for field, version in pins:
+        if not _is_version(version):
+            yield f"{field} version {version!r}: not a version (PEP 440)"
+    for module in [*plan.probe_modules, *plan.probes.imports]:
+        if not is_module_name(module):
+            yield f"probe module {module!r}: not a Python module name"
+    for library in plan.probe_libraries:
+        if not is_env_path(library):
+            yield f"probe library {library!r}: not a path inside the environment"
+    for link in plan.options.find_links:
+        if not (link.startswith("/") or _URL.fullmatch(link)):
+            yield f"find-links {link!r}: not an absolute path or a URL"
+    for pin in [*plan.reinstall, *plan.install]:
+        if pin.wheel is not None and not (pin.wheel.startswith("/") and pin.wheel_sha256):
+            yield f"wheel {pin.wheel!r}: not an absolute path with its sha256"
+
+
+def _is_version(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return text == text.strip()

@@ -25,7 +25,7 @@ from cudafix.linker.linkage import (
     resolve_chains,
     to_env_path,
 )
-from cudafix.linker.loader import expand_entry
+from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
@@ -112,7 +112,8 @@ def _simulate(
     kept: list[str] = sorted(s.path for s in shared) if request.options.keep_shared else []
     why = _reinstall_reasons(inv, deleted, request, repair=request.options.repair)
     reinstall = [
-        P.Reinstall(name=n, version=remaining[n].version, reason=why[n]) for n in sorted(why)
+        P.Reinstall(name=n, version=remaining[n].version, reason=why[n], **_pinned(facts, n))
+        for n in sorted(why)
     ]
     rewritten: list[str] = sorted(
         {e.path for r in reinstall for e in inv.distributions[DistName(r.name)].files}
@@ -279,6 +280,25 @@ def _co_owner_reason(inv: Inventory, paths: Sequence[str]) -> str:
     return f"co-owns {shown}{more}, which the removal deletes"
 
 
+def _loader_may_see(facts: Facts, gone: frozenset[EnvPath]) -> bool:
+    """Whether deleting ``gone`` can change any search: only a file named like a need (an
+    ELF object, or a non-ELF file that stops the search) or a symlink (a directory may be
+    reached through it) can. Removing a pure-Python distribution then costs no second
+    resolution of the whole environment."""
+    needs = {n for info in facts.elf.objects.values() for n in info.needed}
+    table = facts.dlopen if facts.dlopen is not None else DlopenTable.default()
+    needs.update(p for parts in table.edges.values() for p in parts)
+    names = {n.rsplit("/", 1)[-1] for n in needs}
+    files = facts.inventory.files
+    return any(
+        p.rsplit("/", 1)[-1] in names
+        or p in facts.elf.objects
+        or p in facts.elf.problems
+        or ((st := files.get(p)) is not None and st.kind != "file")
+        for p in gone
+    )
+
+
 def _linkage(
     facts: Facts,
     view: EnvironmentView,
@@ -300,8 +320,11 @@ def _linkage(
     roots = load_roots(facts, gone)
     objects = env_objects(prefix, facts.elf, gone)
     before = resolve_chains(roots, objects, view, facts.search, facts.dlopen).edges
-    after_view = install.after_view(view, gone, wheels)
-    after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
+    if wheels or _loader_may_see(facts, gone):
+        after_view = install.after_view(view, gone, wheels)
+        after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
+    else:
+        after = before  # nothing deleted is a file ld.so could open or stop at
     diff = diff_edges(before, after)
     claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
     lost = [
@@ -459,9 +482,20 @@ def _installs(facts: Facts, pins: Sequence[Pin]) -> list[tuple[P.Install, Staged
             paths=sorted(wheel.files),
             requires=list(wheel.requires),
             sha256={p: h for p, h in wheel.files.items() if h and comparable(p, wheel.dist_info)},
+            **_pinned(facts, name, version),
         )
         out.append((install, wheel))
     return out
+
+
+def _pinned(facts: Facts, name: DistName, version: str | None = None) -> dict[str, str | None]:
+    """``wheel`` and ``wheel_sha256`` of a reinstall or install: the local file it was staged
+    from (installed exactly, by path), when staging found one."""
+    v = version if version is not None else facts.inventory.distributions[name].version
+    wheel = facts.staging.wheels.get((name, v))
+    if wheel is None or wheel.wheel is None:
+        return {}
+    return {"wheel": str(wheel.wheel), "wheel_sha256": wheel.wheel_sha256}
 
 
 def _unchecked(
@@ -495,7 +529,8 @@ def _warnings(
     if refused:
         out.append(
             f"{len(refused)} RECORD entr{'y' if len(refused) == 1 else 'ies'} point outside the "
-            "environment; cudafix strips them from RECORD first, so the backend leaves them alone"
+            "environment or name a directory; cudafix strips them from RECORD first, so the "
+            "backend leaves them alone"
         )
     if options.keep_shared:
         for s in shared:
@@ -531,6 +566,12 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
     ]
     reasons += _wheel_reasons(plan, facts)
     reasons += _dist_info_reasons(plan, facts.inventory)
+    reasons += _through_symlinks(plan, facts.inventory)
+    reasons += [
+        f"{u.record} cannot be read exactly ({u.reason}); what {u.distribution} owns is "
+        "unknown, so the plan cannot be trusted: fix that RECORD first"
+        for u in facts.inventory.unreadable
+    ]
     have = {n for n in facts.inventory.distributions if n not in {r.name for r in plan.remove}}
     reasons += [
         f"{i.name} is installed ({facts.inventory.distributions[DistName(i.name)].version}); "
@@ -539,6 +580,38 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
         if i.name in have
     ]
     return reasons
+
+
+def _through_symlinks(plan: P.Plan, inv: Inventory) -> list[str]:
+    """Paths the plan writes or deletes through a symlinked directory, one line per symlink.
+
+    The transaction never acts through a symlink (it could lead anywhere), so it would
+    refuse such a plan when applied: the dry run must say so first.
+    """
+    named = {
+        *plan.deleted_paths,
+        *plan.rewritten_paths,
+        *(p for i in plan.install for p in i.paths),
+    }
+    through: dict[str, list[str]] = {}
+    for path in sorted(named):
+        link = _symlinked_parent(inv, path)
+        if link is not None:
+            through.setdefault(link, []).append(path)
+    return [
+        f"{len(paths)} path(s) go through the symlinked directory {link} ({paths[0]}"
+        f"{', ...' if len(paths) > 1 else ''}): cudafix never writes or deletes through a symlink"
+        for link, paths in through.items()
+    ]
+
+
+def _symlinked_parent(inv: Inventory, path: str) -> str | None:
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        st = inv.files.get(EnvPath("/".join(parts[:i])))
+        if st is not None and st.kind == "symlink":
+            return "/".join(parts[:i])
+    return None
 
 
 def _dist_info_reasons(plan: P.Plan, inv: Inventory) -> list[str]:

@@ -61,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
-from cudafix.model.names import BackendName, DistName, normalize_name
+from cudafix.model.names import BackendName, DistName, is_dist_name, is_selector, normalize_name
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
@@ -125,6 +125,23 @@ class Step(_Strict):
         for pin in pins or ():
             parse_pin(pin)
         return pins
+
+    @field_validator("reinstall")
+    @classmethod
+    def _names(cls, names: list[str] | None) -> list[str] | None:
+        """Names reach uv's command line: a name is never an option or a path."""
+        for name in names or ():
+            if not is_dist_name(name):
+                raise ValueError(f"{name!r} is not a distribution name")
+        return names
+
+    @field_validator("remove", "exclude")
+    @classmethod
+    def _selectors(cls, selectors: list[str] | None) -> list[str] | None:
+        for selector in selectors or ():
+            if not is_selector(selector):
+                raise ValueError(f"{selector!r} is not a distribution name or pattern")
+        return selectors
 
     @model_validator(mode="after")
     def _one_action(self) -> Step:

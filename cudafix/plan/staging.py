@@ -7,19 +7,10 @@ anything changes. Fetching is :mod:`cudafix.fetch.staging`'s.
 
 from __future__ import annotations
 
-from cudafix.env.distinfo import is_installer_file
-from cudafix.env.inventory import Distribution, is_bytecode
-from cudafix.fetch.staging import StagedWheel
+from cudafix.env.inventory import Distribution
+from cudafix.fetch.staging import StagedWheel, comparable
 
-
-def comparable(path: str, dist_info: str) -> bool:
-    """Rows two installs of one wheel agree on: not bytecode, scripts or installer files."""
-    return not (
-        is_bytecode(path)
-        or path.startswith("bin/")
-        or is_installer_file(path, dist_info)
-        or path.startswith(dist_info + "/")
-    )
+__all__ = ["comparable", "wheel_differences"]
 
 
 def wheel_differences(installed: Distribution, staged: StagedWheel) -> list[str]:
