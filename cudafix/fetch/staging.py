@@ -124,7 +124,7 @@ def _stage_together(
     the real install writes."""
     texts = [f"{n}=={v}" for n, v in pins]
     with scratch_dir() as tmp:
-        done = run(uv.stage_argv(texts, tmp), timeout=STAGE_TIMEOUT)
+        done = run(uv.stage_argv(texts, str(tmp)), timeout=STAGE_TIMEOUT)
         if done.returncode != 0:
             lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
             said = lines[-1] if lines else f"uv exited with status {done.returncode}"
