@@ -153,8 +153,10 @@ class Inventory:
     def _pyc_index(self) -> Mapping[str, tuple[EnvPath, ...]]:
         index: dict[str, list[EnvPath]] = {}
         for p in self.files:
+            if "__pycache__/" not in p or not p.endswith(".pyc"):
+                continue  # cheap string tests first: this visits every file of the venv
             head, name = posixpath.split(p)
-            if posixpath.basename(head) == "__pycache__" and name.endswith(".pyc"):
+            if posixpath.basename(head) == "__pycache__":
                 key = posixpath.join(posixpath.dirname(head), name.split(".", 1)[0])
                 index.setdefault(key, []).append(p)
         return {k: tuple(v) for k, v in index.items()}
@@ -164,10 +166,12 @@ def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvP
     """Files of ``names`` whose inode changed after their RECORD was written: the ones worth
     hashing to learn whether another install overwrote them.
 
-    An installer writes RECORD last, so its own files are no newer than it; a later install
-    over them (a copy, or uv's hard link) is. The inode change time catches a hard link; the
-    modification time catches a copy even in a venv copied since (``cp -a`` keeps it, but
-    sets every ctime anew). Sizes that already disagree with RECORD, and bytecode, need no hash.
+    An installer writes RECORD last, so its own files' modification times are no newer than
+    it; a later install over them is. The inode change time is not used: a copy (``cp -a``,
+    a Docker layer, a restore) or a hard link sets every ctime anew, and reading gigabytes
+    because of that is the cost of a first run on a copy (an overwrite with the same size and
+    an older mtime goes unseen here, as a copy's new ctime would be indistinguishable from it).
+    Sizes that already disagree with RECORD, and bytecode, need no hash.
     """
     out: list[EnvPath] = []
     for name in names:
@@ -179,8 +183,7 @@ def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvP
             st = inv.files.get(e.path)
             if st is None or st.kind != "file" or not e.sha256 or is_bytecode(e.path):
                 continue
-            newer = st.ctime_ns > record.ctime_ns or st.mtime_ns > record.mtime_ns
-            if (e.size is None or e.size == st.size) and newer:
+            if (e.size is None or e.size == st.size) and st.mtime_ns > record.mtime_ns:
                 out.append(e.path)
     return out
 
@@ -537,6 +540,7 @@ def _missing(
     uninstall of a co-owner deletes them, and Python writes them again on import.
     """
     out: dict[DistName, tuple[EnvPath, ...]] = {}
+    base = f"{prefix}/"  # str, not Path: this runs once per RECORD row the walk did not see
     for dist in dists:
         gone = sorted(
             {
@@ -544,7 +548,7 @@ def _missing(
                 for e in dist.files
                 if e.path not in files
                 and not is_bytecode(e.path)
-                and not os.path.lexists(prefix / e.path)
+                and not os.path.lexists(base + e.path)
             }
         )
         if gone:

@@ -72,6 +72,17 @@ class UvBackend:
             *pins,
         ]
 
+    def stage_argv(self, pins: Sequence[str], target: str) -> list[str]:
+        """Install ``pins`` into the empty directory ``target``, for reading what they hold.
+
+        Without ``--reinstall``: it implies ``--refresh``, and uv then unpacks a registry
+        wheel into its cache anew on every call (a GB per dry run for cuDNN). Nothing is
+        installed in ``target`` yet, so nothing would be skipped without it.
+        """
+        index = _index_args(self.offline, self.find_links)
+        argv = [self._uv(), "pip", "install", "--python", str(self.python)]
+        return [*argv, "--no-deps", *index, "--target", target, *pins]
+
 
 @dataclass(frozen=True)
 class PipBackend:

@@ -110,7 +110,7 @@ def _stage_together(
 ) -> tuple[dict[Pin, StagedWheel], dict[Pin, str]]:
     texts = [f"{n}=={v}" for n, v in pins]
     with tempfile.TemporaryDirectory(prefix="cudafix-stage-") as tmp:
-        done = run([*uv.reinstall_argv(texts), "--target", tmp], timeout=STAGE_TIMEOUT)
+        done = run(uv.stage_argv(texts, tmp), timeout=STAGE_TIMEOUT)
         if done.returncode != 0:
             lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
             said = lines[-1] if lines else f"uv exited with status {done.returncode}"

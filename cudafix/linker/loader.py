@@ -462,7 +462,7 @@ class _Walk:
                 if found is not None:
                     return found
         if nodeflib:
-            return _Found(None, "not-found", tuple(searched))
+            return _Found(None, "not-found", self._shared(tuple(searched)))
         searched.append(CACHE_MARK)
         cached = self.config.cache_lookup(need, *self.arch)
         if cached and self._probe(normalise(cached))[0] == "ok":
@@ -472,7 +472,13 @@ class _Walk:
             found = self._in_dir(need, directory, "default", searched)
             if found is not None:
                 return found
-        return _Found(None, "not-found", tuple(searched))
+        return _Found(None, "not-found", self._shared(tuple(searched)))
+
+    def _shared(self, searched: tuple[str, ...]) -> tuple[str, ...]:
+        """One tuple per distinct search list: every need an object's search misses was
+        looked for in the same directories, and keeping a copy per need made memory grow
+        as objects x needs x directories."""
+        return self.memo.setdefault(("searched", searched), searched)  # type: ignore[return-value]
 
     def _in_dir(self, need: str, directory: str, how: str, searched: list[str]) -> _Found | None:
         for sub in self._subdirs(directory):

@@ -306,9 +306,9 @@ def _unresolved(
     optional transports are loaded on demand): then it was judged on its own tree. A
     framework's run-time load is judged by :func:`_run_time_unresolved`.
     """
-    prefix = str(inv.prefix)
     system = provided_by_system()
     elsewhere = _copies_by_name(inv)
+    searched = _Searched(inv)
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):
         if e.provider is not None:
             continue
@@ -316,7 +316,7 @@ def _unresolved(
         if row is not None:
             yield _run_time_unresolved(facts, e, row, cmd)
             continue
-        rel = to_env_path(prefix, e.requester)
+        rel = searched.env_path(e.requester)
         owner = inv.owners.get(rel, ()) if rel else ()
         claimants = _claimants(inv, e.need)
         severity: Severity = "error" if claimants or e.chains else "info"
@@ -346,13 +346,13 @@ def _unresolved(
             severity=severity,
             distribution=owner[0] if owner else None,
             message=(
-                f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
+                f"{searched.show(e.requester)} ({', '.join(owner) or 'no distribution'}) "
                 f"needs {e.need}, which is not found{why}"
             ),
             details=chains
-            + [f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
+            + searched.details(e)
             + [f"{e.need} is in the RECORD of {c}, but missing on disk" for c in claimants],
-            consumer=_show_env(inv, e.requester),
+            consumer=searched.env_path(e.requester) or e.requester,
             need=e.need,
             owners=claimants,
             hint=hint,
@@ -381,6 +381,44 @@ def _run_time_unresolved(facts: Facts, e: Edge, row: RuntimeLoad, cmd: _Commands
         owners=[row.framework],
         hint=f"{cmd('cudafix repair --dry-run')}  (installs {', '.join(mine)})" if mine else None,
     )
+
+
+class _Searched:
+    """The directories an unresolved need was looked for in, listed once per object.
+
+    Every need of one object that nothing provides was searched in the same directories
+    (its RPATH chain, RUNPATH, the defaults); listing them again for each need would make
+    the report objects x needs x directories long, where the input is objects x (needs +
+    directories). Later needs of the same object refer back to the first.
+    """
+
+    def __init__(self, inv: Inventory) -> None:
+        self._inv = inv
+        self._first: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        self._shown: dict[str, str] = {}
+        self._env: dict[str, EnvPath | None] = {}
+
+    def details(self, e: Edge) -> list[str]:
+        first = self._first.get(e.requester)
+        if first is None:
+            first = self._first[e.requester] = (e.need, e.searched, len(set(e.searched)))
+        need, dirs, count = first
+        if need != e.need and (dirs is e.searched or dirs == e.searched):
+            return [f"searched the same {count} directories as for {need}"]
+        return [f"searched {self.show(d)}" for d in dict.fromkeys(e.searched)]
+
+    def show(self, path: str) -> str:
+        """:func:`_show_abs`, memoised: the same objects and directories recur per need."""
+        shown = self._shown.get(path)
+        if shown is None:
+            shown = self._shown[path] = _show_abs(self._inv, path)
+        return shown
+
+    def env_path(self, path: str) -> EnvPath | None:
+        """:func:`to_env_path`, memoised like :meth:`show`."""
+        if path not in self._env:
+            self._env[path] = to_env_path(str(self._inv.prefix), path)
+        return self._env[path]
 
 
 def _copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:

@@ -65,6 +65,9 @@ class Facts:
         derived once: doctor and the planner ask per finding."""
         return requested_extras(self.inventory.distributions, self.marker_env)
 
+    hashed_files: int = field(default=0, compare=False)
+    """Files :func:`gather` read whole to hash them (0 when the hash cache answered)."""
+
 
 def gather(
     target: TargetEnv,
@@ -105,6 +108,7 @@ def gather(
         path_hashes=path_hashes,
         interpreter=info,
         runtime=loads,
+        hashed_files=hashes.hashed,
     )
 
 

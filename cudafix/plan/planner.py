@@ -25,7 +25,7 @@ from cudafix.linker.linkage import (
     resolve_chains,
     to_env_path,
 )
-from cudafix.linker.loader import expand_entry
+from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
@@ -279,6 +279,25 @@ def _co_owner_reason(inv: Inventory, paths: Sequence[str]) -> str:
     return f"co-owns {shown}{more}, which the removal deletes"
 
 
+def _loader_may_see(facts: Facts, gone: frozenset[EnvPath]) -> bool:
+    """Whether deleting ``gone`` can change any search: only a file named like a need (an
+    ELF object, or a non-ELF file that stops the search) or a symlink (a directory may be
+    reached through it) can. Removing a pure-Python distribution then costs no second
+    resolution of the whole environment."""
+    needs = {n for info in facts.elf.objects.values() for n in info.needed}
+    table = facts.dlopen if facts.dlopen is not None else DlopenTable.default()
+    needs.update(p for parts in table.edges.values() for p in parts)
+    names = {n.rsplit("/", 1)[-1] for n in needs}
+    files = facts.inventory.files
+    return any(
+        p.rsplit("/", 1)[-1] in names
+        or p in facts.elf.objects
+        or p in facts.elf.problems
+        or ((st := files.get(p)) is not None and st.kind != "file")
+        for p in gone
+    )
+
+
 def _linkage(
     facts: Facts,
     view: EnvironmentView,
@@ -300,8 +319,11 @@ def _linkage(
     roots = load_roots(facts, gone)
     objects = env_objects(prefix, facts.elf, gone)
     before = resolve_chains(roots, objects, view, facts.search, facts.dlopen).edges
-    after_view = install.after_view(view, gone, wheels)
-    after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
+    if wheels or _loader_may_see(facts, gone):
+        after_view = install.after_view(view, gone, wheels)
+        after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
+    else:
+        after = before  # nothing deleted is a file ld.so could open or stop at
     diff = diff_edges(before, after)
     claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
     lost = [
