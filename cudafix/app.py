@@ -72,6 +72,7 @@ __all__ = [
     "BackendName",
     "FactArgs",
     "InstallArgs",
+    "LiveArgs",
     "OnEvent",
     "Progress",
     "RemoveArgs",
@@ -127,6 +128,15 @@ class FactArgs:
 
     target: TargetArgs = TargetArgs()
     dlopen_tables: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class LiveArgs:
+    """How ``run`` runs its command: how long it may take, where its output goes."""
+
+    timeout: float | None = None
+    echo: tuple[int, int] = (1, 2)
+    """File descriptors the command's stdout and stderr are copied to as they come."""
 
 
 @dataclass(frozen=True)

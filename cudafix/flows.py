@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cudafix.app import FactArgs, InstallArgs, Progress, RemoveArgs, RunArgs, TargetArgs
+from cudafix.app import FactArgs, InstallArgs, LiveArgs, Progress, RemoveArgs, RunArgs, TargetArgs
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, locate_target
 from cudafix.fetch.backend import find_pip
@@ -23,7 +23,7 @@ from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, shell_join, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding
-from cudafix.model.errors import CudafixError, InputError, LockedError, PlanRefused
+from cudafix.model.errors import CudafixError, InputError, LockedError, PlanRefused, UnsafeState
 from cudafix.model.names import BackendName, DistName
 from cudafix.model.plan import Alternative, Options, Plan
 from cudafix.model.probe import ProbeSpec
@@ -49,8 +49,8 @@ from cudafix.plan.select import select
 from cudafix.tx import history as tx_history
 from cudafix.tx import undo as tx_undo
 from cudafix.tx.apply import run_transaction
-from cudafix.tx.guard import run_guarded
-from cudafix.tx.recovery import lock_is_held, pending_transactions
+from cudafix.tx.guard import Judged, run_guarded
+from cudafix.tx.recovery import lock_is_held, pending_transactions, unreadable_transactions
 from cudafix.tx.recovery import recover as tx_recover
 from cudafix.tx.verify import prediction_mismatches
 
@@ -71,6 +71,15 @@ def target_flags(args: TargetArgs, target: TargetEnv) -> TargetFlags:
 def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = quiet) -> None:
     """An unfinished transaction blocks changes (before any planning) and taints reads."""
     pending = pending_transactions(target.prefix)
+    hidden = unreadable_transactions(target.prefix)
+    if hidden and mutating:
+        raise UnsafeState(
+            f"transaction {hidden[0]} in {target.prefix} is not readable by this user; "
+            "nothing was changed",
+            hint="run cudafix as a user who can write the environment",
+        )
+    if hidden:
+        on_event(f"note: transaction {hidden[0]} is not readable by this user; not checked")
     if not pending:
         return
     if lock_is_held(target.prefix):
@@ -401,30 +410,45 @@ def run_command(
     args: FactArgs,
     argv: Sequence[str],
     run: RunArgs,
+    live: LiveArgs = LiveArgs(),  # noqa: B008 - frozen value
     *,
     accept: bool = False,
     on_event: OnEvent = quiet,
 ) -> GuardedRun:
     """Run any command that changes the environment (``uv pip install -U torch``,
-    ``pip install -r req.txt``) as a transaction: the whole site-packages and ``bin/`` are
-    snapshotted by hard link, the environment is diagnosed again after, and the run is rolled
-    back when it introduced a problem doctor reports (``accept``: commit anyway) or a probe
-    fails."""
+    ``pip install -r req.txt``) as a transaction: the whole environment is snapshotted, the
+    environment is diagnosed again after, and the run is rolled back when it introduced a
+    problem doctor reports (``accept``: commit anyway) or a probe fails. The automatic
+    probes import what the distributions the command added or changed provide."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
-    new_problems = _new_problems(args, target, facts)
+    flags = target_flags(args.target, target)
+    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
+    before = {d.dist_info for d in facts.inventory.distributions.values()}
 
-    def judge() -> list[str]:
-        return _said(new_problems())
+    def judge() -> Judged:
+        now = read_facts(args, target)
+        findings = [
+            f"[{f.kind}] {f.message}"
+            for f in diagnose(now, flags).findings
+            if f.severity != "info" and (f.kind, f.message) not in known
+        ]
+        changed = [d for d in now.inventory.distributions.values() if d.dist_info not in before]
+        modules = sorted({m for d in changed for m in d.top_level}) if run.auto_probes else []
+        spec = ProbeSpec(
+            modules=tuple(modules),
+            code=run.probe_code,
+            commands=run.probe_commands,
+            timeout=run.probe_timeout,
+        )
+        return Judged(tuple(findings), spec)
 
-    roots = [*facts.inventory.site_packages, "bin"]
-    probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
     return run_guarded(
         target.prefix,
-        roots,
         argv,
         judge=judge,
-        probes=probes,
         accept=accept,
+        timeout=live.timeout,
+        echo=live.echo,
         lock_timeout=run.lock_timeout,
         command=run.command,
         on_event=on_event,

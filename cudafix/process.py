@@ -1,24 +1,45 @@
-"""Every process cudafix spawns goes through here: uv, pip, and the target interpreter.
+"""Every process cudafix spawns goes through here: uv, pip, the target interpreter, and the
+command ``cudafix run`` wraps.
 
 ``run`` logs the command and captures its output, so the transaction journal can record
-exactly what was run and what it said (pypa/build's ``run_subprocess``).
+exactly what was run and what it said (pypa/build's ``run_subprocess``). ``run_live`` is
+for a user's command: its output is shown as it comes (a terminal gets a terminal, so uv
+draws its progress bars), only a bounded tail is kept, and the command lives in its own
+process group that dies with cudafix, ends with the command, and ends at ``timeout``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import fcntl
 import logging
 import os
+import pty
+import select
+import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import sys
+import termios
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("cudafix.process")
 
+TAIL_BYTES = 64 * 1024
+"""How much of each stream of a live command is kept (for the journal and the error)."""
+GRACE = 2.0
+"""Seconds a stopped command's process group gets between SIGTERM and SIGKILL."""
+_POLL = 0.05
+_PR_SET_PDEATHSIG = 1
+
 
 @dataclass(frozen=True)
 class Completed:
-    """A finished process: what ran and what it said."""
+    """A finished process: what ran and what it said (for ``run_live``, the tail of it)."""
 
     argv: tuple[str, ...]
     returncode: int
@@ -34,6 +55,14 @@ def activated(prefix: Path) -> dict[str, str]:
     return {"VIRTUAL_ENV": str(prefix), "PATH": path}
 
 
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _own_group() -> None:  # runs in the child between fork and exec
+    os.setpgid(0, 0)
+
+
 def run(
     argv: Sequence[str | Path],
     *,
@@ -44,7 +73,7 @@ def run(
     """Run ``argv`` to completion and capture its output; never raise on a non-zero exit.
 
     A timeout kills the process and reports ``timed_out`` rather than raising, so callers
-    (probes, the backend) decide what a hang means.
+    (probes, the backend) decide what a hang means. The process is killed if cudafix dies.
     """
     args = tuple(str(a) for a in argv)
     log.debug("run: %s", " ".join(args))
@@ -60,6 +89,7 @@ def run(
             timeout=timeout,
             check=False,
             stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
@@ -68,3 +98,238 @@ def run(
     except OSError as exc:
         return Completed(args, 127, "", f"{args[0]}: {exc.strerror}")
     return Completed(args, proc.returncode, proc.stdout, proc.stderr)
+
+
+# -- live commands -------------------------------------------------------------------------
+
+_WRAPPER = r"""
+import ctypes, os, signal, sys
+parent, argv = int(sys.argv[1]), sys.argv[2:]
+def stop(*_):
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, stop)
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+if os.getppid() != parent:
+    stop()
+pid = os.fork()
+if pid == 0:
+    for s in (signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(s, signal.SIG_DFL)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        os.write(2, f"{argv[0]}: {exc.strerror}\n".encode())
+    os._exit(127)
+while True:
+    try:
+        _, status = os.waitpid(pid, 0)
+        break
+    except ChildProcessError:
+        os._exit(127)
+    except InterruptedError:
+        pass
+code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+os._exit(code)
+"""
+"""The command's parent: it dies (killing the group) when cudafix dies, even by SIGKILL
+(``PR_SET_PDEATHSIG`` reaches only a direct child, not the command's own children)."""
+
+
+class _Tail:
+    """The last ``limit`` bytes of a stream, and how many came before them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > 2 * self.limit:
+            cut = len(self.data) - self.limit
+            self.dropped += cut
+            del self.data[:cut]
+
+    def text(self) -> str:
+        extra = len(self.data) - self.limit
+        if extra > 0:
+            self.dropped += extra
+            del self.data[:extra]
+        body = bytes(self.data).replace(b"\r\n", b"\n").decode(errors="replace")
+        return f"[{self.dropped} earlier bytes not kept]\n{body}" if self.dropped else body
+
+
+@dataclass
+class _Channel:
+    """One output stream of the command: what it writes to, what we read, where it goes."""
+
+    child: int
+    parent: int
+    echo: int
+    tail: _Tail
+
+
+def _channel(echo: int, limit: int) -> _Channel:
+    """A pty when ``echo`` is a terminal (the command sees one, with its size), else a pipe."""
+    if os.isatty(echo):
+        parent, child = pty.openpty()
+        with contextlib.suppress(OSError):
+            size = fcntl.ioctl(echo, termios.TIOCGWINSZ, b"\0" * 8)
+            fcntl.ioctl(child, termios.TIOCSWINSZ, size)
+    else:
+        parent, child = os.pipe()
+    os.set_inheritable(child, False)
+    return _Channel(child, parent, echo, _Tail(limit))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    with contextlib.suppress(OSError):  # a closed terminal must not stop the command
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def _pump(channels: list[_Channel], wait: float) -> None:
+    """Copy what is ready from each channel to its echo and tail; drop channels at EOF."""
+    if not channels:
+        time.sleep(wait)
+        return
+    ready, _, _ = select.select([c.parent for c in channels], [], [], wait)
+    for c in [c for c in channels if c.parent in ready]:
+        try:
+            chunk = os.read(c.parent, 65536)
+        except OSError as exc:  # EIO: a pty whose every writer closed
+            if exc.errno != errno.EIO:
+                raise
+            chunk = b""
+        if not chunk:
+            channels.remove(c)
+            continue
+        _write_all(c.echo, chunk)
+        c.tail.add(chunk)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = GRACE) -> None:
+    """SIGTERM the process group ``proc`` leads, SIGKILL what is left after ``grace`` s."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader
+            if not group_members(proc.pid):  # zombies are not counted (nobody may reap them)
+                return
+            time.sleep(_POLL)
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """Live processes of process group ``pgid`` (pid, command line), read from ``/proc``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+                found.append((int(entry.name), cmd.decode(errors="replace").strip()))
+    return found
+
+
+@contextlib.contextmanager
+def _spawned(
+    args: tuple[str, ...],
+    channels: list[_Channel],
+    env: Mapping[str, str] | None,
+    cwd: Path | None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The wrapped command in its own process group; on leaving, the group is stopped."""
+    wrapper = [sys.executable, "-I", "-S", "-c", _WRAPPER, str(os.getpid()), *args]
+    proc = subprocess.Popen(
+        wrapper,
+        stdin=subprocess.DEVNULL,
+        stdout=channels[0].child,
+        stderr=channels[1].child,
+        env={**os.environ, **env} if env is not None else None,
+        cwd=cwd,
+        preexec_fn=_own_group,
+    )
+    try:
+        yield proc
+    finally:
+        stop_group(proc, grace=GRACE if proc.poll() is None else 0.0)
+        proc.wait()
+
+
+def run_live(
+    argv: Sequence[str | Path],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    cwd: Path | None = None,
+    echo: tuple[int, int] = (1, 2),
+    on_start: Callable[[int], None] | None = None,
+    watch: Callable[[], None] | None = None,
+    tail: int = TAIL_BYTES,
+) -> Completed:
+    """Run a user's command as if it ran alone, its output copied live to ``echo``.
+
+    ``on_start`` gets the command's process group id once it runs (before it can change
+    anything worth recording), ``watch`` is called every few milliseconds while it runs.
+    Waiting ends when the command itself exits (a daemon it left holding the output does
+    not hold cudafix); whatever of its process group is left is then stopped, as it is at
+    ``timeout`` or when cudafix itself is interrupted.
+    """
+    args = tuple(str(a) for a in argv)
+    log.debug("run live: %s", " ".join(args))
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    channels = [_channel(echo[0], tail), _channel(echo[1], tail)]
+    outputs = list(channels)
+    try:
+        with _spawned(args, channels, env, cwd) as proc:
+            for c in channels:
+                os.close(c.child)
+            if on_start is not None:
+                on_start(proc.pid)
+            timed_out = _wait(proc, channels, timeout, watch)
+            code = proc.returncode if not timed_out else -signal.SIGKILL
+    finally:
+        for c in outputs:
+            with contextlib.suppress(OSError):
+                os.close(c.parent)
+            with contextlib.suppress(OSError):
+                os.close(c.child)
+    return Completed(args, code, outputs[0].tail.text(), outputs[1].tail.text(), timed_out)
+
+
+def _wait(
+    proc: subprocess.Popen[bytes],
+    channels: list[_Channel],
+    timeout: float | None,
+    watch: Callable[[], None] | None,
+) -> bool:
+    """Copy output until the command exits (then drain what it wrote) or times out."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while proc.poll() is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            stop_group(proc)
+            proc.wait()
+            return True
+        _pump(channels, _POLL)
+        if watch is not None:
+            watch()
+    if watch is not None:
+        watch()  # once more: what happened as the command exited
+    for _ in range(64):  # what it wrote before exiting; a daemon's later output is not waited for
+        if not channels:
+            break
+        before = sum(len(c.tail.data) + c.tail.dropped for c in channels)
+        _pump(channels, 0.0)
+        if sum(len(c.tail.data) + c.tail.dropped for c in channels) == before:
+            break
+    return False

@@ -381,6 +381,56 @@ def test_the_shadowing_scenario_warns_and_names_the_copy_to_remove(
     )
 
 
+# vendorlib's DT_RPATH lists foo-fast's directory first; foo-fast is required only by
+# vendorlib's extra `fast`, which its installed set shows was requested.
+EXTRA_PICK = """
+name = "extra-pick"
+description = "the copy a consumer finds first is required by its requested extra"
+
+[[dist]]
+name = "vendorlib"
+version = "1.0"
+requires = ["foo-base==1.0", 'foo-fast==1.0; extra == "fast"']
+files = { "vendorlib/__init__.py" = "from vendorlib import _core\\n" }
+[[dist.ext]]
+path = "vendorlib/_core"
+needed = ["libfoo.so.1"]
+rpath = ["$ORIGIN/../foo_fast/lib", "$ORIGIN/../foo_base/lib"]
+
+[[dist]]
+name = "foo-base"
+version = "1.0"
+lib = [{ path = "foo_base/lib/libfoo.so.1" }]
+
+[[dist]]
+name = "foo-fast"
+version = "1.0"
+lib = [{ path = "foo_fast/lib/libfoo.so.1" }]
+
+[[steps]]
+action = "install"
+packages = ["vendorlib==1.0", "foo-base==1.0", "foo-fast==1.0"]
+"""
+
+
+def test_a_copy_a_requested_extra_requires_is_not_a_wrong_pick(tmp_path: Path) -> None:
+    """doctor and the planner judge requirements alike: the copy ``vendorlib[fast]`` requires
+    is not one to remove (the planner refuses that removal), so finding it first is
+    information, with no removal hint."""
+    built = build_spec(Scenario.model_validate(tomllib.loads(EXTRA_PICK)), tmp_path / "venv")
+    proc = cudafix("doctor", "--json", "--venv", built.venv)
+    report = as_json(proc)
+    [shadowed] = _finding(report, "shadowed")
+    assert shadowed["provider"].endswith("foo_fast/lib/libfoo.so.1"), shadowed
+    assert (shadowed["severity"], shadowed["hint"], proc.returncode) == ("info", None, 0)
+    planned = cudafix("remove", "foo-fast", "--dry-run", "--json", "--venv", built.venv)
+    plan = as_json(planned)
+    assert plan["verdict"] == "refused" and planned.returncode == 3
+    assert [(b["distribution"], b["extra"]) for b in plan["requirement_breaks"]] == [
+        ("vendorlib", "fast")
+    ]
+
+
 def test_the_clobbered_hint_removes_the_build_import_does_not_need_and_runs_as_printed(
     scenario: ScenarioFactory,
 ) -> None:

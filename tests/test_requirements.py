@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from cudafix.env.inventory import Distribution
 from cudafix.model.names import DistName, EnvPath, normalize_name
-from cudafix.plan.requirements import RequirementProblem, check_requirements, requested_extras
+from cudafix.plan.requirements import (
+    RequirementProblem,
+    check_requirements,
+    requested_extras,
+    requirement_closure,
+)
 
 LINUX_311 = {
     "python_version": "3.11",
@@ -130,3 +135,31 @@ def test_a_requested_requirement_requests_the_extras_it_names() -> None:
     }
     (problem,) = check_requirements(dists, LINUX_311)
     assert (problem.distribution, problem.extra) == ("jax-cuda12-plugin", "with-cuda")
+
+
+def test_the_closure_follows_requested_extras_only() -> None:
+    """What ``jax[cuda12]`` was installed to load: the plugin and the wheels of its requested
+    ``[with-cuda]``, not ``jaxlib`` behind the unrequested ``[ci]`` (its pin is not met)."""
+    dists = {
+        d.name: d
+        for d in [
+            _dist(
+                "jax",
+                "0.10.2",
+                'jax-cuda12-plugin[with-cuda]==0.10.2; extra == "cuda12"',
+                'jaxlib==0.10.1; extra == "ci"',
+            ),
+            _dist("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
+            _dist("nvidia-cudnn-cu12", "9.28.0.42"),
+            _dist("nvidia-cufft-cu12", "11.4.1.4"),
+            _dist("jaxlib", "0.10.2"),
+        ]
+    }
+    extras = requested_extras(dists, LINUX_311)
+    assert requirement_closure(dists, ["jax"], LINUX_311, extras) == {
+        "jax",
+        "jax-cuda12-plugin",
+        "nvidia-cudnn-cu12",
+        "nvidia-cufft-cu12",
+    }
+    assert requirement_closure(dists, ["jax"], LINUX_311, {}) == {"jax"}

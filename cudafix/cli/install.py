@@ -10,8 +10,10 @@ roll back).
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,13 +22,16 @@ from cudafix.cli.common import (
     EXIT_CODES_HELP,
     PlanFlags,
     echo_err,
+    emit_json_error,
     facts_options,
     plan_options,
     present_and_apply,
-    undo_line,
 )
 from cudafix.cli.render import shown
-from cudafix.model.errors import ExitCode, UsageError
+from cudafix.model.errors import CudafixError, ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from cudafix.model.transaction import GuardedRun
 
 
 @click.command("install", epilog=EXIT_CODES_HELP)
@@ -51,11 +56,7 @@ def install(specs: tuple[str, ...], allow_broken_requirements: bool, flags: Plan
     present_and_apply(plan, flags)
 
 
-@click.command(
-    "run",
-    epilog=EXIT_CODES_HELP,
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-)
+@click.command("run", epilog=EXIT_CODES_HELP, context_settings={"allow_interspersed_args": False})
 @facts_options
 @click.option("--accept", is_flag=True, help="Commit even with new problems (printed).")
 @click.option(
@@ -64,40 +65,90 @@ def install(specs: tuple[str, ...], allow_broken_requirements: bool, flags: Plan
 @click.option(
     "--probe-cmd", multiple=True, metavar="CMD", help="Shell command that must succeed after."
 )
+@click.option(
+    "--no-probe", is_flag=True, help="Skip the automatic import probes of what the command changed."
+)
 @click.option("--probe-timeout", type=float, default=60.0, show_default=True)
 @click.option("--lock-timeout", type=float, default=app.DEFAULT_LOCK_TIMEOUT, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Stop the command (and roll back) if it runs longer.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="The outcome as one JSON object on stdout (the "
+    "command's own output then goes to stderr).",
+)  # fmt: skip
+@click.option("--yes", "-y", is_flag=True, help="Accepted as elsewhere; run never asks.")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED, required=True)
 def run_command(
     facts: app.FactArgs,
     accept: bool,
     probe_code: tuple[str, ...],
     probe_cmd: tuple[str, ...],
+    no_probe: bool,
     probe_timeout: float,
     lock_timeout: float,
+    timeout: float | None,
+    as_json: bool,
+    yes: bool,
     argv: tuple[str, ...],
 ) -> None:
     """Run CMD (after --) as a transaction: snapshot, run, diagnose, probe, commit or roll back.
 
     For any command that changes the environment: `cudafix run -- uv pip install -U torch`.
-    The run is rolled back when the command fails, when doctor finds a problem it did not
+    Options before -- are cudafix's. The command's output is shown as it runs. The run is
+    rolled back when the command fails or times out, when doctor finds a problem it did not
     find before (unless --accept), or when a probe fails.
     """
+    del yes  # run never prompts; accepted so scripts can pass it to every command
     run = app.RunArgs(
+        auto_probes=not no_probe,
         probe_code=probe_code,
         probe_commands=probe_cmd,
         probe_timeout=probe_timeout,
         lock_timeout=lock_timeout,
         command=tuple(sys.argv),
     )
-    result = app.run_command(facts, argv, run, accept=accept, on_event=echo_err)
-    out = (result.completed.stdout + result.completed.stderr).rstrip()
-    if out:
-        click.echo(out)
+    live = app.LiveArgs(timeout=timeout, echo=(2, 2) if as_json else (1, 2))
+    try:
+        result = app.run_command(facts, argv, run, live, accept=accept, on_event=echo_err)
+    except CudafixError as err:
+        if as_json:
+            emit_json_error(err)
+        raise
     for finding in result.findings:
-        echo_err(f"accepted: {finding}")
+        echo_err(f"accepted: {shown(finding)}")
     for path in result.in_place:
-        echo_err(f"warning: {path} was rewritten in place; a rollback could not have restored it")
-    click.echo(
-        shown(f"Committed transaction {result.txid}: {shlex.join(argv)}; probes passed: ")
-        + f"{len(result.probes)}.\n{undo_line(result.txid, result.prefix)}"
+        echo_err(
+            f"warning: {shown(path)} was rewritten in place; a rollback could not have restored it"
+        )
+    if as_json:
+        click.echo(json.dumps(run_json(result), indent=2))
+        return
+    undo = f"cudafix undo {result.txid} --venv {shlex.quote(str(result.prefix))}"
+    kept = (
+        f" (it cannot bring back the {len(result.in_place)} file(s) rewritten in place)"
+        if result.in_place
+        else ""
     )
+    click.echo(
+        f"Committed transaction {result.txid}: {shown(shlex.join(argv))}; probes passed: "
+        f"{len(result.probes)}.\nUndo with: {shown(undo)}{kept}"
+    )
+
+
+def run_json(result: GuardedRun) -> dict[str, Any]:
+    """``run --json``: the committed run, as a fleet controller aggregates it."""
+    return {
+        "state": "committed",
+        "exit_code": int(ExitCode.OK),
+        "target": str(result.prefix),
+        "transaction": result.txid,
+        "argv": list(result.completed.argv),
+        "returncode": result.completed.returncode,
+        "accepted": list(result.findings),
+        "in_place": list(result.in_place),
+        "probes": list(result.probes),
+    }

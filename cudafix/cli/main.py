@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import ClassVar, NoReturn
@@ -294,17 +295,42 @@ def gc(target: app.TargetArgs, keep: int) -> None:
 
 
 def _wants_json(args: Sequence[str]) -> bool:
-    return "--json" in args
+    """``--json`` among cudafix's own options (not in the command ``run`` runs after ``--``)."""
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+class Terminated(KeyboardInterrupt):
+    """cudafix got SIGTERM: unwound like Ctrl-C (a transaction rolls back), exit 143."""
+
+
+def _raise_terminated(_signum: int, _frame: object) -> None:
+    raise Terminated
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM unwind the program (a transaction rolls back) instead of killing it."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def _fail(err: CudafixError, as_json: bool) -> NoReturn:
-    """One clear message on stderr (and one JSON object on stdout under ``--json``)."""
+    """One clear message on stderr (and one JSON object on stdout under ``--json``).
+
+    A run interrupted by Ctrl-C or SIGTERM that rolled back exits as interrupted (130, 143).
+    """
     from cudafix.cli.render import render_error
 
     if as_json and not err.json_emitted:
         emit_json_error(err)
     click.echo(render_error(err, style_for(sys.stderr.isatty())), err=True)  # escapes its values
+    cause = err.__cause__
+    if isinstance(cause, KeyboardInterrupt) and err.exit_code == ExitCode.FAILURE:
+        sys.exit(_interrupted_code(cause))
     sys.exit(int(err.exit_code))
+
+
+def _interrupted_code(exc: KeyboardInterrupt) -> int:
+    """128 + the signal: 130 for Ctrl-C (SIGINT), 143 for SIGTERM."""
+    return 143 if isinstance(exc, Terminated) else 130
 
 
 def _os_error(exc: OSError) -> CudafixError:
@@ -322,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(argv) if argv is not None else sys.argv[1:]
     as_json = _wants_json(args)
     OUTPUT.as_json = as_json
+    exit_on_sigterm()
     try:
         code = cli.main(args=args, prog_name="cudafix", standalone_mode=False)
     except CudafixError as err:
@@ -333,12 +360,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             emit_json_error(UsageError(exc.format_message()))
         exc.show()
         sys.exit(ExitCode.USAGE)
-    except click.exceptions.Abort:  # ^C or ^D at the prompt
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click wraps Ctrl-C and SIGTERM
+            echo_err("interrupted")
+            sys.exit(_interrupted_code(exc.__cause__))
         echo_err("Nothing changed.")
         sys.exit(ExitCode.FAILURE)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         echo_err("interrupted")
-        sys.exit(130)
+        sys.exit(_interrupted_code(exc))
     except OSError as exc:
         _fail(_os_error(exc), as_json)
     except Exception as exc:  # a bug: one line by default, the traceback on request

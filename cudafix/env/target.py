@@ -165,7 +165,10 @@ def _absolute(cwd: Path, p: str) -> Path:
     return Path(os.path.normpath(cwd / Path(p).expanduser()))
 
 
-def _from_dir(prefix: Path, source: str) -> TargetEnv:
+def _from_dir(named: Path, source: str) -> TargetEnv:
+    """The environment at ``named``, resolved once to its real path: every later step acts
+    on that directory, even if a symlink on the way is swapped while cudafix runs."""
+    prefix = Path(os.path.realpath(named))
     if not prefix.is_dir():
         raise TargetError(f"{prefix}: no such directory (from {source})", hint=HINT)
     if not is_environment(prefix):
@@ -177,7 +180,8 @@ def _from_dir(prefix: Path, source: str) -> TargetEnv:
 
 
 def _from_python(python: str, environ: Mapping[str, str], cwd: Path) -> TargetEnv:
-    exe = _find_python(python, environ, cwd)
+    found = _find_python(python, environ, cwd)
+    exe = Path(os.path.realpath(found.parent)) / found.name  # bin/python itself is a link
     for candidate in (exe.parent, exe.parent.parent):
         if (candidate / "pyvenv.cfg").is_file():
             return TargetEnv(candidate, exe)

@@ -524,9 +524,14 @@ def loaded_closure(facts: Facts, chains: Chains) -> frozenset[DistName]:
     """The requirement closure of the distributions owning the extension modules ``import``
     loads (and run-time loads): what the environment is for (torch and its pins), as
     opposed to leftovers."""
+    return _closure(facts, _frameworks(facts.inventory, chains))
+
+
+def _closure(facts: Facts, roots: Iterable[DistName]) -> frozenset[DistName]:
+    """:func:`requirement_closure` through the requested extras, as the planner judges
+    requirements: what ``roots`` were installed to load."""
     inv = facts.inventory
-    loaders = _frameworks(inv, chains)
-    return frozenset(requirement_closure(inv.distributions, loaders, facts.marker_env))
+    return requirement_closure(inv.distributions, roots, facts.marker_env, facts.extras)
 
 
 def _import_roots(chains: Chains) -> list[Root]:
@@ -609,7 +614,7 @@ def framework_cuda_needs(facts: Facts, chains: Chains) -> dict[DistName, frozens
     frameworks = _frameworks(inv, chains)
     out: dict[DistName, frozenset[DistName]] = {}
     for framework in sorted(frameworks):
-        closure = requirement_closure(inv.distributions, {framework}, facts.marker_env)
+        closure = _closure(facts, {framework})
         libs = frozenset(n for n in closure if cuda_major(n) is not None or n.startswith("nvidia-"))
         if libs:
             out[framework] = libs
@@ -633,10 +638,9 @@ def _remove_framework(
 ) -> Choice:
     """Remove the frameworks needing ``major`` and that major's libraries, keeping every
     distribution a framework of another major needs (its closure, itself included)."""
-    inv = facts.inventory
     frameworks = by_major[major]
     others = [f for f in needs if f not in frameworks]
-    kept = set(requirement_closure(inv.distributions, others, facts.marker_env))
+    kept = set(_closure(facts, others))
     libs = sorted(
         {n for f in frameworks for n in needs[f] if cuda_major(n) in (major, None)} - kept
     )
@@ -770,7 +774,7 @@ def _wrong_pick(facts: Facts, e: Edge) -> bool:
     providers = _owners_abs(inv, e.provider or "")
     if not consumers or not providers:
         return False
-    closure = requirement_closure(inv.distributions, consumers, facts.marker_env)
+    closure = _closure(facts, consumers)
     majors = {m for n in closure if (m := cuda_major(n)) is not None}
     if not any(p in closure for p in providers):
         return True

@@ -240,10 +240,15 @@ def requirement_closure(
     distributions: Mapping[DistName, Declared],
     roots: Iterable[DistName],
     marker_env: Mapping[str, str],
+    extras: Extras,
 ) -> frozenset[DistName]:
-    """``roots`` and every installed distribution their Requires-Dist reach, transitively.
+    """``roots`` and every installed distribution their Requires-Dist reach, transitively,
+    through the base requirements and those of each distribution's requested ``extras``
+    (:func:`requested_extras`).
 
     What a consumer was built to load: its own distribution and what that one pulls in.
+    ``jax[cuda12]``'s cu12 wheels are required only by ``jax-cuda12-plugin[with-cuda]``:
+    without the extras they would look like nobody's leftovers.
     """
     seen: set[DistName] = set()
     todo = list(roots)
@@ -252,8 +257,8 @@ def requirement_closure(
         if name in seen or name not in distributions:
             continue
         seen.add(name)
-        for raw in distributions[name].requires:
-            req = _applicable(raw, marker_env)
-            if req is not None:
-                todo.append(normalize_name(req.name))
+        wanted = extras.get(name, frozenset())
+        todo.extend(
+            normalize_name(r.name) for r, _ in applicable(distributions[name], marker_env, wanted)
+        )
     return frozenset(seen)

@@ -9,7 +9,10 @@ cases). Every step is journaled before it happens.
 from __future__ import annotations
 
 import contextlib
+import errno
 import shutil
+import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +28,9 @@ from cudafix.process import Completed
 from cudafix.tx import journal, snapshot
 from cudafix.tx.history import gc
 from cudafix.tx.journal import Event
-from cudafix.tx.lock import EnvLocks, hold
+from cudafix.tx.lock import EnvLocks, Handover, LockIntrusion, hold
 from cudafix.tx.probe import run_probes
-from cudafix.tx.recovery import pending_transactions, rollback
+from cudafix.tx.recovery import pending_transactions, rollback, unreadable_transactions
 from cudafix.tx.snapshot import Manifest
 
 T = TypeVar("T")
@@ -64,12 +67,18 @@ class RunContext:
         with hold(prefix, state.lock, timeout, on_event) as locks:
             yield cls(prefix, state, locks, on_event)
 
-    def backend_runs(self) -> contextlib.AbstractContextManager[None]:
-        """Around our own backend call: it gets uv's lock, the run takes it back after."""
-        return self.locks.backend_runs()
+    @contextlib.contextmanager
+    def backend_runs(self) -> Iterator[Handover]:
+        """Around our own backend call or command: it gets uv's lock, the run takes it back
+        after; a process outside the transaction that would get in fails the step."""
+        try:
+            with self.locks.backend_runs() as hand:
+                yield hand
+        except LockIntrusion as exc:
+            raise StepFailed(str(exc)) from exc
 
     def require_no_pending(self) -> None:
-        pending = pending_transactions(self.prefix)
+        pending = pending_transactions(self.prefix) + unreadable_transactions(self.prefix)
         if pending:
             raise LockedError(
                 f"an unfinished cudafix transaction holds {self.prefix}",
@@ -81,10 +90,12 @@ class RunContext:
         """A new transaction with its first journal record, or nothing at all (then raise)."""
         tx = self.state.tx(new_txid())
         try:
-            ensure_dir(tx.root, mode=0o700)
+            ensure_dir(tx.root)  # readable: history and doctor work for any reader of the venv
             journal.append(tx.journal, Event.PLAN, opening)
-        except OSError as exc:
+        except BaseException as exc:  # an interrupt too: nothing changed, nothing left behind
             shutil.rmtree(tx.root, ignore_errors=True)
+            if not isinstance(exc, OSError):
+                raise
             raise TransactionFailed(
                 f"could not write the journal in {tx.root}: {exc.strerror or exc}; "
                 "nothing was changed",
@@ -92,25 +103,37 @@ class RunContext:
             ) from exc
         return tx
 
-    def snapshot(self, tx: TxDir, paths: list[str], rewritten: list[str]) -> Manifest:
-        """Snapshot, or refuse having changed nothing (the env is untouched before this)."""
+    def snapshot(
+        self,
+        tx: TxDir,
+        paths: list[str],
+        rewritten: list[str],
+        copy: snapshot.CopyWhen = snapshot.never,
+        whole: bool = False,
+    ) -> Manifest:
+        """Snapshot, or refuse having changed nothing (the env is untouched before this).
+
+        ``copy`` and ``whole`` as for :func:`cudafix.tx.snapshot.take`."""
         try:
             journal.append(tx.journal, Event.SNAPSHOT_BEGIN, {"paths": paths})
-            manifest = snapshot.take(self.prefix, tx, paths, rewritten)
+            manifest = snapshot.take(self.prefix, tx, paths, rewritten, copy, whole)
             journal.append(tx.journal, Event.SNAPSHOT_DONE, {"entries": len(manifest.entries)})
-        except (OSError, CudafixError) as exc:
-            shutil.rmtree(tx.snapshot, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                tx.manifest.unlink()
-            if journal.note(tx.journal, Event.ABORTED, {"error": str(exc)}) is not None:
-                shutil.rmtree(tx.root, ignore_errors=True)  # nothing changed: nothing to keep
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise TransactionFailed(
-                f"could not snapshot {self.prefix}: {why}; nothing was changed",
-                hint="free space or fix permissions under the environment, then retry",
-            ) from exc
+        except BaseException as exc:  # an interrupt too: nothing changed, nothing left behind
+            with interrupts_held():
+                self._discard(tx, exc)
+            if not isinstance(exc, OSError | CudafixError):
+                raise
+            raise _not_snapshotted(self.prefix, exc) from exc
         self.on_event(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}")
         return manifest
+
+    @staticmethod
+    def _discard(tx: TxDir, exc: BaseException) -> None:
+        shutil.rmtree(tx.snapshot, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            tx.manifest.unlink()
+        if journal.note(tx.journal, Event.ABORTED, {"error": _reason(exc)}) is not None:
+            shutil.rmtree(tx.root, ignore_errors=True)  # nothing changed: nothing to keep
 
     def backend_step(self, tx: TxDir, what: str, done: Completed) -> None:
         """Journal what a backend call did; :class:`StepFailed` when it failed."""
@@ -151,7 +174,8 @@ class RunContext:
             self.commit(tx, manifest)
         except BaseException as exc:
             narrowed = exc.restore if isinstance(exc, StepFailed) else None
-            self._fail(tx, _reason(exc), exc, narrowed or manifest)
+            with interrupts_held():
+                self._fail(tx, _reason(exc), exc, narrowed or manifest)
         self.on_event(f"committed transaction {tx.txid}")
         with contextlib.suppress(OSError, CudafixError):
             gc(self.prefix, keep=DEFAULT_KEEP)
@@ -181,6 +205,38 @@ class RunContext:
                 "once there is space: " + cudafix_line("recover", target=venv_flags(self.prefix)),
             ]
         raise TransactionFailed(f"{reason}; rolled back", context=said) from exc
+
+
+def _not_snapshotted(prefix: Path, exc: OSError | CudafixError) -> TransactionFailed:
+    """Why the snapshot failed, naming the path (a socket cudafix cannot snapshot)."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    where = exc.filename if isinstance(exc, OSError) and exc.filename else None
+    odd = isinstance(exc, OSError) and exc.errno == errno.EINVAL
+    return TransactionFailed(
+        f"could not snapshot {where or prefix}: {why}; nothing was changed",
+        hint="move the socket or device file out of the environment"
+        if odd
+        else "free space or fix permissions under the environment, then retry",
+    )
+
+
+_INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait while a rollback runs, and are then dropped: the run is
+    ending anyway, and an interrupted rollback would leave work for ``recover``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    try:
+        yield
+    finally:
+        while signal.sigtimedwait(_INTERRUPTS, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _reason(exc: BaseException) -> str:
@@ -223,10 +279,5 @@ def _dist_infos(paths: Iterable[str]) -> dict[str, str]:
 
 def _after_paths(prefix: Path, manifest: Manifest) -> list[str]:
     """Touched paths now: the snapshot's, plus whatever appeared in the touched directories."""
-    new = [
-        f"{d}/{n}"
-        for d, before in manifest.listings.items()
-        if (prefix / d).is_dir()
-        for n in {p.name for p in (prefix / d).iterdir()} - set(before)
-    ]
+    new = snapshot.new_names(prefix, manifest)
     return sorted({e.path for e in manifest.entries} | set(snapshot.expand(prefix, new)))

@@ -1,27 +1,44 @@
 """``cudafix run -- CMD``: any command that changes the environment, as a transaction.
 
-The roots are snapshotted by hard link, the command runs with uv's lock handed to it,
-and the run commits only when the command succeeded, the judge found nothing new (or it
-was accepted) and the probes pass; otherwise it rolls back through the run context.
+The whole environment is snapshotted, the command runs with its output shown live and
+uv's lock handed to it, and the run commits only when the command succeeded in time, the
+judge found nothing new (or it was accepted) and the probes pass; otherwise it rolls back
+through the run context. The command lives in its own process group (it dies with
+cudafix); while it runs, cudafix's own state is held open, so a command that deletes it
+(``uv venv --clear``) is still rolled back.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudafix.env.statedir import TxDir
-from cudafix.model.commands import cudafix_line, shell_join, venv_flags
+from cudafix.env.statedir import STATE_DIR_NAME, TxDir
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, quiet
-from cudafix.process import activated, run
+from cudafix.process import Completed, activated, run_live
 from cudafix.tx import journal, snapshot
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.journal import Event
+from cudafix.tx.recovery import boot_id
 
-Judge = Callable[[], list[str]]
-"""What the environment looks like now: the problems the command introduced."""
+
+@dataclass(frozen=True)
+class Judged:
+    """What ``run``'s judge says of the environment after the command."""
+
+    findings: tuple[str, ...]
+    """Problems doctor finds now and did not find before."""
+    probes: ProbeSpec
+    """The probes to run (what the command changed, and the user's)."""
+
+
+Judge = Callable[[], Judged]
+"""What the environment looks like now: the problems the command introduced, the probes."""
 
 
 @dataclass(frozen=True)
@@ -30,32 +47,51 @@ class GuardArgs:
 
     argv: tuple[str, ...]
     judge: Judge
-    probes: ProbeSpec
     accept: bool
     timeout: float | None
+    echo: tuple[int, int]
+    """File descriptors the command's stdout and stderr are copied to."""
+
+
+COPY_LIMIT = 1 << 20
+"""Files up to this size outside site-packages (``pyvenv.cfg``, ``bin/`` scripts, ``etc/``)
+are snapshotted by copy: tools append to them in place."""
+
+
+def _small_outside_site_packages(path: str, size: int) -> bool:
+    return size <= COPY_LIMIT and "site-packages" not in path.split("/")
+
+
+def prefix_roots(prefix: Path) -> list[str]:
+    """Every top-level entry of the environment but cudafix's own state: a command may
+    write anywhere (``share/``, ``include/``, ``etc/``, ``pyvenv.cfg``)."""
+    with os.scandir(prefix) as it:
+        return sorted(e.name for e in it if e.name != STATE_DIR_NAME)
 
 
 def run_guarded(
     prefix: Path,
-    roots: Sequence[str],
     argv: Sequence[str],
     *,
     judge: Judge,
-    probes: ProbeSpec,
     accept: bool = False,
     timeout: float | None = None,
+    echo: tuple[int, int] = (1, 2),
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     command: Sequence[str] = (),
     on_event: OnEvent = quiet,
 ) -> GuardedRun:
-    """Snapshot ``roots`` (hard links), run ``argv``, then commit only when it succeeded,
-    ``judge`` (what the environment looks like now) has nothing new and the probes pass;
-    otherwise roll back and raise. ``accept`` commits despite ``judge``'s findings."""
-    args = GuardArgs(tuple(argv), judge, probes, accept, timeout)
+    """Snapshot the whole environment, run ``argv`` (output copied live to ``echo``), then
+    commit only when it succeeded, ``judge`` (what the environment looks like now) has
+    nothing new and its probes pass; otherwise roll back and raise. ``accept`` commits
+    despite ``judge``'s findings; ``timeout`` stops the command and rolls back."""
+    args = GuardArgs(tuple(argv), judge, accept, timeout, echo)
     with RunContext.open(prefix, lock_timeout, on_event) as ctx:
         ctx.require_no_pending()
         tx = ctx.begin(journal.opening("run", command, argv=list(argv)))
-        manifest = ctx.snapshot(tx, list(roots), [])
+        roots = prefix_roots(prefix)
+        copy = _small_outside_site_packages
+        manifest = ctx.snapshot(tx, roots, [], copy=copy, whole=True)
         return ctx.execute(tx, manifest, _Guarded(ctx, tx, manifest, args).step)
 
 
@@ -71,45 +107,97 @@ class _Guarded:
     def step(self) -> GuardedRun:
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
         journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(args.argv)})
-        ctx.on_event(f"running {shell_join(args.argv)}")
-        with ctx.backend_runs():  # the command may be uv: hand it uv's lock
-            done = run(args.argv, env=activated(prefix), timeout=args.timeout)
+        ctx.on_event(f"running {shlex.join(args.argv)}")
+        pins = snapshot.pin(tx, self.manifest)
+        try:
+            done, intrusion = self._run()
+            taken = self._state_taken(pins)
+        finally:
+            pins.close()
+        if taken is not None:
+            raise taken
         in_place = snapshot.written_in_place(prefix, self.manifest)
         try:
-            ctx.backend_step(tx, "the command", done)  # journals it; raises when it failed
-            findings = args.judge()
-            if findings and not args.accept:
-                raise StepFailed(
-                    "the command left the environment with new problems: " + "; ".join(findings)
-                )
-            passed = ctx.probe(tx, prefix / "bin" / "python", args.probes)
+            judged = self._judge(done, intrusion)
+            passed = ctx.probe(tx, prefix / "bin" / "python", judged.probes)
         except StepFailed as failed:
             if not in_place:
                 raise
             raise StepFailed(
                 f"{failed}; {len(in_place)} file(s) were rewritten in place, so their "
                 f"snapshot (a hard link) changed too and they stay as the command left "
-                f"them: {', '.join(in_place[:5])}; after the rollback, "
-                f"`{cudafix_line('doctor', target=venv_flags(prefix))}` names their "
-                "distributions to repair",
-                restore=_forget(tx, self.manifest, in_place),
+                f"them: {', '.join(in_place[:5])}; after the rollback, `cudafix doctor "
+                f"--venv {shlex.quote(str(prefix))}` names their distributions to repair",
+                restore=snapshot.forget(tx, self.manifest, in_place),
             ) from failed
+        if in_place:  # committed with them: undo restores the rest and names these
+            snapshot.forget(tx, self.manifest, in_place)
         return GuardedRun(
             txid=tx.txid,
             prefix=prefix,
             completed=done,
-            findings=tuple(findings),
+            findings=judged.findings,
             probes=passed,
             in_place=tuple(in_place),
         )
 
+    def _run(self) -> tuple[Completed, StepFailed | None]:
+        """Run the command with uv's lock handed to it; returns what it did, and the
+        failure of the hand-over when a process outside the transaction used the lock."""
+        ctx, tx, args = self.ctx, self.tx, self.args
+        done: Completed | None = None
+        try:
+            with ctx.backend_runs() as hand:
 
-def _forget(tx: TxDir, manifest: snapshot.Manifest, paths: Sequence[str]) -> snapshot.Manifest:
-    """Drop entries whose snapshot is not the old content (in-place writes) from the manifest,
-    so the rollback restores everything else and finishes instead of failing on them."""
-    gone = set(paths)
-    narrowed = snapshot.Manifest(
-        tuple(e for e in manifest.entries if e.path not in gone), manifest.listings
-    )
-    snapshot.write_json(tx.manifest, narrowed.to_json())  # what recover would restore
-    return narrowed
+                def started(pgid: int) -> None:
+                    hand.started(pgid)
+                    journal.append(tx.journal, Event.PROCESS, {"pgid": pgid, "boot": boot_id()})
+
+                done = run_live(
+                    args.argv,
+                    env=activated(ctx.prefix),
+                    timeout=args.timeout,
+                    echo=args.echo,
+                    on_start=started,
+                    watch=hand.watch,
+                )
+        except StepFailed as failed:
+            if done is None:
+                raise  # refused before the command ran
+            return done, failed
+        assert done is not None
+        return done, None
+
+    def _judge(self, done: Completed, intrusion: StepFailed | None) -> Judged:
+        """Journal what the command did; fail on its exit, time, an intrusion or findings."""
+        ctx, tx, args = self.ctx, self.tx, self.args
+        if done.timed_out or intrusion is not None:
+            with contextlib.suppress(StepFailed):
+                ctx.backend_step(tx, "the command", done)  # journals what it said
+            raise intrusion or StepFailed(f"the command did not finish within {args.timeout:g} s")
+        ctx.backend_step(tx, "the command", done)  # journals it; raises when it failed
+        judged = args.judge()
+        if judged.findings and not args.accept:
+            raise StepFailed(
+                "the command left the environment with new problems: " + "; ".join(judged.findings)
+            )
+        return judged
+
+    def _state_taken(self, pins: snapshot.Pins) -> StepFailed | None:
+        """When the command removed or replaced cudafix's state (``uv venv --clear``), write
+        it again from what was held open, take cudafix's lock again, and fail the step so the
+        rollback restores the environment from it (a command that removes the state cannot
+        be judged against it)."""
+        ctx, tx = self.ctx, self.tx
+        if not snapshot.state_lost(tx, pins):
+            return None
+        manifest, lost = snapshot.rebuild(ctx.prefix, tx, pins, {"missed": pins.missed})
+        ctx.locks.retake_own()
+        ctx.on_event(f"the command removed cudafix's state in {ctx.state.root}; rebuilt it")
+        unrestorable = f"; {len(lost)} file(s) cannot be restored: {', '.join(lost[:5])}"
+        return StepFailed(
+            f"the command removed or replaced cudafix's own state ({ctx.state.root}), so it "
+            f"cannot be judged; the state was rebuilt from files held open"
+            + (unrestorable if lost else ""),
+            restore=manifest,
+        )

@@ -31,8 +31,16 @@ def _state(records: list[Record]) -> str:
 
 
 def entry(tx: TxDir) -> HistoryEntry:
-    """One transaction for ``history``; a damaged journal still yields an entry (it says so)."""
-    log = journal.load(tx.journal)
+    """One transaction for ``history``; a damaged or unreadable journal still yields an
+    entry (it says so)."""
+    try:
+        log = journal.load(tx.journal)
+    except PermissionError as exc:
+        return HistoryEntry(
+            txid=tx.txid, time=0.0, kind="?", command=(), verdict="", state="unreadable",
+            removed=(), reinstalled=(), kept=(), snapshot=False,
+            error=f"this user cannot read it ({exc.strerror})",
+        )  # fmt: skip
     records = log.records
     head = journal.head(records)
     error = next((r.data.get("reason") for r in records if r.event is Event.ROLLBACK_BEGIN), None)

@@ -5,8 +5,9 @@ here every step is durable first, so ``recover`` can always finish (roll back) a
 
 Test-only hooks (never set them outside tests):
 
-* ``CUDAFIX_TEST_CRASH_AFTER=<step>``: SIGKILL this process right after ``<step>`` is
-  journaled (or reached, for per-file points such as ``snapshot-file``/``restore-file``).
+* ``CUDAFIX_TEST_CRASH_AFTER=<step>[:SIGNAL]``: SIGKILL (or send ``SIGNAL``, e.g.
+  ``SIGTERM``) this process right after ``<step>`` is journaled (or reached, for per-file
+  points such as ``snapshot-file``/``restore-file``).
 * ``CUDAFIX_TEST_FAIL=<op>[@<glob>]:<ERRNO>[,...]``: raise ``OSError(errno.<ERRNO>)`` at
   operation ``<op>`` (``snapshot``, ``restore``, ``keep``, ``journal``, ``commit``), only for
   paths or journal events matching ``<glob>`` when one is given, to simulate ENOSPC/EPERM.
@@ -64,6 +65,10 @@ class Event(str, enum.Enum):
     COMMIT = "commit"
     UNDO_BEGIN = "undo-begin"
     RUN_BEGIN = "run-begin"
+    PROCESS = "process"
+    """A command of the transaction started: its process group (``recover`` waits for it)."""
+    STATE_REBUILT = "state-rebuilt"
+    """A command removed cudafix's state; it was written again from files held open."""
 
     def __str__(self) -> str:
         return self.value
@@ -80,8 +85,9 @@ BEFORE_CHANGES = frozenset(
 
 def crash_point(step: str) -> None:
     """Test hook: SIGKILL ourselves at ``step`` when asked to (simulates a power cut)."""
-    if os.environ.get(CRASH_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
+    want, _, how = os.environ.get(CRASH_ENV, "").partition(":")
+    if want == step:
+        os.kill(os.getpid(), getattr(signal, how or "SIGKILL"))
     _fill_point(step)
 
 

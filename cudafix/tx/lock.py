@@ -14,13 +14,13 @@ import errno
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from cudafix.env.statedir import open_file
-from cudafix.model.errors import LockedError
+from cudafix.model.errors import LockedError, UnsafeState
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT
 
 POLL = 0.05
@@ -38,8 +38,17 @@ class Lock:
         return self._fd is not None
 
     def try_acquire(self) -> bool:
-        """Take the lock now if it is free; False when another process holds it."""
-        fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
+        """Take the lock now if it is free; False when another process holds it.
+
+        A user who may not write the lock file may not change the environment: that is
+        said in one line (:class:`UnsafeState`, exit 2), not as a machine error."""
+        try:
+            fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
+        except PermissionError as exc:
+            raise UnsafeState(
+                f"cannot take the lock {self.path}: {exc.strerror}; nothing was changed",
+                hint="run cudafix as a user who can write the environment",
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -87,8 +96,111 @@ def is_held(path: Path) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class LockUser:
+    """A process holding, or waiting for, a ``flock`` (from ``/proc/locks``)."""
+
+    pid: int
+    waiting: bool
+    command: str
+
+    def describe(self) -> str:
+        doing = "waiting for" if self.waiting else "holding"
+        return f"pid {self.pid} ({self.command[:80] or '?'}) {doing} it"
+
+
+def lock_users(path: Path) -> list[LockUser]:
+    """Every process that holds or waits for a ``flock`` on the file at ``path`` now.
+
+    The kernel lists each lock (and each blocked request, marked ``->``) with its pid and
+    the file's device and inode, so another user's ``uv pip install`` queued behind cudafix
+    is seen before cudafix lets go of the lock.
+    """
+    try:
+        st = path.lstat()
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return []
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    users = []
+    for line in table.splitlines():
+        fields = line.split()
+        waiting = len(fields) > 1 and fields[1] == "->"
+        rest = fields[2:] if waiting else fields[1:]
+        with contextlib.suppress(ValueError, IndexError):
+            if rest[0] != "FLOCK":
+                continue
+            major, minor, inode = rest[4].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == want:
+                users.append(LockUser(int(rest[3]), waiting, _command(int(rest[3]))))
+    return users
+
+
+def outsiders(path: Path, ours: Collection[int] = ()) -> list[LockUser]:
+    """Users of the lock at ``path`` that are neither this process, nor one it started,
+    nor in process groups ``ours`` (the transaction's own commands)."""
+    return [
+        u for u in lock_users(path) if not _descends_from_me(u.pid) and _group(u.pid) not in ours
+    ]
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _descends_from_me(pid: int) -> bool:
+    me = os.getpid()
+    for _ in range(64):
+        if pid == me:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
+def _command(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
 INSTALLER_LOCK = ".lock"
 """uv's environment lock (``<venv>/.lock``, an exclusive flock for every ``uv pip`` change)."""
+
+
+class LockIntrusion(Exception):
+    """A process outside the transaction waits for uv's lock at a hand-over, or took it
+    while the transaction's own command had it."""
+
+
+@dataclass
+class Handover:
+    """uv's lock while the transaction's own command has it: who else was seen using it."""
+
+    path: Path | None
+    groups: set[int] = field(default_factory=set)
+    """Process groups of the transaction's own commands."""
+    seen: dict[int, str] = field(default_factory=dict)
+
+    def watch(self) -> None:
+        """Note every process outside the transaction that holds the lock (one waiting for
+        it is blocked until the transaction ends, unless it gets it: then it is noted)."""
+        if self.path is not None:
+            users = outsiders(self.path, self.groups)
+            self.seen.update((u.pid, u.describe()) for u in users if not u.waiting)
+
+    def started(self, pgid: int) -> None:
+        self.groups.add(pgid)
 
 
 @dataclass
@@ -99,16 +211,47 @@ class EnvLocks:
     installer: Lock
 
     @contextlib.contextmanager
-    def backend_runs(self) -> Iterator[None]:
-        """Hand uv's lock to our own backend call (uv waits for it), and take it back after."""
+    def backend_runs(self) -> Iterator[Handover]:
+        """Hand uv's lock to our own backend call or command (uv waits for it), take it back.
+
+        A process outside the transaction queued on the lock would get it at the hand-over
+        and change the environment inside the transaction: then nothing is handed over
+        (:class:`LockIntrusion`; the transaction rolls back and leaves the environment to
+        it). One that takes the lock while the transaction's command has it is named
+        (:class:`LockIntrusion` after the command), so the rollback says its changes went.
+        """
         if not self.installer.held:
-            yield
+            yield Handover(None)
             return
+        path = self.installer.path
+        if waiting := outsiders(path):
+            raise LockIntrusion(
+                f"another process is {waiting[0].describe()} (uv's lock {path}); handing the "
+                "lock over would let it change the environment inside this transaction, so "
+                "it was not handed over"
+            )
+        hand = Handover(path)
         self.installer.release()
         try:
-            yield
+            yield hand
         finally:
-            self.installer.acquire(DEFAULT_LOCK_TIMEOUT * 5)
+            if not self.installer.try_acquire():
+                hand.watch()
+                self.installer.acquire(DEFAULT_LOCK_TIMEOUT * 5)
+        if hand.seen:
+            raise LockIntrusion(
+                f"a process outside this transaction used uv's lock {path} while the "
+                f"transaction's own command had it ({'; '.join(hand.seen.values())}): what it "
+                "changed is rolled back with the rest; run it again once this is over"
+            )
+
+    def retake_own(self) -> None:
+        """Take cudafix's lock again on a lock file re-created after a command removed it
+        (the old lock is on a file no other run can open any more)."""
+        again = Lock(self.own.path)
+        if again.try_acquire():
+            self.own.release()
+            self.own = again
 
 
 @contextlib.contextmanager
@@ -138,8 +281,9 @@ def hold(
                 context=[f"lock file: {installer.path}", f"waited {timeout:g} s"],
                 hint="wait for it to finish, then retry",
             )
+        locks = EnvLocks(lock, installer)
         try:
-            yield EnvLocks(lock, installer)
+            yield locks
         except BaseException:
             if created:  # rolled back: the environment had no lock file before this run
                 with contextlib.suppress(OSError):
@@ -147,5 +291,6 @@ def hold(
             raise
         finally:
             installer.release()
+            lock = locks.own  # taken again if a command re-created the state directory
     finally:
         lock.release()

@@ -6,14 +6,17 @@ transaction is discarded only when its journal proves the environment was never 
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudafix.env.statedir import StateDir, TxDir, ensure_dir
 from cudafix.model.commands import cudafix_line, venv_flags
-from cudafix.model.errors import DamagedState, RollbackIncomplete
+from cudafix.model.errors import DamagedState, LockedError, RollbackIncomplete
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, RecoveryReport, quiet
+from cudafix.process import group_members
 from cudafix.tx import journal, snapshot
 from cudafix.tx.history import loaded
 from cudafix.tx.journal import BEFORE_CHANGES, Event
@@ -32,10 +35,25 @@ def pending_transactions(prefix: Path) -> list[str]:
     first journal write failed): it holds nothing and blocks nothing.
     """
     state = StateDir(Path(prefix))
-    return [t for t in state.transaction_ids() if _is_pending(state.tx(t))]
+    return [t for t in state.transaction_ids() if _is_pending(state.tx(t)) is True]
 
 
-def _is_pending(tx: TxDir) -> bool:
+def unreadable_transactions(prefix: Path) -> list[str]:
+    """Ids of transactions this user cannot read (another user's, made private): whether
+    they are finished is unknown, so only their owner may change the environment."""
+    state = StateDir(Path(prefix))
+    return [t for t in state.transaction_ids() if _is_pending(state.tx(t)) is None]
+
+
+def _is_pending(tx: TxDir) -> bool | None:
+    """Whether ``tx`` needs ``recover``; None when this user cannot read it."""
+    try:
+        return _needs_recovery(tx)
+    except PermissionError:
+        return None
+
+
+def _needs_recovery(tx: TxDir) -> bool:
     records = journal.read(tx.journal)
     if not records:
         return tx.snapshot.exists() or tx.manifest.exists()
@@ -51,6 +69,8 @@ class RollbackOutcome:
     entries: int
     journal: list[str]
     """Journal records that could not be written (the rollback went on without them)."""
+    in_place: list[str] = field(default_factory=list)
+    """Files rewritten in place: left as they are (their snapshot changed with them)."""
 
 
 def untouched(tx: TxDir, manifest: snapshot.Manifest | None, prefix: Path) -> bool:
@@ -87,7 +107,9 @@ def rollback(
             f"{tx.manifest} is missing; nothing was restored",
             hint=f"keep {tx.root} for inspection; cudafix will not guess what it held",
         )
-    restoring = journal.note(tx.journal, Event.RESTORE_BEGIN, {"entries": len(manifest.entries)})
+    manifest, in_place = _written_in_place_first(prefix, tx, manifest)
+    begin = {"entries": len(manifest.entries), "in_place": in_place}
+    restoring = journal.note(tx.journal, Event.RESTORE_BEGIN, begin)
     unwritten += [restoring] if restoring else []
     left = snapshot.restore(prefix, tx, manifest)
     done = Event.ROLLBACK_INCOMPLETE if left else Event.ROLLED_BACK
@@ -95,13 +117,33 @@ def rollback(
     if m is None and not left:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
     return RollbackOutcome(
-        left=left, entries=len(manifest.entries), journal=[*unwritten, *([m] if m else [])]
+        left=left,
+        entries=len(manifest.entries),
+        journal=[*unwritten, *([m] if m else [])],
+        in_place=in_place,
     )
+
+
+def _written_in_place_first(
+    prefix: Path, tx: TxDir, manifest: snapshot.Manifest
+) -> tuple[snapshot.Manifest, list[str]]:
+    """A ``run`` rolled back by ``recover``: files its command rewrote in place (their
+    hard-link snapshot changed with them) are left out and named, never called restored.
+    Checked only before a first restore, which itself links files back (and moves ctime)."""
+    records = journal.read(tx.journal)
+    if journal.head(records).kind != "run" or Event.RESTORE_BEGIN in journal.events(records):
+        return manifest, []
+    found = snapshot.written_in_place(prefix, manifest)
+    return (snapshot.forget(tx, manifest, found) if found else manifest), found
 
 
 def _describe(prefix: Path, tx: TxDir) -> str:
     records = journal.read(tx.journal)
     last = records[-1].event if records else "start"
+    if lock_is_held(prefix):
+        return f"{tx.txid}: running now (another cudafix run holds {prefix}); nothing to recover"
+    if alive := live_processes(tx):
+        return f"{tx.txid}: interrupted, but its command is still running ({_processes(alive)})"
     try:
         manifest = loaded(tx)
     except DamagedState as err:
@@ -126,18 +168,61 @@ def recover(
     state = StateDir(prefix)
     pending = tuple(pending_transactions(prefix))
     actions = tuple(_describe(prefix, state.tx(t)) for t in pending)
+    hidden = unreadable_transactions(prefix)
+    actions += tuple(f"{t}: this user cannot read it; its owner can recover it" for t in hidden)
     report = RecoveryReport(prefix=prefix, dry_run=dry_run, transactions=pending, actions=actions)
     if dry_run or not pending:
         return report
     ensure_dir(state.transactions)
     with hold(prefix, state.lock, lock_timeout, on_event):
         for txid in pending_transactions(prefix):
-            _finish(prefix, state.tx(txid))
+            _require_no_live_processes(prefix, state.tx(txid))
+        for txid in pending_transactions(prefix):
+            outcome = _finish(prefix, state.tx(txid))
             on_event(f"rolled back transaction {txid}")
+            for path in outcome.in_place:
+                on_event(f"warning: {path} was rewritten in place by the command; it stays so")
     return report
 
 
-def _finish(prefix: Path, tx: TxDir) -> None:
+def live_processes(tx: TxDir) -> list[tuple[int, str]]:
+    """Processes of the transaction's commands still running (this boot): while one runs,
+    rolling back would race it, so ``recover`` refuses."""
+    boot = boot_id()
+    groups = {
+        r.data["pgid"]
+        for r in journal.read(tx.journal)
+        if r.event is Event.PROCESS and isinstance(r.data.get("pgid"), int)
+        if r.data.get("boot") == boot
+    }
+    return [p for g in sorted(groups) for p in group_members(g)]
+
+
+def boot_id() -> str:
+    """This boot's id: a process group recorded before a reboot is certainly gone."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _processes(alive: list[tuple[int, str]]) -> str:
+    return ", ".join(f"pid {pid}: {cmd[:80]}" for pid, cmd in alive[:5])
+
+
+def _require_no_live_processes(prefix: Path, tx: TxDir) -> None:
+    if alive := live_processes(tx):
+        group = os.getpgid(alive[0][0])
+        raise LockedError(
+            f"transaction {tx.txid}: its command is still running ({_processes(alive)}); "
+            "nothing was rolled back",
+            context=[f"process group {group}"],
+            hint=f"let it finish or stop it (kill -- -{group}), then "
+            f"cudafix recover --venv {shlex.quote(str(prefix))}",
+        )
+
+
+def _finish(prefix: Path, tx: TxDir) -> RollbackOutcome:
     """Roll back one interrupted transaction; :class:`RollbackIncomplete` when it cannot."""
     outcome = rollback(prefix, tx, "recover after an interruption", loaded(tx))
     if outcome.left or outcome.journal:
@@ -148,3 +233,4 @@ def _finish(prefix: Path, tx: TxDir) -> None:
             hint="fix the cause (space, permissions), then run "
             + cudafix_line("recover", target=venv_flags(prefix)),
         )
+    return outcome

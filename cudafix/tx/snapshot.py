@@ -8,23 +8,26 @@ that passed :func:`check_path` (inside the prefix, no symlinked ancestor) are to
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import posixpath
+import resource
 import shutil
 import stat
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
-from cudafix.model.errors import DamagedState
-from cudafix.tx.journal import crash_point, fail_point
+from cudafix.model.errors import DamagedState, UnsafeState
+from cudafix.tx.journal import Event, crash_point, fail_point
+from cudafix.tx.journal import append as journal_append
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
 KINDS = frozenset({"file", "symlink", "dir", "fifo", "absent"})
@@ -48,6 +51,12 @@ class Entry:
     detach: bool = False
     """The backend will rewrite this path: unlink it before applying so nothing writes
     through the hard link into the snapshot."""
+    ctime_ns: int = 0
+    """A hard link's ctime once linked: a write in place moves it, even one that puts
+    size and mtime back (0: not recorded)."""
+    nlink: int = 0
+    """A hard link's link count once linked: a moved ctime with another count is a link
+    made or removed (uv linking from its cache), not a write."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,7 @@ class Manifest:
         dirs = {e.path for e in entries if e.kind == "dir"}
         listings: dict[str, tuple[str, ...]] = {}
         for key, names in dict(data["listings"]).items():
-            if key not in dirs or not isinstance(names, list):
+            if (key not in dirs and key != ROOT) or not isinstance(names, list):
                 raise ValueError(f"listing {key!r} is not a snapshotted directory")
             bad = [n for n in names if not _is_name(n)]
             if bad:
@@ -97,6 +106,8 @@ _ENTRY_TYPES: Mapping[str, tuple[type, ...]] = {
     "mtime_ns": (int,),
     "sha256": (str, type(None)),
     "detach": (bool,),
+    "ctime_ns": (int,),
+    "nlink": (int,),
 }
 
 
@@ -176,19 +187,32 @@ def ancestors(paths: Iterable[str]) -> set[str]:
     return out
 
 
-def _link_or_copy(src: str | Path, dest: str | Path) -> str | None:
-    """Hard-link ``src`` to ``dest``; copy where linking is impossible and return its sha256."""
-    try:
-        os.link(src, dest, follow_symlinks=False)
-        return None
-    except OSError as exc:
-        if exc.errno not in _COPY_ERRNOS:
-            raise
+def _link_or_copy(src: str | Path, dest: str | Path, copy: bool = False) -> str | None:
+    """Hard-link ``src`` to ``dest``; copy (when asked, or where linking is impossible) and
+    return the copy's sha256."""
+    if not copy:
+        try:
+            os.link(src, dest, follow_symlinks=False)
+            return None
+        except OSError as exc:
+            if exc.errno not in _COPY_ERRNOS:
+                raise
     shutil.copy2(src, dest, follow_symlinks=False)
     return sha256_file(Path(dest))
 
 
-def _snap_one(prefix: Path, store: Path, path: str, detach: bool, made: set[str]) -> Entry:
+CopyWhen = Callable[[str, int], bool]
+"""Whether a file (its EnvPath and size) is snapshotted by copy rather than by hard link."""
+
+
+def never(_path: str, _size: int) -> bool:
+    """Link every file (the default)."""
+    return False
+
+
+def _snap_one(
+    prefix: Path, store: Path, path: str, detach: bool, made: set[str], copy: CopyWhen
+) -> Entry:
     """Snapshot one path. ``made`` holds the directories this snapshot created so far: paths
     come sorted, parents first, so most files need no ``mkdir`` of their own. Plain ``str``
     paths and ``os`` calls: this runs for every path of a whole-venv snapshot."""
@@ -211,34 +235,60 @@ def _snap_one(prefix: Path, store: Path, path: str, detach: bool, made: set[str]
     if stat.S_ISFIFO(st.st_mode):  # never opened (it would block); recreated on restore
         return Entry(path, "fifo", mode=mode)
     if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory", live)
+        raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory (a socket?)", live)
     fail_point("snapshot")
-    sha = _link_or_copy(live, dest)
+    sha = _link_or_copy(live, dest, copy(path, st.st_size))
     crash_point("snapshot-file")
+    linked = os.lstat(dest) if sha is None else None
     return Entry(
-        path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha, detach
-    )
+        path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha, detach,
+        ctime_ns=linked.st_ctime_ns if linked else 0, nlink=linked.st_nlink if linked else 0,
+    )  # fmt: skip
 
 
-def _listing(path: Path) -> tuple[str, ...] | None:
+ROOT = ""
+"""The listing key of the prefix itself (``run`` snapshots the whole environment)."""
+
+
+def _listing(prefix: Path, directory: str) -> tuple[str, ...] | None:
+    """The names in ``directory`` (cudafix's own state left out of the prefix's)."""
+    path = prefix / directory
     if path.is_symlink() or not path.is_dir():
         return None
-    return tuple(sorted(p.name for p in path.iterdir()))
+    names = (p.name for p in path.iterdir())
+    return tuple(sorted(n for n in names if directory != ROOT or n != STATE_DIR_NAME))
 
 
-def take(prefix: Path, tx: TxDir, paths: Iterable[str], detach: Iterable[str] = ()) -> Manifest:
-    """Snapshot ``paths`` (expanded, plus ancestor dirs) into ``tx``; write the manifest."""
-    wanted = expand(prefix, paths)
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if directory != ROOT else name
+
+
+def take(
+    prefix: Path,
+    tx: TxDir,
+    paths: Iterable[str],
+    detach: Iterable[str] = (),
+    copy: CopyWhen = never,
+    whole: bool = False,
+) -> Manifest:
+    """Snapshot ``paths`` (expanded, plus ancestor dirs) into ``tx``; write the manifest.
+
+    Files ``copy`` picks are copied, so even a write in place can be undone. ``whole``:
+    ``paths`` are every entry of the prefix, so what appears beside them goes on restore."""
+    # A path below a symlink is the symlink's (its entry restores it); never followed.
+    wanted = [p for p in expand(prefix, paths) if check_path(prefix, p) is None]
     every = sorted(set(wanted) | ancestors(wanted))
     rewritten = set(detach)
     statedir.ensure_dir(tx.snapshot, mode=0o700)
     made = {""}
-    entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten, made) for p in every)
+    entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten, made, copy) for p in every)
     listings = {
         e.path: names
         for e in entries
-        if e.kind == "dir" and (names := _listing(prefix / e.path)) is not None
+        if e.kind == "dir" and (names := _listing(prefix, e.path)) is not None
     }
+    if whole and (names := _listing(prefix, ROOT)) is not None:
+        listings[ROOT] = names
     manifest = Manifest(entries, listings)
     write_json(tx.manifest, manifest.to_json())
     return manifest
@@ -307,10 +357,13 @@ def _same_inode(live: Path, e: Entry) -> bool:
 
 
 def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
-    """Snapshotted files something rewrote in place (same inode, other size or mtime).
+    """Snapshotted files something rewrote in place (same inode, other bytes).
 
     A hard-link snapshot shares the inode, so its copy changed too: those paths cannot be
     restored from it. Writers that replace files (uv, pip) create new inodes and are safe.
+    A write shows as another size or mtime, or, when those were put back, as a moved
+    ctime with the same link count and mode (a link made or removed, or a chmod, moves
+    ctime too, and changes those instead).
     """
     out = []
     for e in manifest.entries:
@@ -320,10 +373,16 @@ def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
             st = os.lstat(f"{prefix}/{e.path}")  # str: once per snapshotted file
         except FileNotFoundError:
             continue
-        same = (st.st_dev, st.st_ino) == (e.dev, e.ino)
-        if same and (st.st_size != e.size or st.st_mtime_ns != e.mtime_ns):
+        if (st.st_dev, st.st_ino) == (e.dev, e.ino) and _written(st, e):
             out.append(e.path)
     return out
+
+
+def _written(st: os.stat_result, e: Entry) -> bool:
+    if st.st_size != e.size or st.st_mtime_ns != e.mtime_ns:
+        return True
+    touched = e.ctime_ns != 0 and st.st_ctime_ns != e.ctime_ns
+    return touched and st.st_nlink == e.nlink and stat.S_IMODE(st.st_mode) == e.mode
 
 
 def mismatch(prefix: Path, e: Entry) -> str | None:
@@ -398,9 +457,9 @@ def set_dir_mode(path: Path, mode: int) -> None:
 def new_names(prefix: Path, manifest: Manifest) -> list[str]:
     """Paths that appeared in a touched directory since the snapshot."""
     return [
-        f"{directory}/{name}"
+        _join(directory, name)
         for directory, before in manifest.listings.items()
-        for name in sorted(set(_listing(prefix / directory) or ()) - set(before))
+        for name in sorted(set(_listing(prefix, directory) or ()) - set(before))
     ]
 
 
@@ -408,7 +467,7 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
     """Every way the live tree differs from the manifest (empty: byte-identical)."""
     problems = [m for e in manifest.entries if (m := mismatch(prefix, e)) is not None]
     for directory, before in manifest.listings.items():
-        now = _listing(prefix / directory)
+        now = _listing(prefix, directory)
         if now is not None and now != before:
             extra = sorted(set(now) - set(before))
             if extra:
@@ -418,7 +477,9 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
                 problems.append(f"{directory}: missing {', '.join(missing)}")
         if now is None:
             problems.append(f"{directory}: missing directory")
-        elif stat.S_IMODE(os.lstat(prefix / directory).st_mode) != _dir_mode(manifest, directory):
+        elif directory != ROOT and stat.S_IMODE(os.lstat(prefix / directory).st_mode) != _dir_mode(
+            manifest, directory
+        ):
             problems.append(f"{directory}: mode differs")
     return problems
 
@@ -451,13 +512,19 @@ def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
     for e in dirs:
         attempt(e.path, partial(ensure_dir, prefix, e))
     for path in new_names(prefix, manifest):
-        attempt(path, partial(remove_path, prefix / path))
+        attempt(path, partial(_remove_new, prefix, path))
     for e in manifest.entries:
         attempt(e.path, partial(restore_entry, prefix, tx, e))
     for e in dirs:
         attempt(e.path, partial(set_dir_mode, prefix / e.path, e.mode))
     left = [p for p in verify(prefix, manifest) if not _explained(p, failed)]
     return [*failed.values(), *left]
+
+
+def _remove_new(prefix: Path, path: str) -> None:
+    """Remove a path that appeared since the snapshot (the fault hook sees it as a restore)."""
+    fail_point("restore", path)
+    remove_path(prefix / path)
 
 
 def _explained(problem: str, failed: Mapping[str, str]) -> bool:
@@ -497,3 +564,126 @@ def lstat_state(prefix: Path, paths: Iterable[str]) -> dict[str, list[Any]]:
         else:
             out[path] = [kind, st.st_size, st.st_mode, st.st_ino, st.st_mtime_ns, target]
     return out
+
+
+# -- state a command cannot take away --------------------------------------------------------
+
+
+@dataclass
+class Pins:
+    """What survives a command that deletes cudafix's own state (``uv venv --clear``, a
+    ``.cudafix`` replaced by a symlink): an open fd of every snapshotted file (an open file
+    outlives its last name), the manifest and the journal as bytes."""
+
+    fds: dict[str, int]
+    manifest: Manifest
+    journal: bytes
+    missed: int = 0
+    """Files no fd was left for (the process's open-file limit)."""
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+
+
+def pin(tx: TxDir, manifest: Manifest) -> Pins:
+    """Hold the snapshot open (the soft open-file limit raised to the hard one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    files = [e.path for e in manifest.entries if e.kind == "file"]
+    if soft < hard and len(files) + 256 > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    pins = Pins({}, manifest, read_bytes(tx.journal))
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    for path in files:
+        try:
+            pins.fds[path] = os.open(tx.snapshot / path, flags)
+        except OSError:
+            pins.missed += 1
+    return pins
+
+
+def state_lost(tx: TxDir, pins: Pins) -> bool:
+    """Whether anything of the transaction's state is gone or replaced since :func:`pin`."""
+    try:
+        read_bytes(tx.manifest)
+        read_bytes(tx.journal)
+        for path, fd in pins.fds.items():
+            live, held = os.lstat(tx.snapshot / path), os.fstat(fd)
+            if (live.st_dev, live.st_ino) != (held.st_dev, held.st_ino):
+                return True
+    except (OSError, UnsafeState):
+        return True
+    return False
+
+
+def rebuild(
+    prefix: Path, tx: TxDir, pins: Pins, note: dict[str, Any]
+) -> tuple[Manifest, list[str]]:
+    """Write the transaction's state again from :class:`Pins`: the manifest, the journal
+    (plus a ``state-rebuilt`` record with ``note``), and a copy of each snapshotted file
+    whose link is gone (its entry then carries the copy's sha256, so a restore is checked
+    by content). Returns the manifest to restore and the files that cannot be restored."""
+    state = prefix / STATE_DIR_NAME
+    if state.is_symlink() or (os.path.lexists(state) and not state.is_dir()):
+        state.unlink()  # the command put something else there; never followed
+    statedir.ensure_dir(tx.snapshot, mode=0o700)
+    entries, lost = [], []
+    for e in pins.manifest.entries:
+        fd = pins.fds.get(e.path)
+        if e.kind != "file" or not _link_gone(tx.snapshot / e.path, fd):
+            entries.append(e)
+        elif fd is None:
+            entries.append(e)
+            lost.append(e.path)
+        else:
+            entries.append(replace(e, sha256=_copy_fd(fd, tx.snapshot / e.path)))
+    manifest = Manifest(tuple(entries), pins.manifest.listings)
+    write_json(tx.manifest, manifest.to_json())
+    write_atomic(tx.journal, pins.journal.decode("utf-8"))
+    journal_append(tx.journal, Event.STATE_REBUILT, {**note, "unrestorable": lost})
+    return manifest, lost
+
+
+def _link_gone(path: Path, fd: int | None) -> bool:
+    try:
+        live = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if fd is None:
+        return False
+    held = os.fstat(fd)
+    return (live.st_dev, live.st_ino) != (held.st_dev, held.st_ino)
+
+
+def _copy_fd(fd: int, dest: Path) -> str:
+    """Copy an open file's bytes to ``dest`` (not followed), with its mode; its sha256."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        remove_path(dest)
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    out = os.open(dest, flags, mode)
+    digest = hashlib.sha256()
+    try:
+        offset = 0
+        while chunk := os.pread(fd, 1 << 20, offset):
+            digest.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view) :]
+            offset += len(chunk)
+        os.fsync(out)
+    finally:
+        os.close(out)
+    return digest.hexdigest()
+
+
+def forget(tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> Manifest:
+    """Drop entries whose snapshot is not the old content (in-place writes) from the manifest,
+    so the rollback restores everything else and finishes instead of failing on them."""
+    gone = set(paths)
+    narrowed = Manifest(tuple(e for e in manifest.entries if e.path not in gone), manifest.listings)
+    write_json(tx.manifest, narrowed.to_json())  # what recover would restore
+    return narrowed
