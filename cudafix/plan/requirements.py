@@ -92,14 +92,12 @@ def missing_requirements(
 
 
 def _applicable(raw: str, marker_env: Mapping[str, str]) -> Requirement | None:
-    """The parsed requirement when it applies here (no extra), else None."""
+    """The parsed requirement when it applies here without an extra, else None."""
     try:
         req = Requirement(raw)
-        if req.marker is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
-            return None
-    except (InvalidRequirement, InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
+        return req if _holds_for(req, marker_env, frozenset()) == "" else None
+    except (InvalidRequirement, *_MARKER_ERRORS):
         return None
-    return req
 
 
 def check_requirements(
