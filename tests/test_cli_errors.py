@@ -11,17 +11,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clihelp import assert_one_line_error, cudafix
 from test_transaction import OK, _run_child
-from txhelp import remove_pa_plan, shared_pair, site_packages
 
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from scenarios.fingerprint import fingerprint
-
-
-@pytest.fixture
-def venv(tmp_path: Path) -> tuple[Path, Path]:
-    return shared_pair(tmp_path)
+from tests.support.cli import assert_one_line_error, cudafix
+from tests.support.tx import remove_pa_plan
+from tests.support.venvs import site_rel
 
 
 def _remove(prefix: Path, wheels: Path, *extra: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -67,7 +63,7 @@ def test_usage_errors_under_json_are_one_object(argv: list[str]) -> None:
 
 def test_record_field_over_the_csv_limit(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    record = prefix / site_packages(prefix) / "pa-1.0.dist-info" / "RECORD"
+    record = prefix / site_rel(prefix) / "pa-1.0.dist-info" / "RECORD"
     with record.open("a") as fh:
         fh.write("x" * 200_000 + ",,\n")
     proc = cudafix("doctor", "--venv", prefix)
@@ -104,7 +100,7 @@ def test_enospc_at_commit_is_one_line_exit_1(venv: tuple[Path, Path]) -> None:
 
 def test_a_failed_rollback_exits_4_naming_the_paths(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    sp = site_packages(prefix)
+    sp = site_rel(prefix)
     proc = _remove(
         prefix, wheels, "--probe", "import pa_mod", env={FAIL_ENV: "restore@*/pa_mod.py:EPERM"}
     )

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clihelp import as_json, cudafix
 from conftest import ScenarioFactory
 
 from cudafix.model.probe import ProbeSpec
 from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
+from tests.support.cli import as_json, cudafix
 
 if sys.version_info >= (3, 11):
     import tomllib

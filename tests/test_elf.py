@@ -18,7 +18,7 @@ from cudafix.linker.ldcache import (
     parse_ldso_help,
     read_ld_cache,
 )
-from tests.loadertree import lib
+from tests.support.loadertree import lib
 
 
 def test_reads_soname_needed_rpath_runpath(tmp_path: Path) -> None:

@@ -17,12 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clihelp import cudafix
-from txhelp import B_BYTES, shared_pair, site_packages
 
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV, FILL_ENV
 from cudafix.tx.recovery import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import cudafix
+from tests.support.tx import B_BYTES, shared_pair
+from tests.support.venvs import site_rel
 
 STEPS = [
     "plan",
@@ -92,7 +93,7 @@ def _outcome(
     assert "Traceback" not in said and "bug" not in said, said
     if clear is not None:
         clear.unlink(missing_ok=True)
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     if proc.returncode == 0:
         assert not (sp / "pa_mod.py").exists()
         assert (sp / "shared" / "lib.so").read_bytes() == B_BYTES

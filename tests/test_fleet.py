@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clihelp import as_json, cudafix, save_seed_plan, uv_uninstall
 from conftest import ScenarioFactory
 
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import as_json, cudafix, save_seed_plan, uv_uninstall
 
 NODES = 20
 DIFFERENT = frozenset({0, 7, 13})

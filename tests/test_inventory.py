@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from wheelhelp import install, make_venv, make_wheel, record_hash, site_packages, uninstall
 
 from cudafix.env.hashing import CACHE_VERSION, HashCache
 from cudafix.env.inventory import Inventory, holder_of, read_inventory, walk_files
@@ -23,6 +22,8 @@ from cudafix.env.record import (
 from cudafix.model.errors import ExitCode, InputError
 from cudafix.model.names import DistName, EnvPath
 from cudafix.tx.snapshot import path_syntax
+from tests.support.venvs import install, new_venv, site_dir, uninstall
+from tests.support.wheels import make_wheel, record_hash
 
 CUDNN = "nvidia/cudnn/lib/libcudnn.so.9"
 HEADER = "nvidia/cudnn/include/cudnn.h"
@@ -62,23 +63,23 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _venv(tmp_path: Path, wheels: Path, cache: Path, *names: str) -> Path:
-    venv = make_venv(tmp_path / "venv", cache)
+    venv = new_venv(tmp_path / "venv", cache=cache)
     for name in names:  # one at a time, so a later install overwrites an earlier one's files
         install(venv, wheels, name, cache=cache)
     return venv
 
 
 def _inventory(venv: Path) -> Inventory:
-    sp = site_packages(venv).relative_to(venv).as_posix()
+    sp = site_dir(venv).relative_to(venv).as_posix()
     return read_inventory(venv, [EnvPath(sp)], venv / "bin" / "python")
 
 
 def _ep(venv: Path, rel: str) -> EnvPath:
-    return EnvPath(f"{site_packages(venv).relative_to(venv).as_posix()}/{rel}")
+    return EnvPath(f"{site_dir(venv).relative_to(venv).as_posix()}/{rel}")
 
 
 def _append_record(venv: Path, dist_info: str, *lines: str) -> None:
-    record = site_packages(venv) / dist_info / "RECORD"
+    record = site_dir(venv) / dist_info / "RECORD"
     record.write_text(record.read_text() + "".join(f"{line}\n" for line in lines))
 
 
@@ -152,10 +153,10 @@ def test_distribution_paths_include_dist_info_and_bytecode(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
     venv = _venv(tmp_path, wheels, cache, "tool")
-    pyc = site_packages(venv) / "tool" / "__pycache__" / "core.cpython-311.pyc"
+    pyc = site_dir(venv) / "tool" / "__pycache__" / "core.cpython-311.pyc"
     pyc.parent.mkdir()
     pyc.write_bytes(b"pyc")
-    (site_packages(venv) / "tool-2.0.dist-info" / "extra.txt").write_text("x")
+    (site_dir(venv) / "tool-2.0.dist-info" / "extra.txt").write_text("x")
     paths = _inventory(venv).distribution_paths(DistName("tool"))
     assert _ep(venv, "tool/__pycache__/core.cpython-311.pyc") in paths
     assert _ep(venv, "tool-2.0.dist-info/extra.txt") in paths
@@ -170,7 +171,7 @@ def test_unsafe_record_entries_are_flagged_and_not_owned(
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "payload.so").write_bytes(b"not yours")
-    (site_packages(venv) / "evil").symlink_to(outside)
+    (site_dir(venv) / "evil").symlink_to(outside)
     _append_record(
         venv,
         "tool-2.0.dist-info",
@@ -221,7 +222,7 @@ def test_bad_record_rows_are_collected_and_still_owned(
 
 def test_unmanaged_installs(tmp_path: Path, wheels: Path, cache: Path) -> None:
     venv = _venv(tmp_path, wheels, cache, "tool", "nvcu12")
-    sp = site_packages(venv)
+    sp = site_dir(venv)
     (sp / "nvcu12-1.0.dist-info" / "RECORD").unlink()
     egg = sp / "legacy-0.1.egg-info"
     egg.mkdir()
@@ -234,7 +235,7 @@ def test_unmanaged_installs(tmp_path: Path, wheels: Path, cache: Path) -> None:
 
 def test_second_dist_info_of_one_name_is_flagged(tmp_path: Path, wheels: Path, cache: Path) -> None:
     venv = _venv(tmp_path, wheels, cache, "nvcu12")
-    sp = site_packages(venv)
+    sp = site_dir(venv)
     shutil.copytree(sp / "nvcu12-1.0.dist-info", sp / "nvcu12-0.9.dist-info")
     inv = _inventory(venv)
     assert [(u.name, u.kind) for u in inv.unmanaged] == [("nvcu12", "duplicate")]
@@ -251,7 +252,7 @@ def test_unreadable_metadata_file_is_one_clear_input_error(
     # Tests run as root, so chmod 000 cannot produce EACCES: a directory named RECORD
     # (EISDIR) and bytes that are not UTF-8 stand in for an unreadable file.
     venv = _venv(tmp_path, wheels, cache, "tool")
-    target = site_packages(venv) / "tool-2.0.dist-info" / filename
+    target = site_dir(venv) / "tool-2.0.dist-info" / filename
     target.unlink()
     if corrupt == "directory":
         target.mkdir()
@@ -283,7 +284,7 @@ def test_lib64_symlink_site_packages_is_read_once(
     venv = _venv(tmp_path, wheels, cache, "nvcu13")
     if not (venv / "lib64").is_symlink():
         (venv / "lib64").symlink_to("lib")
-    sp = site_packages(venv).relative_to(venv).as_posix()
+    sp = site_dir(venv).relative_to(venv).as_posix()
     inv = read_inventory(venv, [EnvPath(sp), EnvPath("lib64/" + sp[4:])], None)
     assert inv.site_packages == (EnvPath(sp),)
     assert inv.distributions[CU13].site_packages == EnvPath(sp)

@@ -12,7 +12,7 @@ import pytest
 from cudafix.linker.loader import DlopenTable, SearchConfig, Step, expand_entry, resolve
 from cudafix.model.names import EnvPath
 from scenarios.cc import CompileError, SharedObject, compile_shared
-from tests.loadertree import cudafix_tree, ldd, lib, loaded_maps, parse_ldd, real, view_of
+from tests.support.loadertree import cudafix_tree, ldd, lib, loaded_maps, parse_ldd, real, view_of
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clihelp import EXAMPLES, as_json, assert_one_line_error, cudafix, save_seed_plan, uv_uninstall
 from conftest import ScenarioFactory
 
 from cudafix.model.errors import InputError
 from cudafix.plan.script import load_script, locate, parse_script
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import (
+    EXAMPLES,
+    as_json,
+    assert_one_line_error,
+    cudafix,
+    save_seed_plan,
+    uv_uninstall,
+)
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from wheelhelp import make_venv, site_packages
 
 from cudafix.env.target import TargetEnv, locate_target, query_interpreter
 from cudafix.model.errors import ExitCode, TargetError, UsageError
+from tests.support.venvs import new_venv, site_dir
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +19,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def venv(tmp_path: Path, cache: Path) -> Path:
-    return make_venv(tmp_path / "env", cache)
+    return new_venv(tmp_path / "env", cache=cache)
 
 
 def _break_python(venv: Path, script: str) -> Path:
@@ -34,13 +34,13 @@ def _break_python(venv: Path, script: str) -> Path:
 
 
 def test_virtual_env_wins_over_dot_venv(venv: Path, tmp_path: Path, cache: Path) -> None:
-    make_venv(tmp_path / ".venv", cache)
+    new_venv(tmp_path / ".venv", cache=cache)
     target = locate_target(None, None, {"VIRTUAL_ENV": str(venv)}, tmp_path)
     assert target == TargetEnv(venv, venv / "bin" / "python")
 
 
 def test_dot_venv_in_cwd(tmp_path: Path, cache: Path) -> None:
-    dot = make_venv(tmp_path / ".venv", cache)
+    dot = new_venv(tmp_path / ".venv", cache=cache)
     assert locate_target(None, None, {}, tmp_path).prefix == dot
 
 
@@ -113,20 +113,20 @@ def test_query_reports_layout_and_markers(venv: Path, tmp_path: Path) -> None:
     info = query_interpreter(locate_target(None, str(venv), {}, tmp_path))
     assert info.fallback_reason is None
     assert info.prefix == venv
-    assert info.site_packages == (site_packages(venv).relative_to(venv).as_posix(),)
+    assert info.site_packages == (site_dir(venv).relative_to(venv).as_posix(),)
     assert info.version_info == tuple(sys.version_info[:3])
     assert info.marker_env["python_version"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert info.marker_env["sys_platform"] == sys.platform
     assert info.ext_suffix is not None and info.ext_suffix.endswith(".so")
-    assert str(site_packages(venv)) in info.sys_path
+    assert str(site_dir(venv)) in info.sys_path
 
 
 def test_query_runs_nothing_from_site_packages(venv: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pth-ran"
-    (site_packages(venv) / "evil.pth").write_text(
+    (site_dir(venv) / "evil.pth").write_text(
         f"import pathlib; pathlib.Path({str(marker)!r}).touch()\n"
     )
-    (site_packages(venv) / "sitecustomize.py").write_text("raise SystemExit(9)\n")
+    (site_dir(venv) / "sitecustomize.py").write_text("raise SystemExit(9)\n")
     info = query_interpreter(TargetEnv(venv, venv / "bin" / "python"))
     assert info.fallback_reason is None
     assert not marker.exists()
@@ -139,7 +139,7 @@ def test_crashing_interpreter_falls_back_to_layout(venv: Path, tmp_path: Path) -
     info = query_interpreter(target)
     assert info.fallback_reason is not None
     assert "exited 3" in info.fallback_reason and "boom" in info.fallback_reason
-    assert info.site_packages == (site_packages(venv).relative_to(venv).as_posix(),)
+    assert info.site_packages == (site_dir(venv).relative_to(venv).as_posix(),)
     assert info.version_info[:2] == tuple(sys.version_info[:2])  # from pyvenv.cfg
     assert info.marker_env["python_full_version"] == ".".join(map(str, sys.version_info[:3]))
 
@@ -194,9 +194,9 @@ def test_debian_system_python_venv_is_read_with_the_venv_scheme(
     import subprocess
 
     import uv
-    from wheelhelp import make_wheel
 
     from cudafix.env.inventory import read_inventory
+    from tests.support.wheels import make_wheel
 
     venv = _debian_venv(tmp_path / "deb")
     wheels = tmp_path / "wheels"

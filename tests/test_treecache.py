@@ -18,8 +18,8 @@ from cudafix.env.target import locate_target
 from cudafix.env.treecache import RACY_NS, TreeCache
 from cudafix.plan.facts import Facts, gather
 from scenarios import BuiltScenario
-from tests.clihelp import cudafix, dlopen_table
-from tests.wheelhelp import make_wheel
+from tests.support.cli import cudafix, dlopen_table
+from tests.support.wheels import make_wheel
 
 UV = uv.find_uv_bin()
 

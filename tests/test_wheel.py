@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import io
 import os
 import subprocess
@@ -17,7 +15,7 @@ import uv
 
 from scenarios.build import builder_env
 from scenarios.compile import wheel_tag
-from scenarios.wheel import WheelMeta, pack_wheel, top_level
+from scenarios.wheel import WheelMeta, pack_wheel, record_hash, top_level
 
 UV = uv.find_uv_bin()
 
@@ -40,9 +38,9 @@ def wheel(tmp_path: Path) -> Path:
     return pack_wheel(META, _tree(tmp_path / "tree"), tmp_path / "wh")
 
 
-def _digest(data: bytes) -> str:
-    raw = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={raw}"
+def test_record_hash_is_the_pep376_encoding() -> None:
+    """A known vector: sha256 of nothing, urlsafe base64 without padding."""
+    assert record_hash(b"") == "sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU"
 
 
 def test_filename_and_metadata(wheel: Path) -> None:
@@ -68,7 +66,7 @@ def test_record_hashes_and_sizes_match_every_member(wheel: Path) -> None:
                 assert (digest, size) == ("", "")
                 continue
             data = zf.read(path)
-            assert (digest, int(size)) == (_digest(data), len(data))
+            assert (digest, int(size)) == (record_hash(data), len(data))
     assert {r[0] for r in rows} == members
 
 

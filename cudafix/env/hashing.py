@@ -26,8 +26,14 @@ CACHE_VERSION = 2
 StatKey = tuple[int, int, int, int, int]
 
 
-def _encode(raw: bytes) -> str:
+def encode_digest(raw: bytes) -> str:
+    """A sha256 digest as RECORD spells it: urlsafe base64, unpadded (PEP 376)."""
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def hash_bytes(data: bytes) -> str:
+    """RECORD-encoded sha256 of bytes in memory (wheel builders write RECORD with it)."""
+    return encode_digest(hashlib.sha256(data).digest())
 
 
 def hash_fd(fd: int) -> str:
@@ -35,7 +41,7 @@ def hash_fd(fd: int) -> str:
     h = hashlib.sha256()
     while chunk := os.read(fd, CHUNK):
         h.update(chunk)
-    return _encode(h.digest())
+    return encode_digest(h.digest())
 
 
 def hash_path(path: Path) -> str | None:
