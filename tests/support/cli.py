@@ -55,7 +55,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *wo
         assert word in proc.stderr, (word, proc.stderr)
 
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def uv_uninstall(python: Path, name: str) -> None:
