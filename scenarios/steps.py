@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.hashing import hash_path
+from cudafix.env.inventory import find_dist_info
 from cudafix.model.errors import BackendError, InputError
-from cudafix.model.names import normalize_name
 from cudafix.process import run
 from scenarios.spec import Step
 from scenarios.wheel import record_line
@@ -82,12 +82,11 @@ def confined(venv: Venv, template: str) -> Path:
 
 def dist_info(venv: Venv, name: str) -> Path:
     """The installed ``*.dist-info`` of distribution ``name``."""
-    wanted = normalize_name(name)
-    for info in sorted(venv.site.glob("*.dist-info")):
-        for line in (info / "METADATA").read_text(encoding="utf-8").splitlines():
-            if line.startswith("Name:") and normalize_name(line[5:].strip()) == wanted:
-                return info
-    raise InputError(f"step names {name!r}, which is not installed")
+    site = venv.site.relative_to(venv.root).as_posix()
+    found = find_dist_info(venv.root, [site], name)
+    if found is None:
+        raise InputError(f"step names {name!r}, which is not installed")
+    return venv.root / found
 
 
 def _append_record(venv: Venv, name: str, line: str) -> None:
