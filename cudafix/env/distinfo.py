@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from packaging.metadata import parse_email
 
+from cudafix.model.names import DIST_INFO_SUFFIX
+
 INSTALLER_FILES = frozenset(
     {"INSTALLER", "REQUESTED", "RECORD", "RECORD.jws", "RECORD.p7s"}
     | {"direct_url.json", "uv_cache.json"}
@@ -39,6 +41,16 @@ def parse_metadata(text: str) -> CoreMetadata:
 
 
 def is_installer_file(path: str, dist_info: str) -> bool:
-    """Whether ``path`` is one of ``dist_info``'s installer-written files."""
+    """Whether ``path`` is one of ``dist_info``'s installer-written files (INSTALLER_FILES):
+    the rows a RECORD digest leaves out, since two installs of one build differ in them."""
     head, _, base = path.rpartition("/")
     return head == dist_info and base in INSTALLER_FILES
+
+
+def in_some_dist_info(path: str) -> bool:
+    """Whether ``path`` lies in any ``*.dist-info`` directory.
+
+    Each installer writes a dist-info its own way (INSTALLER, uv_cache.json, the name's case),
+    so verify does not demand such a file back after a reinstall.
+    """
+    return any(part.endswith(DIST_INFO_SUFFIX) for part in path.split("/")[:-1])

@@ -7,19 +7,17 @@ anything changes. Fetching is :mod:`cudafix.fetch.staging`'s.
 
 from __future__ import annotations
 
-from cudafix.env.distinfo import is_installer_file
 from cudafix.env.inventory import Distribution, is_bytecode
 from cudafix.fetch.staging import StagedWheel
 
 
-def comparable(path: str, dist_info: str) -> bool:
-    """Rows two installs of one wheel agree on: not bytecode, scripts or installer files."""
-    return not (
-        is_bytecode(path)
-        or path.startswith("bin/")
-        or is_installer_file(path, dist_info)
-        or path.startswith(dist_info + "/")
-    )
+def is_payload(path: str, dist_info: str) -> bool:
+    """A RECORD row two installs of one wheel agree on: the wheel's own files.
+
+    Not bytecode (compiled at install, or not), scripts under ``bin/`` (generated from entry
+    points) nor anything in the dist-info directory (installer files, the name's case).
+    """
+    return not (is_bytecode(path) or path.startswith("bin/") or path.startswith(dist_info + "/"))
 
 
 def wheel_differences(installed: Distribution, staged: StagedWheel) -> list[str]:
@@ -28,8 +26,8 @@ def wheel_differences(installed: Distribution, staged: StagedWheel) -> list[str]
     dist-info contents are left out (the directory name's case and installer files vary
     between installers); what matters is the files the distribution provides.
     """
-    have = {e.path: e.sha256 for e in installed.files if comparable(e.path, installed.dist_info)}
-    want = {p: h for p, h in staged.files.items() if comparable(p, staged.dist_info)}
+    have = {e.path: e.sha256 for e in installed.files if is_payload(e.path, installed.dist_info)}
+    want = {p: h for p, h in staged.files.items() if is_payload(p, staged.dist_info)}
     out = [f"{p}: not in the wheel" for p in sorted(set(have) - set(want))]
     out += [f"{p}: only in the wheel" for p in sorted(set(want) - set(have))]
     out += [
