@@ -37,6 +37,7 @@ def _one_json(proc: subprocess.CompletedProcess[str], code: int) -> dict[str, ob
     return value
 
 
+@pytest.mark.slow
 def test_malformed_dlopen_table(venv: tuple[Path, Path], tmp_path: Path) -> None:
     prefix, _ = venv
     bad = tmp_path / "bad.toml"
@@ -61,6 +62,7 @@ def test_usage_errors_under_json_are_one_object(argv: list[str]) -> None:
     assert _one_json(proc, 2)["state"] == "error"
 
 
+@pytest.mark.slow
 def test_record_field_over_the_csv_limit(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     record = prefix / site_rel(prefix) / "pa-1.0.dist-info" / "RECORD"
@@ -76,6 +78,7 @@ def test_record_field_over_the_csv_limit(venv: tuple[Path, Path]) -> None:
     _no_bug(dry)
 
 
+@pytest.mark.slow
 def test_a_lock_symlink_loop_is_a_clear_refusal(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     (prefix / ".cudafix").mkdir()
@@ -88,6 +91,7 @@ def test_a_lock_symlink_loop_is_a_clear_refusal(venv: tuple[Path, Path]) -> None
     assert fingerprint(prefix) == before
 
 
+@pytest.mark.slow
 def test_enospc_at_commit_is_one_line_exit_1(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     before = fingerprint(prefix)
@@ -98,6 +102,7 @@ def test_enospc_at_commit_is_one_line_exit_1(venv: tuple[Path, Path]) -> None:
     assert fingerprint(prefix) == before
 
 
+@pytest.mark.slow
 def test_a_failed_rollback_exits_4_naming_the_paths(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     sp = site_rel(prefix)
@@ -111,6 +116,7 @@ def test_a_failed_rollback_exits_4_naming_the_paths(venv: tuple[Path, Path]) -> 
     _runs_as_printed(_hint(proc), expect=0)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root")
 def test_a_read_only_environment_is_exit_2(venv: tuple[Path, Path], tmp_path: Path) -> None:
     prefix, wheels = venv
@@ -147,6 +153,7 @@ def _runs_as_printed(argv: list[str], expect: int, *extra: str) -> subprocess.Co
     return proc
 
 
+@pytest.mark.slow
 def test_printed_next_commands_run(venv: tuple[Path, Path], tmp_path: Path) -> None:
     prefix, wheels = venv
     before = fingerprint(prefix)

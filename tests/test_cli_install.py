@@ -11,6 +11,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+import pytest
 from conftest import ScenarioFactory
 
 from scenarios import BuiltScenario
@@ -18,6 +19,9 @@ from scenarios.build import uv_binary
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, assert_one_line_error, cudafix
 from tests.support.wheels import make_wheel
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 CLOBBERED = [
     "nvidia/cudnn/include/cudnn_version.h",

@@ -19,6 +19,9 @@ from scenarios.catalog import scenario_names
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, cudafix, dlopen_table
 
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
+
 CASES = [
     (name, stage)
     for name in scenario_names()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ScenarioFactory
 
 from cudafix.model.probe import ProbeSpec
@@ -15,6 +16,9 @@ from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
 from tests.support.cli import as_json, cudafix
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -25,6 +25,9 @@ from tests.support.cli import cudafix
 from tests.support.tx import B_BYTES, shared_pair
 from tests.support.venvs import site_rel
 
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
+
 STEPS = [
     "plan",
     "snapshot-begin",

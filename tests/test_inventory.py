@@ -86,6 +86,7 @@ def _append_record(venv: Path, dist_info: str, *lines: str) -> None:
 # --- ownership and holders -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shared_path_holds_the_second_installers_bytes(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -104,6 +105,7 @@ def test_shared_path_holds_the_second_installers_bytes(
     assert inv.missing == {}
 
 
+@pytest.mark.slow
 def test_holder_of_a_file_nobody_wrote(tmp_path: Path, wheels: Path, cache: Path) -> None:
     venv = _venv(tmp_path, wheels, cache, "nvcu12", "nvcu13")
     cudnn = _ep(venv, CUDNN)
@@ -116,6 +118,7 @@ def test_holder_of_a_file_nobody_wrote(tmp_path: Path, wheels: Path, cache: Path
     assert holder_of(inv, _ep(venv, "absent.so"), (CU13,)) == ()
 
 
+@pytest.mark.slow
 def test_plain_uninstall_of_a_co_owner_leaves_the_other_missing(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -131,6 +134,7 @@ def test_plain_uninstall_of_a_co_owner_leaves_the_other_missing(
 # --- distributions ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_distribution_fields_scripts_and_top_level(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -149,6 +153,7 @@ def test_distribution_fields_scripts_and_top_level(
     assert inv.files[EnvPath("bin/tool")].kind == "file"
 
 
+@pytest.mark.slow
 def test_distribution_paths_include_dist_info_and_bytecode(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -164,6 +169,7 @@ def test_distribution_paths_include_dist_info_and_bytecode(
     assert EnvPath("bin/tool") in paths
 
 
+@pytest.mark.slow
 def test_unsafe_record_entries_are_flagged_and_not_owned(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -196,6 +202,7 @@ def test_unsafe_record_entries_are_flagged_and_not_owned(
     assert _ep(venv, "evil/payload.so") not in inv.files
 
 
+@pytest.mark.slow
 def test_bad_record_rows_are_collected_and_still_owned(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -220,6 +227,7 @@ def test_bad_record_rows_are_collected_and_still_owned(
         assert inv.owners[_ep(venv, rel)] == (DistName("tool"),)
 
 
+@pytest.mark.slow
 def test_unmanaged_installs(tmp_path: Path, wheels: Path, cache: Path) -> None:
     venv = _venv(tmp_path, wheels, cache, "tool", "nvcu12")
     sp = site_dir(venv)
@@ -233,6 +241,7 @@ def test_unmanaged_installs(tmp_path: Path, wheels: Path, cache: Path) -> None:
     assert set(inv.distributions) == {DistName("tool"), CU13}  # nvcu13: a dependency of tool
 
 
+@pytest.mark.slow
 def test_second_dist_info_of_one_name_is_flagged(tmp_path: Path, wheels: Path, cache: Path) -> None:
     venv = _venv(tmp_path, wheels, cache, "nvcu12")
     sp = site_dir(venv)
@@ -246,6 +255,7 @@ def test_second_dist_info_of_one_name_is_flagged(tmp_path: Path, wheels: Path, c
     ("filename", "corrupt"),
     [("RECORD", "directory"), ("RECORD", "invalid-utf8"), ("METADATA", "invalid-utf8")],
 )
+@pytest.mark.slow
 def test_unreadable_metadata_file_is_one_clear_input_error(
     tmp_path: Path, wheels: Path, cache: Path, filename: str, corrupt: str
 ) -> None:
@@ -278,6 +288,7 @@ def test_walk_skips_state_dir_and_symlinked_dirs(tmp_path: Path) -> None:
     assert files[EnvPath("lib/a.so")].size == 1
 
 
+@pytest.mark.slow
 def test_lib64_symlink_site_packages_is_read_once(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:

@@ -14,6 +14,9 @@ from cudafix.env.statedir import StateDir
 from tests.support.cli import cudafix
 from tests.support.venvs import site_rel
 
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
+
 
 def _same_size_same_mtime(path: Path) -> None:
     st = path.stat()

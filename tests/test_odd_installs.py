@@ -12,6 +12,9 @@ import pytest
 from tests.support.cli import cudafix
 from tests.support.venvs import site_rel
 
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
+
 
 def _dry_remove(prefix: Path, wheels: Path) -> subprocess.CompletedProcess[str]:
     return cudafix(

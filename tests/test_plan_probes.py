@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import cudafix
 from tests.support.tx import shared_pair
 from tests.support.venvs import site_rel
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 
 def test_plan_probe_commands_are_listed_and_can_be_skipped(tmp_path: Path) -> None:

@@ -33,23 +33,27 @@ def _break_python(venv: Path, script: str) -> Path:
 # --- locate_target --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_virtual_env_wins_over_dot_venv(venv: Path, tmp_path: Path, cache: Path) -> None:
     new_venv(tmp_path / ".venv", cache=cache)
     target = locate_target(None, None, {"VIRTUAL_ENV": str(venv)}, tmp_path)
     assert target == TargetEnv(venv, venv / "bin" / "python")
 
 
+@pytest.mark.slow
 def test_dot_venv_in_cwd(tmp_path: Path, cache: Path) -> None:
     dot = new_venv(tmp_path / ".venv", cache=cache)
     assert locate_target(None, None, {}, tmp_path).prefix == dot
 
 
+@pytest.mark.slow
 def test_relative_venv_is_made_absolute(venv: Path, tmp_path: Path) -> None:
     target = locate_target(None, "env", {}, tmp_path)
     assert target.prefix == venv
     assert target.prefix.is_absolute()
 
 
+@pytest.mark.slow
 def test_python_inside_venv_is_not_resolved_out_of_it(venv: Path, tmp_path: Path) -> None:
     python = venv / "bin" / "python"
     assert python.is_symlink()  # uv links to the base interpreter outside the venv
@@ -57,6 +61,7 @@ def test_python_inside_venv_is_not_resolved_out_of_it(venv: Path, tmp_path: Path
     assert locate_target("env/bin/python", None, {}, tmp_path).prefix == venv
 
 
+@pytest.mark.slow
 def test_python_by_name_on_path(venv: Path, tmp_path: Path) -> None:
     target = locate_target("python", None, {"PATH": str(venv / "bin")}, tmp_path)
     assert target.prefix == venv
@@ -96,11 +101,13 @@ def test_directory_that_is_not_a_venv(tmp_path: Path) -> None:
         locate_target("plain/bin/python", None, {}, tmp_path)
 
 
+@pytest.mark.slow
 def test_python_and_venv_together_is_a_usage_error(venv: Path, tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         locate_target(str(venv / "bin" / "python"), str(venv), {}, tmp_path)
 
 
+@pytest.mark.slow
 def test_layout_without_pyvenv_cfg_is_accepted(venv: Path, tmp_path: Path) -> None:
     (venv / "pyvenv.cfg").unlink()
     assert locate_target(None, str(venv), {}, tmp_path).prefix == venv
@@ -109,6 +116,7 @@ def test_layout_without_pyvenv_cfg_is_accepted(venv: Path, tmp_path: Path) -> No
 # --- query_interpreter ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_query_reports_layout_and_markers(venv: Path, tmp_path: Path) -> None:
     info = query_interpreter(locate_target(None, str(venv), {}, tmp_path))
     assert info.fallback_reason is None
@@ -121,6 +129,7 @@ def test_query_reports_layout_and_markers(venv: Path, tmp_path: Path) -> None:
     assert str(site_dir(venv)) in info.sys_path
 
 
+@pytest.mark.slow
 def test_query_runs_nothing_from_site_packages(venv: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pth-ran"
     (site_dir(venv) / "evil.pth").write_text(
@@ -132,6 +141,7 @@ def test_query_runs_nothing_from_site_packages(venv: Path, tmp_path: Path) -> No
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_crashing_interpreter_falls_back_to_layout(venv: Path, tmp_path: Path) -> None:
     python = _break_python(venv, "echo 'Fatal Python error: boom' >&2; exit 3")
     target = locate_target(str(python), None, {}, tmp_path)
@@ -144,6 +154,7 @@ def test_crashing_interpreter_falls_back_to_layout(venv: Path, tmp_path: Path) -
     assert info.marker_env["python_full_version"] == ".".join(map(str, sys.version_info[:3]))
 
 
+@pytest.mark.slow
 def test_missing_interpreter_falls_back(venv: Path, tmp_path: Path) -> None:
     python = venv / "bin" / "python"
     python.unlink()
@@ -152,12 +163,14 @@ def test_missing_interpreter_falls_back(venv: Path, tmp_path: Path) -> None:
     assert info.fallback_reason is not None and "exited 127" in info.fallback_reason
 
 
+@pytest.mark.slow
 def test_hanging_interpreter_falls_back(venv: Path) -> None:
     python = _break_python(venv, "exec sleep 30")
     info = query_interpreter(TargetEnv(venv, python), timeout=0.5)
     assert info.fallback_reason is not None and "timed out" in info.fallback_reason
 
 
+@pytest.mark.slow
 def test_garbage_answer_falls_back(venv: Path) -> None:
     python = _break_python(venv, "echo not-json")
     info = query_interpreter(TargetEnv(venv, python))
@@ -188,6 +201,7 @@ def _debian_venv(where: Path) -> Path:
     return where
 
 
+@pytest.mark.slow
 def test_debian_system_python_venv_is_read_with_the_venv_scheme(
     tmp_path: Path, cache: Path
 ) -> None:

@@ -33,6 +33,9 @@ from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.tx import B_BYTES, make_plan, remove_pa_plan
 from tests.support.venvs import site_rel
 
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
+
 OK = ProbeSpec(modules=("pb_mod",))
 BAD = ProbeSpec(code=("import pa_mod",))
 

@@ -21,6 +21,9 @@ from scenarios import BuiltScenario
 from tests.support.cli import cudafix, dlopen_table
 from tests.support.wheels import make_wheel
 
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
+
 UV = uv.find_uv_bin()
 
 

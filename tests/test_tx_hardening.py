@@ -32,6 +32,9 @@ from scenarios.fingerprint import fingerprint
 from tests.support.tx import remove_pa_plan
 from tests.support.venvs import site_rel
 
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
+
 
 def _listing(where: Path) -> list[str]:
     return sorted(str(p.relative_to(where)) for p in where.rglob("*"))

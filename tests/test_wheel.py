@@ -43,6 +43,7 @@ def test_record_hash_is_the_pep376_encoding() -> None:
     assert record_hash(b"") == "sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU"
 
 
+@pytest.mark.slow
 def test_filename_and_metadata(wheel: Path) -> None:
     assert wheel.name == f"nvidia_cudnn_cu12-9.10.2.21-{wheel_tag()}.whl"
     with zipfile.ZipFile(wheel) as zf:
@@ -56,6 +57,7 @@ def test_filename_and_metadata(wheel: Path) -> None:
     assert top == "nvidia\n"
 
 
+@pytest.mark.slow
 def test_record_hashes_and_sizes_match_every_member(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         record_name = "nvidia_cudnn_cu12-9.10.2.21.dist-info/RECORD"
@@ -76,6 +78,7 @@ def test_packing_is_deterministic(tmp_path: Path) -> None:
     assert pack_wheel(META, tree, tmp_path / "b").read_bytes() == first
 
 
+@pytest.mark.slow
 def test_executable_bit_survives(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         info = zf.getinfo("nvidia/cudnn/lib/libcudnn.so.9")
@@ -97,6 +100,7 @@ def _venv(path: Path) -> Path:
     return path / "bin" / "python"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("installer", ["uv", "pip"])
 def test_real_installers_accept_it(wheel: Path, tmp_path: Path, installer: str) -> None:
     python = _venv(tmp_path / "venv")
