@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.env.hashing import CACHE_VERSION, HashCache
+from cudafix.env.hashing import CACHE_FORMAT, CACHE_VERSION, HashCache
 from cudafix.env.inventory import Inventory, holder_of, read_inventory, walk_files
 from cudafix.env.record import (
     Refusal,
@@ -19,6 +19,7 @@ from cudafix.env.record import (
     resolve_record_path,
     without_entries,
 )
+from cudafix.env.statedir import save_cache
 from cudafix.model.errors import ExitCode, InputError
 from cudafix.model.names import DistName, EnvPath
 from cudafix.tx.snapshot import path_syntax
@@ -374,8 +375,14 @@ def test_hash_cache_roundtrip_corrupt_and_unwritable(tmp_path: Path) -> None:
     assert len(loaded) == 1
     # the loaded memo answers without reading: prove it by planting a wrong value
     (key,) = json.loads(cache_file.read_text())["entries"]
-    cache_file.write_text(json.dumps({"version": CACHE_VERSION, "entries": {key: "planted"}}))
+    assert save_cache(cache_file, CACHE_FORMAT, CACHE_VERSION, {"entries": {key: "planted"}})
     assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == "planted"
+    # a cache reached through a symlink is not read (it could be planted anywhere)
+    planted = tmp_path / "planted.json"
+    cache_file.rename(planted)
+    cache_file.symlink_to(planted)
+    assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest
+    cache_file.unlink()
     cache_file.write_text("{not json")
     assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest
     (tmp_path / "blocker").write_text("a file, not a dir")
