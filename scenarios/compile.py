@@ -80,7 +80,7 @@ def _lib_job(dist: Dist, lib: Lib, work: Path, providers: Mapping[str, Path]) ->
 
 def _ext_job(dist: Dist, ext: Extension, work: Path, providers: Mapping[str, Path]) -> _Job:
     obj = SharedObject(
-        output=tree_of(dist, work) / (ext.path + ext_suffix()),
+        output=tree_of(dist, work) / (ext.path + (ext.suffix or ext_suffix())),
         needed=tuple(providers[n] for n in ext.needed),
         rpath=ext.runpath or ext.rpath,
         runpath=bool(ext.runpath),

@@ -75,11 +75,20 @@ class Extension(_Model):
     needed: tuple[str, ...] = ()
     rpath: tuple[str, ...] = ()
     runpath: tuple[str, ...] = ()
+    suffix: str | None = None
+    """File ending instead of EXT_SUFFIX: ``.so`` for a name without ABI tag (``_jax.so``)."""
 
     @field_validator("path")
     @classmethod
     def _check_path(cls, value: str) -> str:
         return _relative(value)
+
+    @field_validator("suffix")
+    @classmethod
+    def _check_suffix(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith(".") or "/" in value):
+            raise ValueError(f"suffix {value!r}: a file ending such as '.so'")
+        return value
 
     @property
     def module(self) -> str:

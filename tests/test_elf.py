@@ -18,6 +18,7 @@ from cudafix.linker.ldcache import (
     parse_ldso_help,
     read_ld_cache,
 )
+from scenarios.cc import SharedObject, compile_shared
 from tests.support.loadertree import lib
 
 
@@ -147,3 +148,22 @@ def test_ldso_help_gives_the_debug_search_order(tmp_path: Path) -> None:
     ).stderr
     tried = re.findall(r"trying file=/nowhere/(.*)libgone\.so\.1", debug)
     assert [t.rstrip("/") for t in tried] == list(hwcap_subdirs(host))
+
+
+def test_an_extension_module_is_known_by_its_pyinit_export(tmp_path: Path) -> None:
+    """``PyInit_<name>`` for the file's own name, whatever the suffix; a library is not one."""
+    untagged = compile_shared(SharedObject(output=tmp_path / "_jax.so", python_module="_jax"))
+    tagged = tmp_path / "_C.cpython-311-x86_64-linux-gnu.so"
+    compile_shared(SharedObject(output=tagged, python_module="_C"))
+    other = compile_shared(SharedObject(output=tmp_path / "_other.so", python_module="_jax2"))
+    plain = lib(tmp_path / "libtorch_cuda.so")
+    versioned = compile_shared(SharedObject(output=tmp_path / "_v.so.1", python_module="_v"))
+    found = {p.name: read_elf(p) for p in (untagged, tagged, other, plain, versioned)}
+    modules = {n: v.python_module for n, v in found.items() if isinstance(v, ElfInfo)}
+    assert modules == {
+        "_jax.so": "_jax",
+        "_C.cpython-311-x86_64-linux-gnu.so": "_C",
+        "_other.so": None,
+        "libtorch_cuda.so": None,
+        "_v.so.1": None,
+    }

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cudafix.env.target import TargetEnv, locate_target, query_interpreter
+from cudafix.env.target import TargetEnv, fallback_info, locate_target, query_interpreter
 from cudafix.model.errors import ExitCode, TargetError, UsageError
 from tests.support.venvs import new_venv, site_dir
 
@@ -127,6 +129,21 @@ def test_query_reports_layout_and_markers(venv: Path, tmp_path: Path) -> None:
     assert info.marker_env["sys_platform"] == sys.platform
     assert info.ext_suffix is not None and info.ext_suffix.endswith(".so")
     assert str(site_dir(venv)) in info.sys_path
+
+
+@pytest.mark.slow
+def test_query_reports_the_interpreters_own_extension_suffixes(venv: Path, tmp_path: Path) -> None:
+    """What import loads extension modules from, as the target says (untagged ``.so`` too)."""
+    code = "import importlib.machinery as m, json; print(json.dumps(m.EXTENSION_SUFFIXES))"
+    asked = subprocess.run(
+        [str(venv / "bin" / "python"), "-I", "-c", code], capture_output=True, text=True
+    )
+    info = query_interpreter(locate_target(None, str(venv), {}, tmp_path))
+    assert info.extension_suffixes == tuple(json.loads(asked.stdout))
+    assert ".so" in info.extension_suffixes
+    fallback = fallback_info(venv, "no interpreter")
+    assert fallback.extension_suffixes[0] == info.ext_suffix
+    assert fallback.extension_suffixes[1:] == (".abi3.so", ".so")
 
 
 @pytest.mark.slow

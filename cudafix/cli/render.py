@@ -14,7 +14,7 @@ from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
 
 if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pydantic
-    from cudafix.model.doctor import DoctorReport, Finding
+    from cudafix.model.doctor import Choice, DoctorReport, Finding
     from cudafix.model.plan import Plan
 
 Style = Callable[..., str]
@@ -195,6 +195,7 @@ def render_report(report: DoctorReport, style: Style = plain) -> str:
     out = [
         f"Environment: {report.prefix}",
         f"{report.distributions} distributions, {report.elf_objects} ELF objects",
+        _entry_points(report),
     ]
     for finding in report.findings:
         out += _finding(finding, style)
@@ -210,6 +211,14 @@ def render_report(report: DoctorReport, style: Style = plain) -> str:
     return "\n".join(out)
 
 
+def _entry_points(report: DoctorReport) -> str:
+    """How many objects import loads, and from how many entry points of each kind."""
+    names = {"extension": "extension module(s)", "executable": "executable(s)",
+             "run-time": "run-time load(s)"}  # fmt: skip
+    kinds = ", ".join(f"{len(v)} {names.get(k, k)}" for k, v in sorted(report.roots.items()))
+    return f"import loads {report.imported_objects} of them; load chains start at {kinds or 'none'}"
+
+
 def _finding(f: Finding, style: Style) -> Iterable[str]:
     mark, colour = _MARK[f.severity]
     yield ""
@@ -218,6 +227,22 @@ def _finding(f: Finding, style: Style) -> Iterable[str]:
     yield from _more(len(f.details), _DETAILS, "")
     if f.hint:
         yield f"    -> {f.hint}"
+    if not f.hint:
+        yield from (f"    -> {_choice(c)}" for c in f.choices)
+
+
+def _choice(c: Choice) -> str:
+    """One way out of a finding, in words."""
+    majors = " and ".join(f"cu{m}" for m in c.majors)
+    if c.action == "keep-all":
+        both = "both" if len(c.majors) == 2 else "all"
+        return f"keep {both} (nothing to do): {majors} are each what an installed framework needs"
+    if c.action == "remove-leftovers":
+        return f"remove the {majors} leftovers: `{c.command}`"
+    if not c.command:
+        return f"the {majors} framework's libraries are all needed by another framework"
+    who = ", ".join(c.frameworks) or f"the {majors} libraries"
+    return f"or remove {who} with its {majors} libraries: `{c.command}`"
 
 
 def render_error(err: CudafixError, style: Style = plain) -> str:

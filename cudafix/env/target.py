@@ -36,7 +36,7 @@ _CACHE_FORMAT = "cudafix-interpreter-cache"
 _CACHE_VERSION = 1
 
 _QUERY = """\
-import json, os, platform, site, sys, sysconfig
+import importlib.machinery, json, os, platform, site, sys, sysconfig
 # Run with -I -S: nothing from site-packages is imported and no .pth file runs. Without
 # site, Python 3.10 leaves sys.prefix at the base install, so find the venv as site.venv does.
 prefix = sys.prefix
@@ -68,6 +68,7 @@ print(json.dumps({
     "platlib": paths["platlib"],
     "version_info": list(sys.version_info[:3]),
     "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+    "extension_suffixes": importlib.machinery.EXTENSION_SUFFIXES,
     "sys_path": sys.path + [p for p in site.getsitepackages([prefix]) if os.path.isdir(p)],
     "markers": {
         "implementation_name": impl.name,
@@ -106,6 +107,9 @@ class InterpreterInfo:
     ext_suffix: str | None
     sys_path: tuple[str, ...]
     """``sys.path`` plus the site-packages dirs ``site`` would add (``.pth`` additions not run)."""
+    extension_suffixes: tuple[str, ...] = ()
+    """``importlib.machinery.EXTENSION_SUFFIXES``: the file endings import loads extension
+    modules from (``.cpython-311-x86_64-linux-gnu.so``, ``.abi3.so``, ``.so``)."""
     fallback_reason: str | None = None
     """Why the interpreter was not asked (or did not answer); None when it did."""
 
@@ -273,6 +277,9 @@ def _parse_answer(target: TargetEnv, data: Mapping[str, Any]) -> InterpreterInfo
             sites.append(rel)
     major, minor, micro = (int(x) for x in data["version_info"])
     ext = data.get("ext_suffix")
+    suffixes = data.get("extension_suffixes")
+    if not isinstance(suffixes, list) or not all(isinstance(x, str) for x in suffixes):
+        suffixes = guess_extension_suffixes((major, minor), ext if isinstance(ext, str) else None)
     return InterpreterInfo(
         prefix=target.prefix,
         site_packages=tuple(sites),
@@ -280,7 +287,14 @@ def _parse_answer(target: TargetEnv, data: Mapping[str, Any]) -> InterpreterInfo
         version_info=(major, minor, micro),
         ext_suffix=ext if isinstance(ext, str) else None,
         sys_path=tuple(str(p) for p in data["sys_path"]),
+        extension_suffixes=tuple(suffixes),
     )
+
+
+def guess_extension_suffixes(version: tuple[int, int], ext_suffix: str | None) -> tuple[str, ...]:
+    """CPython's ``EXTENSION_SUFFIXES`` on Linux, for an interpreter that cannot be asked."""
+    tagged = ext_suffix or f".cpython-{version[0]}{version[1]}-{platform.machine()}-linux-gnu.so"
+    return (tagged, ".abi3.so", ".so")
 
 
 def fallback_info(prefix: Path, reason: str) -> InterpreterInfo:
@@ -303,7 +317,10 @@ def fallback_info(prefix: Path, reason: str) -> InterpreterInfo:
         "python_version": f"{version[0]}.{version[1]}",
         "sys_platform": sys.platform,
     }
-    return InterpreterInfo(prefix, sites, markers, version, None, (), fallback_reason=reason)
+    suffixes = guess_extension_suffixes(version[:2], None)
+    return InterpreterInfo(
+        prefix, sites, markers, version, None, (), suffixes, fallback_reason=reason
+    )
 
 
 def read_pyvenv_cfg(path: Path) -> dict[str, str]:

@@ -37,6 +37,10 @@ class ElfInfo:
     """DF_1_NODEFLIB: the ld.so cache and default dirs are not searched for this object's needs."""
     interpreter: str | None = None
     """PT_INTERP (executables only): the ld.so that is loaded before anything else."""
+    python_module: str | None = None
+    """The module name when the object exports ``PyInit_<name>`` for its own file name
+    (``_jax`` for ``_jax.so``): what CPython's import looks up, so an extension module's
+    mark whatever suffix it carries. Only names ending in ``.so`` are asked."""
 
     @property
     def effective_rpath(self) -> tuple[str, ...]:
@@ -78,6 +82,7 @@ def verdict_from_json(kind: Any, body: Any) -> ElfInfo | ElfProblem | None:
                 runpath=tuple(str(p) for p in body["runpath"]),
                 nodeflib=bool(body["nodeflib"]),
                 interpreter=body.get("interpreter"),
+                python_module=body.get("python_module"),
             )
         if kind == "problem":
             return ElfProblem(str(body[0]), str(body[1]))
@@ -152,7 +157,7 @@ def _read_stream(path: Path, stream: IO[bytes]) -> ElfInfo | ElfProblem:
     try:
         elf = elf_file(stream)
         truncated = _declared_end(elf) > size
-        info = None if truncated else _dynamic_facts(elf)
+        info = None if truncated else _dynamic_facts(elf, path.name)
     except parse_errors as exc:
         reason = "truncated" if size < 64 or _header_says_truncated(stream, size) else "corrupt"
         return ElfProblem(reason, f"{path}: {exc}")
@@ -211,7 +216,7 @@ def _declared_end(elf: Any) -> int:
     return int(end)
 
 
-def _dynamic_facts(elf: Any) -> ElfInfo | None:
+def _dynamic_facts(elf: Any, name: str) -> ElfInfo | None:
     dyn = next(iter(elf.iter_segments(type="PT_DYNAMIC")), None)
     if dyn is None:
         return None
@@ -242,9 +247,36 @@ def _dynamic_facts(elf: Any) -> ElfInfo | None:
     machine = str(elf.header["e_machine"])
     interp = next(iter(elf.iter_segments(type="PT_INTERP")), None)
     interpreter = interp.get_interp_name() if interp is not None else None
+    module = _python_module(elf, dyn, name)
     return ElfInfo(
-        elf.elfclass, machine, soname, tuple(needed), rpath, runpath, nodeflib, interpreter
+        elf.elfclass, machine, soname, tuple(needed), rpath, runpath, nodeflib, interpreter, module
     )
+
+
+def _python_module(elf: Any, dyn: Any, name: str) -> str | None:
+    """``name``'s module when the object defines ``PyInit_<module>``, else None.
+
+    CPython imports ``<module><suffix>`` by calling ``PyInit_<module>`` (the file name up to
+    its first dot), so that export, not the ABI tag, is what makes an extension module. One
+    lookup through the object's own hash table (as ld.so's ``dlsym``), never a symbol scan.
+    """
+    module = name.split(".", 1)[0]
+    if not name.endswith(".so") or not module.isidentifier():
+        return None
+    from elftools.elf.hash import ELFHashTable, GNUHashTable
+
+    _, gnu = dyn.get_table_offset("DT_GNU_HASH")
+    _, sysv = dyn.get_table_offset("DT_HASH")
+    if gnu is not None:
+        table: Any = GNUHashTable(elf, gnu, dyn)
+    elif sysv is not None:
+        table = ELFHashTable(elf, sysv, None, dyn)
+    else:
+        return None
+    symbol = table.get_symbol(f"PyInit_{module}")
+    if symbol is None or symbol["st_shndx"] == "SHN_UNDEF":
+        return None
+    return module
 
 
 def _tags(dyn: Any) -> Iterator[Any]:

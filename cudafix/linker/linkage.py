@@ -1,18 +1,30 @@
 """Which needs of which objects resolve where, and how a change to the tree alters that.
 
 This is the bridge between the pure loader (absolute paths, one load tree per root) and the
-planner and doctor (environment paths, owners). Every ELF object of the environment is a
-root, as ``ldd <object>`` would load it, so inherited RPATHs are taken into account.
+planner and doctor (environment paths, owners). A need is judged on the load chains through
+which its object is really loaded: the trees of the environment's entry points (extension
+modules, executables, run-time loads; :class:`Root`), each loaded as ``ldd <root>`` would,
+so DT_RPATHs inherited from the loaders count. An object none of them loads is judged on
+its own tree.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from cudafix.linker.elfindex import ElfIndex
-from cudafix.linker.loader import DlopenTable, LibraryView, LoadTree, SearchConfig, Step, resolve
+from cudafix.linker.loader import (
+    DiagnosingView,
+    DlopenTable,
+    LibraryView,
+    LoadTree,
+    SearchConfig,
+    Step,
+    resolve,
+)
 from cudafix.model.names import EnvPath, Soname
 
 
@@ -25,9 +37,138 @@ class Edge:
     provider: str | None
     how: str
     searched: tuple[str, ...]
+    chains: int = 0
+    """How many real load chains (:class:`Root`) load the requester; 0: none does, and the
+    edge is the requester's own tree's. With chains, a None provider means the need fails
+    on every one of them, and a provider is the first chain's that finds one."""
+    root: str = ""
+    """The root of the tree this edge was read from."""
 
 
 EdgeKey = tuple[str, Soname]
+
+RootKind = Literal["extension", "executable", "run-time"]
+
+
+@dataclass(frozen=True)
+class Root:
+    """Where a load chain starts: an object something really loads, and why.
+
+    Extension modules (``import`` dlopens them) and executables come from the ELF facts
+    (:func:`entry_roots`); run-time loads (a framework dlopening a library by path) are
+    given by whoever knows them, with where that was read in ``source``.
+    """
+
+    path: str
+    """Absolute path."""
+    kind: RootKind
+    source: str = ""
+
+
+def entry_roots(
+    prefix: str,
+    index: ElfIndex,
+    extension_suffixes: Iterable[str],
+    gone: frozenset[EnvPath] = frozenset(),
+) -> tuple[Root, ...]:
+    """The environment's extension modules and executables, sorted by path.
+
+    An extension module is a file named ``<module><suffix>``, ``suffix`` one of the target
+    interpreter's ``EXTENSION_SUFFIXES``, that exports ``PyInit_<module>``: exactly what
+    import loads (``jaxlib/_jax.so`` carries no ABI tag and is one; ``libtorch_cuda.so``
+    exports no ``PyInit_libtorch_cuda`` and is not). An executable has PT_INTERP.
+    """
+    suffixes = tuple(extension_suffixes)
+    roots: list[Root] = []
+    for rel, info in sorted(index.objects.items()):
+        if rel in gone or rel in index.foreign:
+            continue
+        name = rel.rsplit("/", 1)[-1]
+        module = info.python_module
+        if module is not None and name[len(module) :] in suffixes:
+            roots.append(Root(f"{prefix}/{rel}", "extension"))
+        elif info.interpreter is not None:
+            roots.append(Root(f"{prefix}/{rel}", "executable"))
+    return tuple(roots)
+
+
+@dataclass(frozen=True)
+class Chains:
+    """Every load chain of an environment state, and each need judged on them."""
+
+    roots: tuple[Root, ...]
+    trees: Mapping[str, LoadTree]
+    """Tree per root path: the real roots', then the own tree of each object none loads."""
+    loaded: Mapping[str, frozenset[str]]
+    """Canonical paths of the objects each real root's tree loads (the root included)."""
+    edges: Mapping[EdgeKey, Edge]
+    """Every (canonical requester, need), judged by :func:`judge`."""
+
+
+def resolve_chains(
+    roots: Iterable[Root],
+    objects: Iterable[str],
+    view: LibraryView,
+    config: SearchConfig,
+    dlopen: DlopenTable | None,
+) -> Chains:
+    """Load every root, then each of ``objects`` (absolute paths) that no root loads."""
+    canonical = _canonicaliser(view)
+    ordered = tuple(sorted({r.path: r for r in roots}.values(), key=lambda r: r.path))
+    trees = resolve_trees([r.path for r in ordered], view, config, dlopen)
+    loaded = {p: frozenset(canonical(o) for o in t.objects) for p, t in trees.items()}
+    reached = frozenset().union(*loaded.values())
+    alone = [o for o in sorted(objects) if canonical(o) not in reached and o not in trees]
+    own = resolve_trees(alone, view, config, dlopen)
+    edges = judge([trees[r.path] for r in ordered], own.values(), canonical)
+    return Chains(ordered, {**trees, **own}, loaded, edges)
+
+
+def judge(
+    real: Iterable[LoadTree], own: Iterable[LoadTree], canonical: Callable[[str], str]
+) -> dict[EdgeKey, Edge]:
+    """Each need once: resolved if any real chain that loads its object resolves it.
+
+    ld.so resolves a bundled library's needs through the DT_RPATH of the extension module
+    that loads it, so the library's own tree is not how it is loaded; and the same object
+    reached from different roots can see different inherited RPATHs. A need is unresolved
+    only when every real chain through its object fails it. Objects no real chain loads
+    are judged on their own tree (``own``; only the root's own needs count there).
+    """
+    edges: dict[EdgeKey, Edge] = {}
+    chains: dict[EdgeKey, int] = {}
+    real_path: dict[str, str] = {}
+    for tree in real:
+        seen: set[EdgeKey] = set()
+        for step in tree.steps:
+            key = (canonical(step.requester), step.need)
+            if key not in seen:
+                seen.add(key)
+                chains[key] = chains.get(key, 0) + 1
+            old = edges.get(key)
+            if old is None or (old.provider is None and step.provider is not None):
+                edges[key] = _edge(step, real_path, key[0], tree.root)
+    for tree in own:
+        root = canonical(tree.root)
+        for step in tree.steps:
+            key = (canonical(step.requester), step.need)
+            if key[0] == root and key not in edges:
+                edges[key] = _edge(step, real_path, root, tree.root)
+    return {k: replace(e, chains=chains.get(k, 0)) for k, e in sorted(edges.items())}
+
+
+def _canonicaliser(view: LibraryView) -> Callable[[str], str]:
+    """The view's symlink-resolved path (one file reached by two names is one object)."""
+    if not isinstance(view, DiagnosingView):
+        return lambda path: path
+    memo: dict[str, str] = {}
+
+    def canonical(path: str) -> str:
+        if path not in memo:
+            memo[path] = view.canonical(path)
+        return memo[path]
+
+    return canonical
 
 
 def resolve_trees(
@@ -40,45 +181,20 @@ def resolve_trees(
     return {root: resolve(root, view, config, dlopen) for root in roots}
 
 
-def edges_of(trees: Iterable[LoadTree]) -> dict[EdgeKey, Edge]:
-    """Every (requester, need) of the trees; the first tree that reaches it answers.
-
-    The same object reached from different roots can see different inherited RPATHs;
-    taking the first (roots come sorted) keeps results stable.
-    """
-    edges: dict[EdgeKey, Edge] = {}
-    real: dict[str, str] = {}
-    for tree in trees:
-        for step in tree.steps:
-            if (step.requester, step.need) not in edges:
-                edges[(step.requester, step.need)] = _edge(step, real)
-    return edges
-
-
-def resolve_edges(
-    roots: Iterable[str],
-    view: LibraryView,
-    config: SearchConfig,
-    dlopen: DlopenTable | None,
-) -> dict[EdgeKey, Edge]:
-    """:func:`edges_of` the trees of ``roots``."""
-    return edges_of(resolve_trees(roots, view, config, dlopen).values())
-
-
-def _edge(step: Step, real: dict[str, str]) -> Edge:
+def _edge(step: Step, real: dict[str, str], requester: str, root: str) -> Edge:
     """The provider with symlinks resolved (memoised per call: providers repeat a lot)."""
     provider = step.provider
     if provider is not None:
         if provider not in real:
             real[provider] = os.path.realpath(provider)
         provider = real[provider]
-    return Edge(step.requester, step.need, provider, step.how, step.searched)
+    return Edge(requester, step.need, provider, step.how, step.searched, root=root)
 
 
-def env_roots(prefix: str, index: ElfIndex, gone: frozenset[EnvPath] = frozenset()) -> list[str]:
+def env_objects(prefix: str, index: ElfIndex, gone: frozenset[EnvPath] = frozenset()) -> list[str]:
     """Absolute paths of the environment's loadable ELF objects in a state, sorted.
 
-    Objects built for another architecture are never roots: this loader cannot load them.
+    Objects built for another architecture are never loaded: this loader cannot load them.
     """
     skip = gone | index.foreign
     return sorted(f"{prefix}/{p}" for p in index.objects if p not in skip)

@@ -14,6 +14,24 @@ DOCTOR_SCHEMA_VERSION = 1
 Severity = Literal["error", "warning", "info"]
 
 
+class Choice(BaseModel):
+    """One way out of a finding, as a value the renderer words (``mixed-cuda``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    action: Literal["keep-all", "remove-leftovers", "remove-framework"]
+    """``keep-all``: nothing to do, every major is some framework's; ``remove-leftovers``:
+    remove a major no framework needs; ``remove-framework``: remove the frameworks of one
+    major with the libraries of that major no other framework needs."""
+    majors: list[int] = []
+    frameworks: list[str] = []
+    """Framework distributions the choice removes."""
+    distributions: list[str] = []
+    """Everything the choice removes, frameworks first."""
+    command: str | None = None
+    """The dry run of the removal, runnable as printed (None for ``keep-all``)."""
+
+
 class Finding(BaseModel):
     """One problem, with where it is and what to do next."""
 
@@ -39,6 +57,8 @@ class Finding(BaseModel):
     """EnvPaths the finding is about (missing, shared, overwritten or competing copies)."""
     owners: list[str] = []
     """Distributions involved (owners of ``paths``, or of the provider)."""
+    choices: list[Choice] = []
+    """The ways out, when there is more than one (``mixed-cuda``)."""
 
 
 class DoctorReport(BaseModel):
@@ -50,6 +70,10 @@ class DoctorReport(BaseModel):
     prefix: str
     distributions: int
     elf_objects: int
+    roots: dict[str, list[str]] = {}
+    """Where load chains start, by kind (``extension``, ``executable``, ``run-time``): EnvPaths."""
+    imported_objects: int = 0
+    """ELF objects the chains of extension modules and run-time loads load."""
     findings: list[Finding]
     repair: dict[str, str]
     """Distributions ``cudafix repair`` would reinstall, with the reason."""

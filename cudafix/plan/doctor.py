@@ -15,14 +15,25 @@ from dataclasses import dataclass
 from cudafix.env.inventory import Inventory, SharedPath
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
-from cudafix.linker.linkage import Edge, edges_of, env_roots, resolve_trees, to_env_path
+from cudafix.linker.linkage import (
+    Chains,
+    Edge,
+    Root,
+    RootKind,
+    env_objects,
+    resolve_chains,
+    to_env_path,
+)
 from cudafix.linker.loader import LoadTree, Step, expand_entry
-from cudafix.model.doctor import DoctorReport, Finding, Severity
+from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
-from cudafix.plan.facts import Facts, elf_providers
+from cudafix.plan.facts import Facts, elf_providers, load_roots
 from cudafix.plan.requirements import check_requirements, requirement_closure
 
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
+
+IMPORT_KINDS: tuple[RootKind, ...] = ("extension", "run-time")
+"""Roots whose chains are what the environment is for (executables are tools it ships)."""
 
 
 def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
@@ -33,20 +44,18 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
     """
     inv = facts.inventory
     view = EnvironmentView(inv.prefix, facts.elf, inv.files)
-    roots = env_roots(str(inv.prefix), facts.elf)
-    trees = resolve_trees(roots, view, facts.search, facts.dlopen)
-    edges = edges_of(trees.values())
-    imported = imported_objects(trees.values())
-    loaded = loaded_closure(facts, imported)
+    objects = env_objects(str(inv.prefix), facts.elf)
+    chains = resolve_chains(load_roots(facts), objects, view, facts.search, facts.dlopen)
+    loaded = loaded_closure(facts, chains)
     foreign = foreign_files(facts)
     cmd = _Commands(target_flags)
     findings = [
         *_missing(inv, cmd),
         *_clobbered(inv, loaded, cmd),
         *_foreign_bytes(inv, foreign, cmd),
-        *_unresolved(inv, edges.values(), imported, cmd),
-        *_mixed_cuda(inv, loaded, trees.values(), cmd),
-        *_shadowed(facts, edges.values(), cmd),
+        *_unresolved(inv, chains.edges.values(), cmd),
+        *_mixed_cuda(facts, chains, cmd),
+        *_shadowed(facts, chains.edges.values(), cmd),
         *_requirements(facts, cmd),
         *_unsafe(inv),
         *_bad_elf(facts),
@@ -56,10 +65,27 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
         prefix=str(inv.prefix),
         distributions=len(inv.distributions),
         elf_objects=len(facts.elf.objects),
+        roots=_roots_by_kind(inv, chains),
+        imported_objects=len(_imported(facts, chains)),
         findings=findings,
         repair={n: r for n, r in repair_candidates(facts, foreign).items()},
         target_flags=target_flags,
     )
+
+
+def _imported(facts: Facts, chains: Chains) -> set[EnvPath]:
+    """The environment's ELF objects that extension modules and run-time loads load."""
+    prefix = str(facts.inventory.prefix)
+    loaded = {o for r in _import_roots(chains) for o in chains.loaded[r.path]}
+    paths = (to_env_path(prefix, o) for o in loaded)
+    return {p for p in paths if p is not None and p in facts.elf.objects}
+
+
+def _roots_by_kind(inv: Inventory, chains: Chains) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for root in chains.roots:
+        out[root.kind].append(_show_env(inv, root.path))
+    return dict(out)
 
 
 @dataclass(frozen=True)
@@ -208,15 +234,14 @@ def _holds(inv: Inventory, s: SharedPath) -> str:
     return f"holds {s.holder}'s bytes" if s.holder else "holds bytes no owner's RECORD matches"
 
 
-def _unresolved(
-    inv: Inventory, edges: Iterable[Edge], imported: frozenset[str], cmd: _Commands
-) -> Iterable[Finding]:
+def _unresolved(inv: Inventory, edges: Iterable[Edge], cmd: _Commands) -> Iterable[Finding]:
     """Needs nothing provides, graded by what breaks.
 
-    An error when the file should be there (a RECORD claims it) or when an extension
-    module's load tree needs it (an import fails). Information when a driver or optional
-    system stack provides it, or when no extension module loads the object that needs it
-    (plugins and optional transports are only loaded on demand).
+    Each need is judged on the chains that really load its object (``Edge.chains``): an
+    error when every one of them fails it (an import, a tool or a run-time load fails), or
+    when the file should be there (a RECORD claims it). Information when a driver or
+    optional system stack provides it, or when nothing loads the object (plugins and
+    optional transports are loaded on demand): then it was judged on its own tree.
     """
     prefix = str(inv.prefix)
     system = provided_by_system()
@@ -227,16 +252,24 @@ def _unresolved(
         rel = to_env_path(prefix, e.requester)
         owner = inv.owners.get(rel, ()) if rel else ()
         claimants = _claimants(inv, e.need)
-        severity: Severity = "error" if claimants or e.requester in imported else "info"
+        severity: Severity = "error" if claimants or e.chains else "info"
         why = ""
         hint = cmd("cudafix repair --dry-run") if claimants else None
         if not claimants and e.need in system:
             severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
             hint = f"nothing to do unless this host should have {system[e.need]}"
         elif severity == "info":
-            why = "; no extension module loads it, so nothing fails until something does"
+            why = (
+                "; no extension module loads it (nor an executable or a run-time load), "
+                "so nothing fails until something does"
+            )
         if hint is None:
             hint = _where_else(inv, e.need, elsewhere.get(e.need, []))
+        chains = (
+            [f"fails on each of the {e.chains} load chain(s) through it, "
+             f"e.g. from {_show_abs(inv, e.root)}"]
+            if e.chains else []
+        )  # fmt: skip
         yield Finding(
             kind="unresolved",
             severity=severity,
@@ -245,7 +278,8 @@ def _unresolved(
                 f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
                 f"needs {e.need}, which is not found{why}"
             ),
-            details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
+            details=chains
+            + [f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
             + [f"{e.need} is in the RECORD of {c}, but missing on disk" for c in claimants],
             consumer=_show_env(inv, e.requester),
             need=e.need,
@@ -279,14 +313,6 @@ def _where_else(inv: Inventory, need: str, copies: list[EnvPath]) -> str:
     )
 
 
-_EXTENSION = re.compile(r"\.(cpython-[^/]*|abi3)\.so$")
-
-
-def imported_objects(trees: Iterable[LoadTree]) -> frozenset[str]:
-    """Every object in the load tree of a Python extension module: what ``import`` maps."""
-    return frozenset(obj for tree in trees if _EXTENSION.search(tree.root) for obj in tree.objects)
-
-
 def _claimants(inv: Inventory, soname: str) -> list[str]:
     """Distributions whose RECORD lists a missing file named like ``soname``."""
     return sorted(
@@ -294,49 +320,132 @@ def _claimants(inv: Inventory, soname: str) -> list[str]:
     )
 
 
-def loaded_closure(facts: Facts, imported: frozenset[str]) -> frozenset[DistName]:
+def loaded_closure(facts: Facts, chains: Chains) -> frozenset[DistName]:
     """The requirement closure of the distributions owning the extension modules ``import``
-    loads: what the environment is for (torch and its pins), as opposed to leftovers."""
+    loads (and run-time loads): what the environment is for (torch and its pins), as
+    opposed to leftovers."""
     inv = facts.inventory
-    extensions = [obj for obj in imported if _EXTENSION.search(obj)]
-    loaders = {o for obj in extensions for o in _owners_abs(inv, obj)}
+    loaders = _frameworks(inv, chains)
     return frozenset(requirement_closure(inv.distributions, loaders, facts.marker_env))
 
 
-def _mixed_cuda(
-    inv: Inventory, loaded: frozenset[DistName], trees: Iterable[LoadTree], cmd: _Commands
-) -> Iterable[Finding]:
-    """More than one CUDA major installed; the hint names the major nothing loaded needs.
+def _import_roots(chains: Chains) -> list[Root]:
+    return [r for r in chains.roots if r.kind in IMPORT_KINDS]
 
-    The majors in use are those in the requirement closure of the distributions that own
-    the extension modules ``import`` loads (torch's ``nvidia-*-cu12`` pins on a cu12 torch);
-    the leftover is any other. Without that evidence the hint stays generic rather than guess.
-    """
+
+def _frameworks(inv: Inventory, chains: Chains) -> set[DistName]:
+    """Distributions owning an extension module or a run-time load."""
+    return {o for r in _import_roots(chains) for o in _owners_abs(inv, r.path)}
+
+
+def _mixed_cuda(facts: Facts, chains: Chains, cmd: _Commands) -> Iterable[Finding]:
+    """More than one CUDA major installed, and the two-majors-in-one-process check."""
     majors: dict[int, list[str]] = defaultdict(list)
-    for name in inv.distributions:
+    for name in facts.inventory.distributions:
         major = cuda_major(name)
         if major:
             majors[major].append(name)
     if len(majors) > 1:
-        used = {m for n in loaded if (m := cuda_major(n)) is not None}
-        leftover = sorted(set(majors) - used)
-        if used and len(leftover) == 1:
-            remove = cmd(f"cudafix remove 'nvidia-*-cu{leftover[0]}' --repair --dry-run")
-            needs = ", ".join(f"cu{m}" for m in sorted(used))
-            hint = f"what import loads needs {needs}; remove the leftovers: `{remove}`"
-        else:
-            remove = cmd("cudafix remove 'nvidia-*-cuNN' --repair --dry-run")
-            hint = f"remove the leftovers of the major you do not use: `{remove}`"
-        yield Finding(
-            kind="mixed-cuda",
-            severity="warning",
-            message="distributions for more than one CUDA major are installed: "
-            + "; ".join(f"cu{k}: {len(v)}" for k, v in sorted(majors.items())),
-            details=[f"cu{k}: {', '.join(sorted(v))}" for k, v in sorted(majors.items())],
-            owners=sorted(n for v in majors.values() for n in v),
-            hint=hint,
-        )
-    yield from _mixed_sonames(inv, trees)
+        yield _majors_finding(facts, chains, majors, cmd)
+    yield from _mixed_sonames(facts.inventory, chains.trees.values())
+
+
+def _majors_finding(
+    facts: Facts, chains: Chains, majors: Mapping[int, list[str]], cmd: _Commands
+) -> Finding:
+    """Which framework needs which major, and what to do: typed :class:`Choice` values.
+
+    A framework is a distribution owning an extension module (or run-time load); the majors
+    it needs are those in its requirement closure. A major no framework needs is a leftover
+    (a warning; its removal is the choice). When frameworks need different majors each is
+    healthy on its own (information): the choices are keeping both, or removing one
+    framework with the libraries of its major that no other framework needs. Nothing a
+    framework needs is ever offered for removal. Without any framework evidence the hint
+    stays generic rather than guess.
+    """
+    needs = framework_cuda_needs(facts, chains)
+    by_major: dict[int, list[DistName]] = defaultdict(list)
+    for framework, libs in sorted(needs.items()):
+        for m in sorted({m for n in libs if (m := cuda_major(n)) is not None}):
+            by_major[m].append(framework)
+    leftover = sorted(set(majors) - set(by_major))
+    choices = [_remove_leftovers(m, cmd) for m in leftover]
+    if len(by_major) > 1:
+        choices = [Choice(action="keep-all", majors=sorted(by_major)), *choices]
+        choices += [_remove_framework(facts, needs, by_major, m, cmd) for m in sorted(by_major)]
+    hint = None
+    if not by_major:
+        remove = cmd("cudafix remove 'nvidia-*-cuNN' --repair --dry-run")
+        hint = f"remove the leftovers of the major you do not use: `{remove}`"
+    elif len(by_major) == 1 and leftover:
+        used = ", ".join(f"cu{m}" for m in sorted(by_major))
+        commands = "; ".join(f"`{c.command}`" for c in choices)
+        hint = f"what import loads needs {used}; remove the leftovers: {commands}"
+    needed = "; ".join(
+        f"{', '.join(fs)} need{'s' if len(fs) == 1 else ''} cu{m}"
+        for m, fs in sorted(by_major.items())
+    )
+    return Finding(
+        kind="mixed-cuda",
+        severity="warning" if leftover or not by_major else "info",
+        message="distributions for more than one CUDA major are installed: "
+        + "; ".join(f"cu{k}: {len(v)}" for k, v in sorted(majors.items()))
+        + (f" ({needed})" if needed else ""),
+        details=[f"cu{k}: {', '.join(sorted(v))}" for k, v in sorted(majors.items())],
+        owners=sorted(n for v in majors.values() for n in v),
+        hint=hint,
+        choices=choices,
+    )
+
+
+def framework_cuda_needs(facts: Facts, chains: Chains) -> dict[DistName, frozenset[DistName]]:
+    """Per framework (owner of an extension module or run-time load), the CUDA libraries its
+    requirement closure holds (``*-cuNN`` and ``nvidia-*``: cu13 wheels often carry no
+    suffix); frameworks needing none are left out."""
+    inv = facts.inventory
+    frameworks = _frameworks(inv, chains)
+    out: dict[DistName, frozenset[DistName]] = {}
+    for framework in sorted(frameworks):
+        closure = requirement_closure(inv.distributions, {framework}, facts.marker_env)
+        libs = frozenset(n for n in closure if cuda_major(n) is not None or n.startswith("nvidia-"))
+        if libs:
+            out[framework] = libs
+    return out
+
+
+def _remove_leftovers(major: int, cmd: _Commands) -> Choice:
+    return Choice(
+        action="remove-leftovers",
+        majors=[major],
+        command=cmd(f"cudafix remove 'nvidia-*-cu{major}' --repair --dry-run"),
+    )
+
+
+def _remove_framework(
+    facts: Facts,
+    needs: Mapping[DistName, frozenset[DistName]],
+    by_major: Mapping[int, list[DistName]],
+    major: int,
+    cmd: _Commands,
+) -> Choice:
+    """Remove the frameworks needing ``major`` and that major's libraries, keeping every
+    distribution a framework of another major needs (its closure, itself included)."""
+    inv = facts.inventory
+    frameworks = by_major[major]
+    others = [f for f in needs if f not in frameworks]
+    kept = set(requirement_closure(inv.distributions, others, facts.marker_env))
+    libs = sorted(
+        {n for f in frameworks for n in needs[f] if cuda_major(n) in (major, None)} - kept
+    )
+    removed = [f for f in frameworks if f not in kept]
+    names: list[str] = [*removed, *libs]
+    return Choice(
+        action="remove-framework",
+        majors=[major],
+        frameworks=list(removed),
+        distributions=names,
+        command=cmd(f"cudafix remove {' '.join(names)} --repair --dry-run") if names else None,
+    )
 
 
 def _mixed_sonames(inv: Inventory, trees: Iterable[LoadTree]) -> Iterable[Finding]:

@@ -20,11 +20,17 @@ from packaging.requirements import Requirement
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Inventory, changed_since_record, read_inventory
 from cudafix.env.statedir import StateDir
-from cudafix.env.target import InterpreterInfo, TargetEnv, query_interpreter
+from cudafix.env.target import (
+    InterpreterInfo,
+    TargetEnv,
+    guess_extension_suffixes,
+    query_interpreter,
+)
 from cudafix.env.treecache import TreeCache
 from cudafix.fetch.staging import Staging
 from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostcache import HOST
+from cudafix.linker.linkage import Root, entry_roots
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.model.names import DistName, EnvPath, normalize_name
 
@@ -83,6 +89,22 @@ def gather(
         path_hashes=path_hashes,
         interpreter=info,
     )
+
+
+def load_roots(facts: Facts, gone: frozenset[EnvPath] = frozenset()) -> tuple[Root, ...]:
+    """Where the environment's load chains start, without the objects in ``gone``.
+
+    The one list doctor and the planner judge needs on: extension modules (by the target
+    interpreter's own ``EXTENSION_SUFFIXES``) and executables. Run-time loads, known from
+    data rather than from the ELF facts, join them here.
+    """
+    info = facts.interpreter
+    suffixes = (
+        info.extension_suffixes
+        if info is not None and info.extension_suffixes
+        else guess_extension_suffixes(sys.version_info[:2], None)
+    )
+    return entry_roots(str(facts.inventory.prefix), facts.elf, suffixes, gone)
 
 
 def elf_providers(inventory: Inventory, elf: ElfIndex) -> list[DistName]:

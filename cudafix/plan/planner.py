@@ -16,11 +16,11 @@ from typing import Literal
 from cudafix.env.inventory import Distribution, Inventory
 from cudafix.fetch.staging import Pin, StagedWheel
 from cudafix.linker.elfindex import EnvironmentView
-from cudafix.linker.linkage import diff_edges, env_roots, resolve_edges, to_env_path
+from cudafix.linker.linkage import diff_edges, env_objects, resolve_chains, to_env_path
 from cudafix.model import plan as P
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
-from cudafix.plan.facts import Facts
+from cudafix.plan.facts import Facts, load_roots
 from cudafix.plan.preconditions import record_digest
 from cudafix.plan.requirements import Declared, check_requirements
 from cudafix.plan.staging import is_payload, wheel_differences
@@ -279,13 +279,16 @@ def _linkage(
     """Needs lost and switched, and the remaining objects whose providers change on disk.
 
     ``wheels`` are installed after ``gone`` is deleted: the after-state has their files,
-    so a need may then resolve into them, or to a path whose bytes they replace.
+    so a need may then resolve into them, or to a path whose bytes they replace. Needs are
+    judged as doctor judges them (:func:`~cudafix.linker.linkage.judge`): lost only when
+    every real load chain through the consumer fails them.
     """
     inv, prefix = facts.inventory, str(facts.inventory.prefix)
-    roots = env_roots(prefix, facts.elf, gone)
-    before = resolve_edges(roots, view, facts.search, facts.dlopen)
+    roots = load_roots(facts, gone)
+    objects = env_objects(prefix, facts.elf, gone)
+    before = resolve_chains(roots, objects, view, facts.search, facts.dlopen).edges
     after_view = install.after_view(view, gone, wheels)
-    after = resolve_edges(roots, after_view, facts.search, facts.dlopen)
+    after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
     diff = diff_edges(before, after)
     claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
     lost = [
