@@ -19,7 +19,7 @@ from cudafix.env.target import TargetEnv, locate_target
 from cudafix.fetch.resolve import resolve
 from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.model.doctor import DoctorReport
-from cudafix.model.errors import CudafixError, LockedError, PlanRefused
+from cudafix.model.errors import CudafixError, LockedError
 from cudafix.model.names import BackendName
 from cudafix.model.plan import Alternative, Options, Plan
 from cudafix.model.probe import ProbeSpec
@@ -267,8 +267,6 @@ def plan_saved(
 
 def execute(plan: Plan, run: RunArgs, on_event: OnEvent = quiet) -> TransactionResult:
     """Apply an approved plan as one transaction: commit, or roll back and raise."""
-    if plan.verdict == "refused" and not run.force:
-        raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
     return run_transaction(
         plan,
         probes=probe_spec(

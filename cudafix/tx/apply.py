@@ -15,7 +15,7 @@ from pathlib import Path
 from cudafix.env.statedir import TxDir
 from cudafix.fetch.backend import Backend, make_backend
 from cudafix.model.errors import PlanRefused, StalePlan, TargetError
-from cudafix.model.plan import Plan
+from cudafix.model.plan import Plan, refuse_unless_allowed
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, TransactionResult, quiet
 from cudafix.tx import files, journal, snapshot
@@ -76,12 +76,7 @@ def _check_plan(plan: Plan, force: bool) -> Path:
     prefix = Path(plan.target.prefix)
     if not prefix.is_absolute() or not prefix.is_dir():
         raise TargetError(f"no environment at {plan.target.prefix}")
-    if plan.verdict == "refused" and not force:
-        raise PlanRefused(
-            "the plan was refused; it would break the environment",
-            context=plan.reasons,
-            hint="apply a safer alternative, or --force (to test a rollback)",
-        )
+    refuse_unless_allowed(plan, force)
     named = [*plan.deleted_paths, *plan.kept_paths, *plan.rewritten_paths]
     named += [r.dist_info for r in plan.remove]
     named += [p for i in plan.install for p in i.paths]
