@@ -38,6 +38,7 @@ bench-real: $(STAMP)
 
 e2e-real: $(STAMP)
 	$(BIN)/python -m benchmarks.e2e_real
+	$(BIN)/python -m benchmarks.e2e_frameworks
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

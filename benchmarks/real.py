@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fixtures, machine, sections
+from benchmarks import fixtures, goals, machine, sections
 from benchmarks.proc import check, timed
 from benchmarks.run import emit
 from benchmarks.stats import median, spread, table
@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--plan-dist", default="nvidia-cusparselt-cu13")
     p.add_argument("--tx-dist", default="pip", help="a distribution nothing needs")
-    p.add_argument("--only", default="1,2,3")
+    p.add_argument("--only", default="goals,1,2,3", help="'goals' is the one-table summary")
+    p.add_argument("--cache-pin", default="nvidia-nvtx-cu12==12.9.79", help="goal 1's wheel")
+    p.add_argument("--cache-index", default="https://pypi.org/simple", help="goal 1's index")
     p.add_argument("--no-drop-caches", action="store_true")
     p.add_argument("--out", type=Path, default=Path("bench-out"))
     return p
@@ -81,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     results: dict[str, Any] = {"machine": facts, "venv": str(venv), "drop": env.drop}
     try:
+        if "goals" in only:
+            m = goals.goal_runs(env, venv, args.plan_dist, args.tx_dist)
+            wheel = goals.Wheel(args.cache_pin, args.cache_index)
+            results["goals"] = emit(goals.summary(m, goals.cache_growth(env, venv, wheel)))
         if "1" in only:
             plan = sections.plan_cold_warm(env, venv, args.plan_dist, fixtures.link_copy)
             results["plan"] = emit(plan)

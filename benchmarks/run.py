@@ -9,6 +9,8 @@ Sections (each a Markdown table on stdout; everything also in ``bench-out/bench-
    identical copies, in alternation; and ``snapshot.take`` per file and per GB.
 3. Commit and rollback of a removal holding a 1 GiB (sparse) library; peak RSS.
 4. Scaling: plan time at several file counts.
+5. Scaling: time and peak RSS at 1x/2x/4x of ELF objects with many unresolved needs and long
+   RUNPATHs, and of RECORD rows (``benchmarks.stress``).
 
 Medians of ``--runs`` runs; no number here is asserted anywhere.
 """
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fixtures, machine, sections
+from benchmarks import fixtures, machine, sections, stress
 
 DEFAULT_OUT = Path("bench-out")
 
@@ -42,7 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-dist", default="nvidia-cudnn-cu12", help="remove --dry-run target")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--no-drop-caches", action="store_true", help="never drop the page cache")
-    p.add_argument("--only", default="1,2,3,4", help="sections to run, e.g. '1,4'")
+    p.add_argument("--only", default="1,2,3,4,5", help="sections to run, e.g. '1,4'")
+    p.add_argument("--stress-objects", type=int, default=25, help="section 5's 1x ELF objects")
+    p.add_argument("--stress-rows", type=int, default=100000, help="section 5's 1x RECORD rows")
+    p.add_argument("--stress-needs", type=int, default=200, help="unresolved needs per object")
     return p
 
 
@@ -88,12 +93,26 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if "4" in only and sizes:
         venvs = {n: fixtures.pristine(out / "venvs", _params(args, n)) for n in sizes}
         results["scaling"] = emit(sections.scaling(env, venvs))
+    if "5" in only:
+        results["metadata_scaling"] = emit(sections.metadata_scaling(env, _stress(args, out)))
     path = out / f"bench-{time.strftime('%Y%m%dT%H%M%S')}.json"
     text = json.dumps(results, indent=2, default=str)
     path.write_text(text + "\n")
     (out / "latest.json").write_text(text + "\n")
     print(f"\nJSON: {path}")
     return results
+
+
+def _stress(args: argparse.Namespace, out: Path) -> dict[tuple[str, int], tuple[Path, str]]:
+    venvs = {}
+    for shape, base in (("elf", args.stress_objects), ("record", args.stress_rows)):
+        for factor in (1, 2, 4):
+            what = stress.SHAPES[shape][0].format(needs=args.stress_needs, runpath=60)
+            venvs[(shape, base * factor)] = (
+                stress.pristine(out / "venvs", shape, base * factor, args.stress_needs),
+                what,
+            )
+    return venvs
 
 
 def emit(section: sections.Section) -> dict[str, Any]:

@@ -497,3 +497,47 @@ def scaling(env: Env, venvs: Mapping[int, Path]) -> Section:
         "(fresh interpreter per run, imports excluded); ELF object count fixed, files vary.",
     ]
     return Section("4. Scaling: plan time by file count", table(header, rows), data, notes)
+
+
+def metadata_scaling(env: Env, venvs: Mapping[tuple[str, int], tuple[Path, str]]) -> Section:
+    """Section 5: ``doctor`` and ``remove --dry-run`` wall time and peak RSS as metadata and
+    ELF dynamic sections grow (``benchmarks.stress``); both should grow linearly."""
+    rows = []
+    data: dict[str, Any] = {}
+    base: dict[str, tuple[int, dict[str, float]]] = {}
+    for (shape, size), (venv, what) in venvs.items():
+        fixtures.forget_state(venv)
+        got: dict[str, float] = {}
+        for op, args in (("doctor", ["doctor"]), ("dry-run", ["remove", shape_dist(shape)])):
+            argv = [*args, "--dry-run"] if op == "dry-run" else args
+            runs = [cli([*argv, "--venv", venv], ok=(0, 1, 3)) for _ in range(env.runs)]
+            got[f"{op} s"] = median([r.seconds for r in runs])
+            got[f"{op} MiB"] = max(r.max_rss_mib for r in runs)
+        first = base.setdefault(shape, (size, got))
+        scale = size / first[0]
+        rows.append(
+            [
+                f"{shape}: {size} {what}",
+                f"{scale:g}x",
+                *(
+                    f"{got[k]:.2f} ({got[k] / first[1][k]:.2f}x)"
+                    if k.endswith(" s")
+                    else f"{got[k]:.0f} ({got[k] / first[1][k]:.2f}x)"
+                    for k in ("doctor s", "doctor MiB", "dry-run s", "dry-run MiB")
+                ),
+            ]
+        )
+        data[f"{shape}-{size}"] = got
+    header = ["input", "size", "doctor s", "doctor peak MiB", "dry-run s", "dry-run peak MiB"]
+    notes = [
+        "CLI wall (median of runs) and peak RSS (max); each cell's (Nx) is its ratio to the 1x "
+        "row of the same shape: linear growth keeps it at or under the size factor.",
+        "the first run of each size is cold for cudafix's caches (no .cudafix/), later ones warm.",
+    ]
+    title = "5. Scaling: time and memory by metadata and ELF dynamic-section size"
+    return Section(title, table(header, rows), data, notes)
+
+
+def shape_dist(shape: str) -> str:
+    """The one distribution of a ``benchmarks.stress`` venv."""
+    return {"elf": "stress", "record": "bigrec"}[shape]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cudafix.app import FactArgs, InstallArgs, RemoveArgs, RunArgs, TargetArgs
 from cudafix.env.target import TargetEnv, locate_target
-from cudafix.fetch.resolve import resolve
+from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.model.doctor import DoctorReport
 from cudafix.model.errors import CudafixError, LockedError
@@ -33,7 +33,7 @@ from cudafix.model.transaction import (
     TransactionResult,
     quiet,
 )
-from cudafix.plan.doctor import diagnose, repair_candidates
+from cudafix.plan.doctor import diagnose, repair_candidates, runtime_installs
 from cudafix.plan.facts import Facts, gather, with_hashes, with_staging
 from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
@@ -160,13 +160,29 @@ def plan_repair(
     mutating: bool,
     on_event: OnEvent = quiet,
 ) -> Plan | None:
-    """The plan that reinstalls distributions whose files are missing (None: nothing to do)."""
+    """The plan that reinstalls distributions whose files are missing, and installs what a
+    framework's requested extra requires for its run-time loads (None: nothing to do)."""
     _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     wanted = repair_candidates(facts)
-    if not wanted:
+    specs = tuple(runtime_installs(facts))
+    if not wanted and not specs:
         return None
-    request = Request((), (), _options(sources, backend), reinstall=wanted)
+    installs = _pins(facts, specs, sources)
+    request = Request((), (), _options(sources, backend), reinstall=wanted, installs=installs)
     return _plan(facts, request, sources)
+
+
+def _pins(facts: Facts, specs: tuple[str, ...], sources: Sources) -> tuple[Pin, ...]:
+    """Exact pins for requirement specifiers: ``name==V`` as written, else what uv resolves
+    for them against the target and the plan's sources (their missing dependencies too)."""
+    exact = [pin for spec in specs if (pin := exact_pin(spec)) is not None]
+    ranged = [spec for spec in specs if exact_pin(spec) is None]
+    if not ranged:
+        return tuple(exact)
+    inv = facts.inventory
+    resolved = resolve(str(inv.python or inv.prefix / "bin" / "python"), ranged, sources)
+    have = {name for name, _ in exact}
+    return (*exact, *(pin for pin in resolved.installs if pin[0] not in have))
 
 
 def plan_install(

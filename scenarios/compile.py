@@ -65,6 +65,15 @@ def _marker(dist: Dist, path: str) -> str:
     return f'__attribute__((used)) static const char cudafix_origin[] = "{text}";'
 
 
+_LOADER = """
+int cudafix_dlopen(const char *name) {
+    if (dlopen(name, RTLD_NOW | RTLD_GLOBAL)) return 1;
+    fprintf(stderr, "%s\\n", dlerror());
+    return 0;
+}
+"""
+
+
 def _lib_job(dist: Dist, lib: Lib, work: Path, providers: Mapping[str, Path]) -> _Job:
     obj = SharedObject(
         output=tree_of(dist, work) / lib.path,
@@ -72,8 +81,9 @@ def _lib_job(dist: Dist, lib: Lib, work: Path, providers: Mapping[str, Path]) ->
         needed=tuple(providers[n] for n in lib.needed),
         rpath=lib.runpath or lib.rpath,
         runpath=bool(lib.runpath),
-        source=_marker(dist, lib.path),
+        source=_marker(dist, lib.path) + (_LOADER if lib.loader else ""),
         dlopen=lib.dlopen,
+        extra_flags=("-ldl",) if lib.loader else (),
     )
     return _Job(obj, lib.needed, lib.effective_soname)
 

@@ -43,6 +43,10 @@ class Lib(_Model):
     """DT_RUNPATH entries, verbatim. Mutually exclusive with ``rpath``."""
     dlopen: tuple[str, ...] = ()
     """Sonames a constructor dlopen()s when the library is loaded (no DT_NEEDED names them)."""
+    loader: bool = False
+    """Export ``int cudafix_dlopen(const char *name)``: dlopen() called from this object, so
+    ld.so searches its RPATH/RUNPATH, as a framework's run-time loader does (1: loaded;
+    0: failed, ``dlerror()`` on stderr)."""
     truncate: int | None = None
     """Cut the built file to this many bytes (a truncated ELF)."""
     machine: int | None = None

@@ -311,3 +311,155 @@ def test_two_frameworks_on_two_majors_keep_both_or_remove_one_whole(tmp_path: Pa
         "keep both (nothing to do)" in text
         and "or remove jax-cuda12-plugin with its cu12 libraries" in text
     )
+
+
+TWO_FRAMEWORKS_EXTRA = """
+name = "two-frameworks-extra"
+description = "a cu13 torch and jax[cuda12], whose cu12 wheels sit behind the plugin's extra"
+
+[[dist]]
+name = "torch"
+version = "2.14.1"
+requires = ["nvidia-cublas==13.1.0.3", "nvidia-cuda-runtime-cu13==13.0.96"]
+files = { "torch/__init__.py" = "from torch import _C\\n" }
+[[dist.ext]]
+path = "torch/_C"
+needed = ["libcublas.so.13", "libcudart.so.13"]
+rpath = ["$ORIGIN/../nvidia/cu13/lib"]
+
+[[dist]]
+name = "nvidia-cublas"
+version = "13.1.0.3"
+lib = [{ path = "nvidia/cu13/lib/libcublas.so.13" }]
+
+[[dist]]
+name = "nvidia-cuda-runtime-cu13"
+version = "13.0.96"
+lib = [{ path = "nvidia/cu13/lib/libcudart.so.13" }]
+
+[[dist]]
+name = "jax"
+version = "0.10.2"
+requires = ['jax-cuda12-plugin[with-cuda]==0.10.2; extra == "cuda12"']
+files = { "jax/__init__.py" = "" }
+
+[[dist]]
+name = "jax-cuda12-plugin"
+version = "0.10.2"
+requires = [
+    'nvidia-cudnn-cu12<10.0,>=9.1; sys_platform == "linux" and extra == "with-cuda"',
+    'nvidia-cuda-runtime-cu12>=12.1.105; sys_platform == "linux" and extra == "with-cuda"',
+    'nvidia-cufft-cu12>=11.0.2.54; sys_platform == "linux" and extra == "with-cuda"',
+    'nvidia-cuda-cupti-cu12>=12.1.105; sys_platform == "linux" and extra == "with-cuda"',
+    'nvidia-cublas-cu12>=12.1.3.1; sys_platform == "linux" and extra == "with-cuda"',
+    'nvidia-cusparse-cu12>=12.1.0.106; sys_platform == "linux" and extra == "with-cuda"',
+]
+files = { "jax_cuda12_plugin/__init__.py" = "" }
+[[dist.lib]]
+path = "jax_cuda12_plugin/_versions.so"
+runpath = [
+    "$ORIGIN/../nvidia/cudnn/lib",
+    "$ORIGIN/../nvidia/cuda_runtime/lib",
+    "$ORIGIN/../nvidia/cufft/lib",
+    "$ORIGIN/../nvidia/cuda_cupti/lib",
+    "$ORIGIN/../nvidia/cublas/lib",
+    "$ORIGIN/../nvidia/cusparse/lib",
+]
+loader = true
+
+[[dist]]
+name = "nvidia-cudnn-cu12"
+version = "9.1.0.70"
+lib = [
+    { path = "nvidia/cudnn/lib/libcudnn.so.9", runpath = ["$ORIGIN"] },
+    { path = "nvidia/cudnn/lib/libcudnn_graph.so.9", runpath = ["$ORIGIN"] },
+    { path = "nvidia/cudnn/lib/libcudnn_ops.so.9", runpath = ["$ORIGIN"] },
+    { path = "nvidia/cudnn/lib/libcudnn_cnn.so.9", runpath = ["$ORIGIN"] },
+    { path = "nvidia/cudnn/lib/libcudnn_adv.so.9", runpath = ["$ORIGIN"] },
+    { path = "nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9", runpath = ["$ORIGIN"] },
+    { path = "nvidia/cudnn/lib/libcudnn_engines_runtime_compiled.so.9", runpath = ["$ORIGIN"] },
+    { path = "nvidia/cudnn/lib/libcudnn_heuristic.so.9", runpath = ["$ORIGIN"] },
+]
+
+[[dist]]
+name = "nvidia-cuda-runtime-cu12"
+version = "12.4.127"
+lib = [{ path = "nvidia/cuda_runtime/lib/libcudart.so.12" }]
+
+[[dist]]
+name = "nvidia-cufft-cu12"
+version = "11.2.1.3"
+lib = [{ path = "nvidia/cufft/lib/libcufft.so.11" }]
+
+[[dist]]
+name = "nvidia-cuda-cupti-cu12"
+version = "12.4.127"
+lib = [{ path = "nvidia/cuda_cupti/lib/libcupti.so.12" }]
+
+[[dist]]
+name = "nvidia-cublas-cu12"
+version = "12.4.5.8"
+lib = [{ path = "nvidia/cublas/lib/libcublas.so.12" }]
+
+[[dist]]
+name = "nvidia-cusparse-cu12"
+version = "12.3.1.170"
+lib = [{ path = "nvidia/cusparse/lib/libcusparse.so.12" }]
+
+[[steps]]
+action = "install"
+packages = ["torch==2.14.1", "nvidia-cublas==13.1.0.3", "nvidia-cuda-runtime-cu13==13.0.96",
+            "jax==0.10.2", "jax-cuda12-plugin==0.10.2",
+            "nvidia-cudnn-cu12==9.1.0.70", "nvidia-cuda-runtime-cu12==12.4.127",
+            "nvidia-cufft-cu12==11.2.1.3", "nvidia-cuda-cupti-cu12==12.4.127",
+            "nvidia-cublas-cu12==12.4.5.8", "nvidia-cusparse-cu12==12.3.1.170"]
+"""
+
+
+JAX_CU12 = sorted(
+    f"nvidia-{lib}-cu12"
+    for lib in ("cublas", "cuda-cupti", "cuda-runtime", "cudnn", "cufft", "cusparse")
+)
+
+
+def test_cu12_needs_behind_a_requested_extra_are_a_frameworks_not_leftovers(
+    tmp_path: Path,
+) -> None:
+    """``jax[cuda12]`` asks for ``jax-cuda12-plugin[with-cuda]``, the only place its cu12
+    wheels are required: they are the plugin's, so doctor offers the two-framework choices,
+    never ``remove 'nvidia-*-cu12'``; each choice's plan passes or is refused naming what
+    it would break."""
+    built = _build(TWO_FRAMEWORKS_EXTRA, tmp_path / "venv")
+    proc = cudafix("doctor", "--json", "--venv", built.venv)
+    report = as_json(proc)
+    for f in report["findings"]:
+        assert "'nvidia-*-cu12'" not in (f["hint"] or ""), f
+        assert all("'nvidia-*-cu12'" not in (c["command"] or "") for c in f["choices"]), f
+    [mixed] = [
+        f
+        for f in report["findings"]
+        if f["kind"] == "mixed-cuda" and f["message"].startswith("distributions for more")
+    ]
+    assert mixed["severity"] == "info" and proc.returncode == 0, report["findings"]
+    assert "jax-cuda12-plugin needs cu12" in mixed["message"]
+    assert "torch needs cu13" in mixed["message"]
+    choices = {(c["action"], tuple(c["majors"])): c for c in mixed["choices"]}
+    assert set(choices) == {
+        ("keep-all", (12, 13)),
+        ("remove-framework", (12,)),
+        ("remove-framework", (13,)),
+    }
+    assert choices[("remove-framework", (12,))]["distributions"] == [
+        "jax-cuda12-plugin",
+        *JAX_CU12,
+    ]
+    for command in _commands(mixed):
+        words = command.split()
+        planned = cudafix(*words[1:], "--json", "--offline", "--find-links", built.wheelhouse)
+        plan = as_json(planned)
+        if plan["verdict"] == "refused":  # only for what the removal really breaks: jax[cuda12]
+            assert planned.returncode == 3, planned.stderr
+            breaks = [(b["distribution"], b["extra"]) for b in plan["requirement_breaks"]]
+            assert breaks == [("jax", "cuda12")] and not plan["lost"], plan["reasons"]
+        else:
+            assert (plan["verdict"], planned.returncode) == ("pass", 0), plan["reasons"]

@@ -159,7 +159,9 @@ def test_an_install_that_lands_other_bytes_than_staged_rolls_back(
     scenario: ScenarioFactory, tmp_path: Path
 ) -> None:
     """The wheel is swapped for another build of the same version between plan and apply:
-    the install step's check against the staged RECORD catches it."""
+    the plan's sha256 of the staged file refuses it before anything changes; a plan without
+    one (as staged from an index) is caught by the install step's check against the staged
+    RECORD, and rolled back."""
     built = scenario("seed")
     links = tmp_path / "links"
     links.mkdir()
@@ -176,6 +178,14 @@ def test_an_install_that_lands_other_bytes_than_staged_rolls_back(
     make_wheel(links, "nvidia-nvtx-cu12", "12.8.90", files)
     before = fingerprint(built.venv)
     env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    refused = cudafix("apply", out, "--venv", built.venv, "--yes", env=env)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert "the plan was made" in refused.stderr  # the file is gone or has other bytes
+    assert diff_fingerprints(before, fingerprint(built.venv)) == []
+    saved = json.loads(out.read_text())
+    for pin in saved["install"]:
+        pin.update(wheel=None, wheel_sha256=None)
+    out.write_text(json.dumps(saved))
     applied = cudafix("apply", out, "--venv", built.venv, "--yes", env=env)
     assert applied.returncode == 1, applied.stdout + applied.stderr
     assert "nvToolsExt.h: other bytes than the staged wheel" in applied.stderr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import compileall
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,9 @@ from typing import Any
 import pytest
 from conftest import ScenarioFactory
 
+from cudafix.env.target import locate_target
 from cudafix.model.probe import ProbeSpec
+from cudafix.plan.facts import gather
 from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
@@ -129,6 +133,30 @@ def test_driver_and_on_demand_gaps_are_information_not_problems(tmp_path: Path) 
     assert "install" not in unresolved["libcuda.so.1"]["hint"]
     assert "no extension module loads it" in unresolved["libcudafix_nowhere.so.7"]["message"]
     assert proc.returncode == 0, proc.stdout
+
+
+def test_an_objects_search_directories_are_listed_once_not_per_need(tmp_path: Path) -> None:
+    """Each unresolved need was searched in the same directories; repeating them per need
+    made the report (and doctor's memory) objects x needs x directories."""
+    dirs = [f"$ORIGIN/../sub{k}/lib" for k in range(30)]
+    spec = CPU_BOX.replace(
+        'needed = ["libucp.so.0", "libcudafix_nowhere.so.7"]',
+        f'needed = ["libucp.so.0", "libcudafix_nowhere.so.7"]\nrunpath = {dirs!r}'.replace(
+            "'", '"'
+        ),
+    )
+    built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "venv")
+    report = as_json(cudafix("doctor", "--json", "--venv", built.venv))
+    plugin = [
+        f
+        for f in _finding(report, "unresolved")
+        if f["consumer"].endswith("plugins/libtransport_ucx.so")
+    ]
+    assert [f["need"] for f in plugin] == ["libcudafix_nowhere.so.7", "libucp.so.0"]
+    first, second = (f["details"] for f in plugin)
+    assert len(first) > 30 and all(d.startswith("searched ") for d in first)
+    assert "gpukit/lib/sub29/lib" in first[29]
+    assert second == [f"searched the same {len(first)} directories as for libcudafix_nowhere.so.7"]
 
 
 def test_an_import_that_would_fail_is_an_error(tmp_path: Path) -> None:
@@ -289,6 +317,26 @@ def test_overwritten_files_are_found_after_the_venv_was_copied(tmp_path: Path) -
     assert foreign["paths"] == [str(lib.relative_to(built.venv))] and proc.returncode == 1
 
 
+@pytest.mark.parametrize("how", ["cp -a", "hard links"])
+def test_the_first_doctor_on_a_copy_hashes_nothing(tmp_path: Path, how: str) -> None:
+    """A copy or a hard link gives every file a new ctime, later than its RECORD's; that
+    alone must not make doctor read the files whole (only mtime and size mark an overwrite)."""
+    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    copy = tmp_path / "copy"
+    if how == "cp -a":
+        subprocess.run(["cp", "-a", str(built.venv), str(copy)], check=True)
+    else:
+        shutil.copytree(built.venv, copy, symlinks=True, copy_function=os.link)
+    for path in sorted(copy.rglob("*"), key=lambda p: p.name == "RECORD"):
+        if path.is_file() and not path.is_symlink() and path.name != "RECORD":
+            path.chmod(path.stat().st_mode)  # every ctime after its RECORD's, as a copy may
+    assert not (copy / ".cudafix").exists()
+    facts = gather(locate_target(None, str(copy), os.environ, tmp_path))
+    assert facts.hashed_files == 0
+    proc = cudafix("doctor", "--json", "--venv", copy)
+    assert proc.returncode == 0 and _finding(as_json(proc), "foreign-bytes") == []
+
+
 def test_the_mixed_cuda_hint_names_the_major_nothing_loaded_needs(
     scenario: ScenarioFactory,
 ) -> None:
@@ -334,6 +382,56 @@ def test_the_shadowing_scenario_warns_and_names_the_copy_to_remove(
     assert (
         f"cudafix remove nvidia-cusparselt-cu12 --dry-run --venv {built.venv}" in (shadowed["hint"])
     )
+
+
+# vendorlib's DT_RPATH lists foo-fast's directory first; foo-fast is required only by
+# vendorlib's extra `fast`, which its installed set shows was requested.
+EXTRA_PICK = """
+name = "extra-pick"
+description = "the copy a consumer finds first is required by its requested extra"
+
+[[dist]]
+name = "vendorlib"
+version = "1.0"
+requires = ["foo-base==1.0", 'foo-fast==1.0; extra == "fast"']
+files = { "vendorlib/__init__.py" = "from vendorlib import _core\\n" }
+[[dist.ext]]
+path = "vendorlib/_core"
+needed = ["libfoo.so.1"]
+rpath = ["$ORIGIN/../foo_fast/lib", "$ORIGIN/../foo_base/lib"]
+
+[[dist]]
+name = "foo-base"
+version = "1.0"
+lib = [{ path = "foo_base/lib/libfoo.so.1" }]
+
+[[dist]]
+name = "foo-fast"
+version = "1.0"
+lib = [{ path = "foo_fast/lib/libfoo.so.1" }]
+
+[[steps]]
+action = "install"
+packages = ["vendorlib==1.0", "foo-base==1.0", "foo-fast==1.0"]
+"""
+
+
+def test_a_copy_a_requested_extra_requires_is_not_a_wrong_pick(tmp_path: Path) -> None:
+    """doctor and the planner judge requirements alike: the copy ``vendorlib[fast]`` requires
+    is not one to remove (the planner refuses that removal), so finding it first is
+    information, with no removal hint."""
+    built = build_spec(Scenario.model_validate(tomllib.loads(EXTRA_PICK)), tmp_path / "venv")
+    proc = cudafix("doctor", "--json", "--venv", built.venv)
+    report = as_json(proc)
+    [shadowed] = _finding(report, "shadowed")
+    assert shadowed["provider"].endswith("foo_fast/lib/libfoo.so.1"), shadowed
+    assert (shadowed["severity"], shadowed["hint"], proc.returncode) == ("info", None, 0)
+    planned = cudafix("remove", "foo-fast", "--dry-run", "--json", "--venv", built.venv)
+    plan = as_json(planned)
+    assert plan["verdict"] == "refused" and planned.returncode == 3
+    assert [(b["distribution"], b["extra"]) for b in plan["requirement_breaks"]] == [
+        ("vendorlib", "fast")
+    ]
 
 
 def test_the_clobbered_hint_removes_the_build_import_does_not_need_and_runs_as_printed(

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from cudafix.linker.loader import DlopenTable, SearchConfig, Step, expand_entry, resolve
-from cudafix.model.names import EnvPath
+from cudafix.linker.runtime import RuntimeTable, bind
+from cudafix.model.names import EnvPath, Soname
 from scenarios.cc import CompileError, SharedObject, compile_shared
 from tests.support.loadertree import cudafix_tree, ldd, lib, loaded_maps, parse_ldd, real, view_of
 
@@ -275,3 +276,66 @@ def test_unknown_platform_drops_the_element() -> None:
 
 def test_ldd_is_available() -> None:
     assert shutil.which("ldd") is not None and shutil.which("gcc") is not None
+
+
+def test_run_time_edges_by_object_path_match_a_real_load(tmp_path: Path) -> None:
+    """A framework object's run-time dlopen (keyed by its path, not its soname) searches its
+    own RUNPATH, as the real dlopen from inside it does."""
+    cudnn = lib(tmp_path / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9")
+    plugin = tmp_path / "_versions.so"
+    lib(plugin, rpath=["$ORIGIN/nvidia/cudnn/lib"], runpath=True, dlopen=["libcudnn.so.9"])
+    table = DlopenTable(by_object={str(plugin): (Soname("libcudnn.so.9"),)})
+    tree = resolve(str(plugin), view_of(tmp_path), SearchConfig.for_host(), table)
+    step = next(s for s in tree.steps if s.need == "libcudnn.so.9")
+    assert (step.requester, step.how, step.provider) == (str(plugin), "dlopen", str(cudnn))
+    assert {p for p in tree.objects if p.startswith(str(tmp_path))} == loaded_maps(plugin)
+
+
+def test_a_by_path_preload_meets_the_roots_needs_first(tmp_path: Path) -> None:
+    """cupy loads the wheel's libcurand by full path before the module whose DT_NEEDED names
+    it: the need is met by the loaded soname, with no search (the module has no RPATH)."""
+    curand = lib(tmp_path / "nvidia" / "curand" / "lib" / "libcurand.so.10")
+    module = lib(tmp_path / "cupy" / "curand.so", needed=[curand])
+    preloaded = DlopenTable(preload={str(module): (Soname(str(curand)),)})
+    steps = resolve(str(module), view_of(tmp_path), SearchConfig.for_host(), preloaded).steps
+    assert [(s.need, s.how, s.provider) for s in steps if "curand" in s.need] == [
+        (str(curand), "dlopen", str(curand)),
+        ("libcurand.so.10", "loaded", str(curand)),
+    ]
+    alone = resolve(str(module), view_of(tmp_path), SearchConfig.for_host(), DlopenTable())
+    assert [s.provider for s in alone.steps if s.need == "libcurand.so.10"] == [None]
+
+
+def test_every_shipped_run_time_row_says_where_it_was_read() -> None:
+    rows = RuntimeTable.default().rows
+    assert {r.framework for r in rows} >= {"jax-cuda12-plugin", "tensorflow", "cupy-cuda12x"}
+    for row in rows:
+        assert row.objects and (row.sonames or row.paths or row.optional), row
+        assert len(row.source) > 40, row  # names the loader code or the trace it was read from
+
+
+def test_run_time_rows_bind_to_the_objects_they_name() -> None:
+    table = RuntimeTable.from_data(
+        {
+            "version": 1,
+            "load": [
+                {
+                    "framework": "cupy-cuda12x",
+                    "requested": "cuda-toolkit[curand]",
+                    "objects": ["cupy_backends/cuda/libs/curand*.so"],
+                    "paths": ["nvidia/curand/lib/libcurand.so.10"],
+                }
+            ],
+        }
+    )
+    site = "lib/python3.11/site-packages"
+    ext = EnvPath(f"{site}/cupy_backends/cuda/libs/curand.cpython-311-x86_64-linux-gnu.so")
+    bound = bind(table, "/v", [EnvPath(site)], [ext, EnvPath(f"{site}/other.so")])
+    lib_path = f"/v/{site}/nvidia/curand/lib/libcurand.so.10"
+    assert bound.paths == {f"/v/{ext}": (lib_path,)} and not bound.sonames
+    row = bound.row(f"/v/{ext}", lib_path)
+    assert row is not None and row.requested_as == "cuda-toolkit[curand]"
+    with pytest.raises(ValueError, match="inside site-packages"):
+        RuntimeTable.from_data(
+            {"load": [{"framework": "x", "objects": ["a.so"], "paths": ["../x"]}]}
+        )

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from cudafix.env.inventory import Distribution
 from cudafix.model.names import DistName, EnvPath, normalize_name
-from cudafix.plan.requirements import RequirementProblem, check_requirements
+from cudafix.plan.requirements import (
+    RequirementProblem,
+    check_requirements,
+    requested_extras,
+    requirement_closure,
+)
 
 LINUX_311 = {
     "python_version": "3.11",
@@ -75,3 +80,86 @@ def test_unparsable_requirement_is_reported_not_raised() -> None:
 def test_unparsable_installed_version() -> None:
     (problem,) = _check(_dist("app", "1", "dep>=1"), _dist("dep", "banana"))
     assert problem.reason == "dep banana is not a valid version"
+
+
+# ---- requested extras: pip and uv record none, so the installed set is the evidence ----
+
+PLUGIN_REQS = (
+    'nvidia-cudnn-cu12<10,>=9.8; sys_platform == "linux" and extra == "with-cuda"',
+    'nvidia-cufft-cu12>=11; sys_platform == "linux" and extra == "with-cuda"',
+    'libtpu==0.0.42; extra == "tpu"',
+)
+
+
+def test_an_extra_whose_requirements_are_all_met_is_requested_and_judged() -> None:
+    dists = [
+        _dist("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
+        _dist("nvidia-cudnn-cu12", "9.28.0.42"),
+        _dist("nvidia-cufft-cu12", "11.4.1.4"),
+    ]
+    by_name = {d.name: d for d in dists}
+    assert requested_extras(by_name, LINUX_311) == {"jax-cuda12-plugin": frozenset({"with-cuda"})}
+    extras = requested_extras(by_name, LINUX_311)
+    after = {n: d for n, d in by_name.items() if n != "nvidia-cudnn-cu12"}
+    (problem,) = check_requirements(after, LINUX_311, extras)
+    assert (problem.requested_as, problem.reason) == (
+        "jax-cuda12-plugin[with-cuda]",
+        "nvidia-cudnn-cu12 is not installed",
+    )
+    # judged on its own, the broken set no longer shows the extra as requested
+    assert check_requirements(after, LINUX_311) == ()
+
+
+def test_an_extra_with_a_wrong_version_is_not_requested() -> None:
+    """``jax[ci]`` pins ``jaxlib==0.10.1``: a 0.10.2 jaxlib does not make it requested."""
+    dists = {d.name: d for d in [_dist("jax", "0.10.2", 'jaxlib==0.10.1; extra == "ci"'),
+                                 _dist("jaxlib", "0.10.2")]}  # fmt: skip
+    assert requested_extras(dists, LINUX_311) == {}
+    assert check_requirements(dists, LINUX_311) == ()
+
+
+def test_a_requested_requirement_requests_the_extras_it_names() -> None:
+    """``jax[cuda12]`` asks for ``jax-cuda12-plugin[with-cuda]``: that extra is requested even
+    when one of its wheels is gone, so the loss is reported against it."""
+    dists = {
+        d.name: d
+        for d in [
+            _dist("jax", "0.10.2", 'jax-cuda12-plugin[with-cuda]==0.10.2; extra == "cuda12"'),
+            _dist("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
+            _dist("nvidia-cufft-cu12", "11.4.1.4"),
+        ]
+    }
+    assert requested_extras(dists, LINUX_311) == {
+        "jax": frozenset({"cuda12"}),
+        "jax-cuda12-plugin": frozenset({"with-cuda"}),
+    }
+    (problem,) = check_requirements(dists, LINUX_311)
+    assert (problem.distribution, problem.extra) == ("jax-cuda12-plugin", "with-cuda")
+
+
+def test_the_closure_follows_requested_extras_only() -> None:
+    """What ``jax[cuda12]`` was installed to load: the plugin and the wheels of its requested
+    ``[with-cuda]``, not ``jaxlib`` behind the unrequested ``[ci]`` (its pin is not met)."""
+    dists = {
+        d.name: d
+        for d in [
+            _dist(
+                "jax",
+                "0.10.2",
+                'jax-cuda12-plugin[with-cuda]==0.10.2; extra == "cuda12"',
+                'jaxlib==0.10.1; extra == "ci"',
+            ),
+            _dist("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
+            _dist("nvidia-cudnn-cu12", "9.28.0.42"),
+            _dist("nvidia-cufft-cu12", "11.4.1.4"),
+            _dist("jaxlib", "0.10.2"),
+        ]
+    }
+    extras = requested_extras(dists, LINUX_311)
+    assert requirement_closure(dists, ["jax"], LINUX_311, extras) == {
+        "jax",
+        "jax-cuda12-plugin",
+        "nvidia-cudnn-cu12",
+        "nvidia-cufft-cu12",
+    }
+    assert requirement_closure(dists, ["jax"], LINUX_311, {}) == {"jax"}

@@ -185,3 +185,21 @@ def test_interpreter_answer_cached_equals_asked(scenario: Callable[..., BuiltSce
     assert query_interpreter(target) == asked
     StateDir(built.venv).interpreter_cache.write_text('{"key": 1, "answer": []}')
     assert query_interpreter(target) == asked
+
+
+def test_hard_links_to_the_files_leave_the_cache_unwritten(
+    scenario: Callable[..., BuiltScenario], tmp_path: Path
+) -> None:
+    """A hard-link snapshot (``run --``) or ``cp -al`` moves every file's ctime and nothing
+    else: the next read does not rewrite the whole cache, and answers as a cold one."""
+    built = scenario("clean")
+    _facts(built.venv)
+    _settle()
+    _facts(built.venv)
+    cache = StateDir(built.venv).tree_cache
+    before = cache.stat()
+    shutil.copytree(built.venv, tmp_path / "links", symlinks=True, copy_function=os.link)
+    warm = _facts(built.venv)
+    after = cache.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    _same(warm, _cold(built.venv))

@@ -100,7 +100,7 @@ def read_plan(file: Path, text: str) -> Plan:
     """Parse a plan file, or raise :class:`InputError` (exit 2) saying what is wrong."""
     from pydantic import ValidationError
 
-    from cudafix.model.plan import PLAN_SCHEMA_VERSION, Plan
+    from cudafix.model.plan import PLAN_SCHEMA_VERSION, Plan, input_problems
 
     try:
         plan = Plan.model_validate_json(text)
@@ -114,5 +114,13 @@ def read_plan(file: Path, text: str) -> Plan:
     if plan.schema_version != PLAN_SCHEMA_VERSION:
         raise InputError(
             f"{file}: plan schema {plan.schema_version}; this cudafix reads {PLAN_SCHEMA_VERSION}"
+        )
+    problems = input_problems(plan)
+    if problems:
+        raise InputError(
+            f"{file}: refused, {len(problems)} field(s) are not what they claim; {problems[0]}",
+            context=problems[1:],
+            hint="a plan names distributions, versions, modules and paths, never options; "
+            "write a new one with --dry-run --out",
         )
     return plan

@@ -19,7 +19,7 @@ import click
 from click.core import ParameterSource
 
 from cudafix import app
-from cudafix.cli.render import plain
+from cudafix.cli.render import plain, shown
 from cudafix.model.errors import (
     CudafixError,
     ExitCode,
@@ -50,8 +50,10 @@ def style_for(stream_is_tty: bool) -> Callable[..., str]:
 
 
 def echo_err(message: str) -> None:
-    """Progress and warnings go to stderr, so stdout stays the report (or the JSON)."""
-    click.echo(message, err=True)
+    """Progress and warnings go to stderr, so stdout stays the report (or the JSON).
+
+    One line each: control characters in it (a path's newline) are escaped."""
+    click.echo(shown(message), err=True)
 
 
 def stdout_style() -> Callable[..., str]:
@@ -285,7 +287,8 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
     click.echo(
         f"Committed transaction {result.txid}: removed {len(result.removed)}, reinstalled "
         f"{len(result.reinstalled)}, installed {len(result.installed)}; probes passed: "
-        f"{len(result.probes)}.\nUndo with: cudafix undo {result.txid} --venv {result.prefix}"
+        f"{len(result.probes)}.\nUndo with: cudafix undo {result.txid} "
+        + shown(f"--venv {result.prefix}")
     )
 
 

@@ -24,6 +24,7 @@ from cudafix.cli.common import (
     plan_options,
     present_and_apply,
 )
+from cudafix.cli.render import shown
 from cudafix.model.errors import ExitCode, UsageError
 
 
@@ -52,7 +53,8 @@ def install(
         on_event=echo_err,
     )  # fmt: skip
     if not plan.install and not plan.remove and not flags.as_json:
-        click.echo(f"Nothing to install in {plan.target.prefix}: {' '.join(specs)} is satisfied.")
+        done = f"Nothing to install in {plan.target.prefix}: {' '.join(specs)} is satisfied."
+        click.echo(shown(done))
         raise click.exceptions.Exit(ExitCode.OK)
     present_and_apply(plan, flags)
 
@@ -104,6 +106,7 @@ def run_command(
     for path in result.in_place:
         echo_err(f"warning: {path} was rewritten in place; a rollback could not have restored it")
     click.echo(
-        f"Committed transaction {result.txid}: {' '.join(argv)}; probes passed: "
-        f"{len(result.probes)}.\nUndo with: cudafix undo {result.txid} --venv {result.prefix}"
+        shown(f"Committed transaction {result.txid}: {' '.join(argv)}; probes passed: ")
+        + f"{len(result.probes)}.\nUndo with: cudafix undo {result.txid} "
+        + shown(f"--venv {result.prefix}")
     )

@@ -32,6 +32,7 @@ from cudafix.cli.common import (
 )
 from cudafix.cli.install import install as install_command
 from cudafix.cli.install import run_command
+from cudafix.cli.render import shown
 from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, UsageError
 
 
@@ -113,7 +114,7 @@ def repair(flags: PlanFlags) -> None:
     if plan is None:
         prefix = app.locate(flags.facts.target).prefix
         click.echo(
-            f"Nothing to repair in {prefix}: no distribution has missing files "
+            f"Nothing to repair in {shown(str(prefix))}: no distribution has missing files "
             "or files holding another build's bytes."
         )
         raise click.exceptions.Exit(ExitCode.OK)
@@ -131,10 +132,10 @@ def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
     """Roll back a transaction that was interrupted (killed, power loss)."""
     report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_err)
     if not report.transactions:
-        click.echo(f"No unfinished transaction in {report.prefix}.")
+        click.echo(f"No unfinished transaction in {shown(str(report.prefix))}.")
         return
     for action in report.actions:
-        click.echo(("would: " if dry_run else "done: ") + action)
+        click.echo(("would: " if dry_run else "done: ") + shown(action))
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -147,12 +148,13 @@ def history(target: app.TargetArgs, as_json: bool) -> None:
         click.echo(json.dumps([e.__dict__ for e in entries], indent=2, default=list))
         return
     if not entries:
-        click.echo(f"No transactions in {prefix}.")
+        click.echo(f"No transactions in {shown(str(prefix))}.")
     for e in entries:
         changed = ", ".join([*(f"-{n}" for n in e.removed), *(f"+{n}" for n in e.reinstalled)])
-        click.echo(f"{e.txid}  {e.state:<11}  {changed or '-'}  {' '.join(e.command[1:])}")
+        line = f"{e.txid}  {e.state:<11}  {changed or '-'}  {' '.join(e.command[1:])}"
+        click.echo(shown(line))
         if e.error:
-            click.echo(f"    {e.error}")
+            click.echo(f"    {shown(e.error)}")
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -202,7 +204,7 @@ def _fail(err: CudafixError, as_json: bool) -> NoReturn:
 
     if as_json and not err.json_emitted:
         emit_json_error(err)
-    echo_err(render_error(err, style_for(sys.stderr.isatty())))
+    click.echo(render_error(err, style_for(sys.stderr.isatty())), err=True)  # escapes its values
     sys.exit(int(err.exit_code))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
@@ -18,6 +18,43 @@ if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pyda
     from cudafix.model.plan import Plan
 
 Style = Callable[..., str]
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    M = TypeVar("M", bound=BaseModel)
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print: each control or other non-printing character written as its
+    Python escape (``\\n``, ``\\x1b``, ``\\u202e``).
+
+    File names, RECORD rows, distribution names and error details come from the environment
+    or a file, and a name holding a newline or an ESC sequence would otherwise forge output
+    lines or drive the terminal. The renderer applies it to every value it prints; the line
+    breaks and colours it adds itself are its own.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _shown_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, list):
+        return [_shown_value(v) for v in value]
+    if isinstance(value, dict):
+        return {_shown_value(k): _shown_value(v) for k, v in value.items()}
+    return value
+
+
+def printable(model: M) -> M:
+    """``model`` with :func:`shown` applied to every string in it, keys included; the same
+    object when nothing needed escaping (the usual case)."""
+    dumped = model.model_dump()
+    cleaned = _shown_value(dumped)
+    return model if cleaned == dumped else type(model).model_validate(cleaned)
 
 
 def plain(text: str, **_kw: object) -> str:
@@ -38,6 +75,7 @@ def _site(plan: Plan, path: str) -> str:
 
 def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> str:
     """The plan as sections: what goes, what comes back, what breaks, the verdict, what next."""
+    plan = printable(plan)
     out: list[str] = [f"Environment: {plan.target.prefix}"]
     out += _section(
         "Remove",
@@ -56,9 +94,12 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
     out += _section(
         "Sonames lost",
         [
-            style(f"x {lost.need}", fg="red", bold=True)
-            + f" needed by {_site(plan, lost.consumer)}"
-            + f" ({lost.consumer_distribution or 'no distribution'})\n"
+            style(f"x {_site(plan, lost.need)}", fg="red", bold=True)
+            + (" loaded at run time by" if lost.run_time_load else " needed by")
+            + f" {_site(plan, lost.consumer)}"
+            + f" ({lost.consumer_distribution or 'no distribution'})"
+            + (f" for {lost.run_time_load}" if lost.run_time_load else "")
+            + "\n"
             f"    resolves today to {_site(plan, lost.resolved_before)}\n"
             f"    which goes: claimed by {' and '.join(lost.lost_file_owners) or 'no distribution'}"
             + (" (all removed or deleted with the shared path)" if lost.lost_file_owners else "")
@@ -102,7 +143,7 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
     out += _section("Probes (from the script)", _script_probes(plan))
     out += _section(
         "Requirements broken",
-        [f"{b.distribution} requires {b.requirement}: {b.reason}" for b in plan.requirement_breaks],
+        [f"{b.requested_as} requires {b.requirement}: {b.reason}" for b in plan.requirement_breaks],
     )
     out += _section(
         "Refused RECORD entries",
@@ -192,6 +233,7 @@ _MARK = {"error": ("x", "red"), "warning": ("!", "yellow"), "info": ("i", "blue"
 
 def render_report(report: DoctorReport, style: Style = plain) -> str:
     """Doctor findings, most urgent first, each with its next step."""
+    report = printable(report)
     out = [
         f"Environment: {report.prefix}",
         f"{report.distributions} distributions, {report.elf_objects} ELF objects",
@@ -247,8 +289,8 @@ def _choice(c: Choice) -> str:
 
 def render_error(err: CudafixError, style: Style = plain) -> str:
     """One clear line, then context and the next command (pip's diagnostic errors)."""
-    lines = [style("error", fg="red", bold=True) + f": {err.message}"]
-    lines += [f"  {c}" for c in err.context]
+    lines = [style("error", fg="red", bold=True) + f": {shown(err.message)}"]
+    lines += [f"  {shown(c)}" for c in err.context]
     if err.hint:
-        lines.append(f"hint: {err.hint}")
+        lines.append(f"hint: {shown(err.hint)}")
     return "\n".join(lines)

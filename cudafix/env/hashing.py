@@ -72,6 +72,8 @@ class HashCache:
         self._real_prefix = Path(os.path.realpath(prefix))
         self._entries: dict[StatKey, str] = dict(entries or {})
         self._learnt = False
+        self.hashed = 0
+        """Files whose bytes this cache read (cache misses of non-empty files)."""
 
     def __call__(self, path: EnvPath) -> str | None:
         """Digest of the regular file at ``path``; None if missing, not a file, or escaping."""
@@ -90,6 +92,7 @@ class HashCache:
             if key not in self._entries:
                 self._entries[key] = hash_fd(fd)
                 self._learnt = True
+                self.hashed += st.st_size > 0
             return self._entries[key]
         except OSError:
             return None

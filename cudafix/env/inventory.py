@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import posixpath
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -18,7 +19,14 @@ from typing import Any, NamedTuple
 
 from cudafix.env.distinfo import CoreMetadata, parse_metadata
 from cudafix.env.hashing import HashCache
-from cudafix.env.record import ParsedRecord, RawEntry, Refusal, parse_record, resolve_record_path
+from cudafix.env.record import (
+    NAMES_A_DIRECTORY,
+    ParsedRecord,
+    RawEntry,
+    Refusal,
+    parse_record,
+    resolve_record_path,
+)
 from cudafix.env.treecache import (
     DIST_INFO_FILES,
     TreeCache,
@@ -72,6 +80,15 @@ class RecordIssue:
     distribution: DistName
     line: int
     row: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class UnreadableRecord:
+    """A RECORD that cannot be read exactly: installers would disagree on its rows."""
+
+    distribution: DistName
+    record: EnvPath
     reason: str
 
 
@@ -139,6 +156,9 @@ class Inventory:
     """RECORD paths that do not exist on disk, per distribution."""
     record_issues: tuple[RecordIssue, ...] = ()
     """RECORD rows with a bad column count, hash or size (their paths are still owned)."""
+    unreadable: tuple[UnreadableRecord, ...] = ()
+    """RECORDs that cannot be read exactly: what their distributions own is unknown, so no
+    plan in this environment can be trusted until they are fixed."""
 
     def distribution_paths(self, name: DistName) -> tuple[EnvPath, ...]:
         """Every path the backend deletes when uninstalling ``name``.
@@ -159,8 +179,10 @@ class Inventory:
     def _pyc_index(self) -> Mapping[str, tuple[EnvPath, ...]]:
         index: dict[str, list[EnvPath]] = {}
         for p in self.files:
+            if "__pycache__/" not in p or not p.endswith(".pyc"):
+                continue  # cheap string tests first: this visits every file of the venv
             head, name = posixpath.split(p)
-            if posixpath.basename(head) == "__pycache__" and name.endswith(".pyc"):
+            if posixpath.basename(head) == "__pycache__":
                 key = posixpath.join(posixpath.dirname(head), name.split(".", 1)[0])
                 index.setdefault(key, []).append(p)
         return {k: tuple(v) for k, v in index.items()}
@@ -170,10 +192,12 @@ def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvP
     """Files of ``names`` whose inode changed after their RECORD was written: the ones worth
     hashing to learn whether another install overwrote them.
 
-    An installer writes RECORD last, so its own files are no newer than it; a later install
-    over them (a copy, or uv's hard link) is. The inode change time catches a hard link; the
-    modification time catches a copy even in a venv copied since (``cp -a`` keeps it, but
-    sets every ctime anew). Sizes that already disagree with RECORD, and bytecode, need no hash.
+    An installer writes RECORD last, so its own files' modification times are no newer than
+    it; a later install over them is. The inode change time is not used: a copy (``cp -a``,
+    a Docker layer, a restore) or a hard link sets every ctime anew, and reading gigabytes
+    because of that is the cost of a first run on a copy (an overwrite with the same size and
+    an older mtime goes unseen here, as a copy's new ctime would be indistinguishable from it).
+    Sizes that already disagree with RECORD, and bytecode, need no hash.
     """
     out: list[EnvPath] = []
     for name in names:
@@ -185,8 +209,7 @@ def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvP
             st = inv.files.get(e.path)
             if st is None or st.kind != "file" or not e.sha256 or is_bytecode(e.path):
                 continue
-            newer = st.ctime_ns > record.ctime_ns or st.mtime_ns > record.mtime_ns
-            if (e.size is None or e.size == st.size) and newer:
+            if (e.size is None or e.size == st.size) and st.mtime_ns > record.mtime_ns:
                 out.append(e.path)
     return out
 
@@ -280,6 +303,7 @@ def read_inventory(
     tree = cache if cache is not None else TreeCache()
     files = walk_files(prefix, tree)
     read = _read_distributions(prefix, sites, files, tree)
+    _refuse_directory_rows(prefix, read, files)
     owners = _ownership(read.distributions.values())
     tree.watch(p for p, o in owners.items() if len(o) > 1)  # a shared path's holder can change
     inv = Inventory(
@@ -294,6 +318,7 @@ def read_inventory(
         shared=(),
         missing=_missing(prefix, read.distributions.values(), files),
         record_issues=tuple(read.issues),
+        unreadable=tuple(read.unreadable),
     )
     return replace(inv, shared=_shared_paths(inv, hasher or HashCache(prefix)))
 
@@ -331,6 +356,7 @@ class _Read:
     unmanaged: list[Unmanaged] = field(default_factory=list)
     unsafe: list[UnsafeEntry] = field(default_factory=list)
     issues: list[RecordIssue] = field(default_factory=list)
+    unreadable: list[UnreadableRecord] = field(default_factory=list)
 
 
 def _read_distributions(
@@ -360,6 +386,7 @@ def read_distribution(prefix: Path, site: EnvPath, info: EnvPath) -> Distributio
     """One dist-info read exactly as :func:`read_inventory` reads it (None: no RECORD)."""
     read = _Read()
     _add_one(info, _parse_one(prefix, site, info, SymlinkGuard(prefix)), read)
+    _refuse_directory_rows(prefix, read, {})
     return next(iter(read.distributions.values()), None)
 
 
@@ -382,6 +409,26 @@ def find_dist_info(
             if split and normalize_name(split[0]) == wanted and version in (None, split[1]):
                 return EnvPath(f"{site}/{entry}")
     return None
+
+
+def _refuse_directory_rows(prefix: Path, read: _Read, files: Mapping[EnvPath, FileStat]) -> None:
+    """Move rows naming a directory on disk (``nvidia/cudnn,,``) from the files to the unsafe
+    entries: uv deletes such a row's whole tree. Decided on the disk as it is now, never
+    cached with the dist-info: a file's path may become a directory behind cudafix's back.
+    ``files`` (the walk) settles most rows without a system call."""
+    for name, dist in read.distributions.items():
+        dirs = [e for e in dist.files if e.path not in files and _is_dir(prefix / e.path)]
+        if dirs:
+            keep = tuple(e for e in dist.files if e not in dirs)
+            read.distributions[name] = replace(dist, files=keep)
+            read.unsafe.extend(UnsafeEntry(name, e.raw, NAMES_A_DIRECTORY) for e in dirs)
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def installed_versions(prefix: Path, sites: Sequence[EnvPath]) -> dict[DistName, str]:
@@ -412,7 +459,8 @@ def _listdir(path: Path) -> list[tuple[str, bool]]:
 def _parse_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard) -> Any:
     """One dist-info read and parsed, as the JSON-able value the tree cache keeps.
 
-    ``["no-record", name]`` or ``["dist", distribution, unsafe rows, issue rows]``.
+    ``["no-record", name]`` or ``["dist", distribution, unsafe rows, issue rows, unreadable]``
+    (``unreadable``: why the RECORD cannot be read exactly, or None).
     """
     full = prefix / info
     fallback_name, fallback_version = split_dist_info_name(posixpath.basename(info)) or ("", "")
@@ -433,7 +481,7 @@ def _parse_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard) 
         list(_top_level(full / "top_level.txt", record.entries)),
     ]
     issues = [[p.line, p.row, p.reason] for p in record.problems]
-    return ["dist", dist, unsafe, issues]
+    return ["dist", dist, unsafe, issues, record.unreadable]
 
 
 def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
@@ -441,12 +489,14 @@ def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
     if parsed[0] == "no-record":
         read.unmanaged.append(Unmanaged(info, parsed[1], "no-record"))
         return
-    _kind, dist, unsafe, issues = parsed
+    _kind, dist, unsafe, issues, unreadable = parsed
     name = DistName(dist[0])
     if name in read.distributions:
         read.unmanaged.append(Unmanaged(info, name, "duplicate"))
         return
     site = EnvPath(dist[3])
+    if unreadable:
+        read.unreadable.append(UnreadableRecord(name, EnvPath(f"{info}/RECORD"), unreadable))
     read.unsafe.extend(UnsafeEntry(name, raw, reason) for raw, reason in unsafe)
     read.issues.extend(RecordIssue(name, line, row, reason) for line, row, reason in issues)
     read.distributions[name] = Distribution(
@@ -564,6 +614,7 @@ def _missing(
     uninstall of a co-owner deletes them, and Python writes them again on import.
     """
     out: dict[DistName, tuple[EnvPath, ...]] = {}
+    base = f"{prefix}/"  # str, not Path: this runs once per RECORD row the walk did not see
     for dist in dists:
         gone = sorted(
             {
@@ -571,7 +622,7 @@ def _missing(
                 for e in dist.files
                 if e.path not in files
                 and not is_bytecode(e.path)
-                and not os.path.lexists(prefix / e.path)
+                and not os.path.lexists(base + e.path)
             }
         )
         if gone:

@@ -12,7 +12,8 @@ import csv
 import hashlib
 import io
 import posixpath
-from collections.abc import Collection
+import sys
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,8 @@ class ParsedRecord:
 
     entries: tuple[RawEntry, ...]
     problems: tuple[RecordProblem, ...]
+    unreadable: str | None = None
+    """Why the RECORD as a whole cannot be read exactly (then ``entries`` is empty)."""
 
 
 @dataclass(frozen=True)
@@ -60,24 +63,55 @@ class Refusal:
     reason: str
 
 
+NAMES_A_DIRECTORY = "names a directory"
+"""A row naming a directory (``nvidia/cudnn/``, ``./``): RECORD lists files, and uv removes
+a directory row with everything under it, other distributions' files included."""
+
+
+_BOM = "\ufeff"
+_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00")
+"""Characters that end a line for ``str.splitlines`` (how pip's ``importlib.metadata`` cuts
+RECORD before csv sees it) but not for uv's csv reader, and NUL, which no path holds: a
+field holding one is read differently by the two installers."""
+
+
+def _rows(text: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line, fields)`` of RECORD text, read as uv reads it: a leading UTF-8 BOM dropped,
+    no field-size limit (Python's csv stops at 131,072 characters, uv does not).
+
+    Strict quoting: text after a closing quote, or a quote never closed, raises
+    :class:`csv.Error` instead of being glued into one long field.
+    """
+    reader = csv.reader(io.StringIO(text.removeprefix(_BOM)), strict=True)
+    limit = csv.field_size_limit(sys.maxsize)
+    try:
+        for row in reader:
+            yield reader.line_num, row
+    finally:
+        csv.field_size_limit(limit)
+
+
 def parse_record(text: str) -> ParsedRecord:
-    """Parse RECORD CSV text; never raises on a bad row."""
+    """Parse RECORD CSV text; never raises.
+
+    A bad row is a problem and the rows after it are still read. A RECORD that cannot be
+    read *exactly* (broken quoting, a field holding a line break or NUL) sets
+    ``unreadable``: pip and uv would each see other rows, so nothing about it is trusted.
+    """
     entries: list[RawEntry] = []
     problems: list[RecordProblem] = []
-    reader = csv.reader(io.StringIO(text))
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:  # a field over csv's size limit: no path is that long
-            problems.append(RecordProblem(reader.line_num, "", f"unreadable row: {exc}"))
-            break
-        if not row or not row[0]:
-            continue
-        entry, reasons = _parse_row(row)
-        entries.append(entry)
-        problems.extend(RecordProblem(reader.line_num, ",".join(row), r) for r in reasons)
+    line = 0
+    try:
+        for line, row in _rows(text):
+            if not row or not row[0]:
+                continue
+            if any(c in _BREAKS for field in row for c in field):
+                return ParsedRecord((), (), f"line {line}: a field holds a line break or NUL")
+            entry, reasons = _parse_row(row)
+            entries.append(entry)
+            problems.extend(RecordProblem(line, ",".join(row), r) for r in reasons)
+    except csv.Error as exc:
+        return ParsedRecord((), (), f"line {line + 1}: {exc}")
     return ParsedRecord(tuple(entries), tuple(problems))
 
 
@@ -119,10 +153,14 @@ def _parse_size(field: str) -> tuple[int | None, str | None]:
 
 
 def without_entries(text: str, paths: Collection[str]) -> str:
-    """RECORD text with the rows naming ``paths`` dropped, every other row re-quoted as csv."""
+    """RECORD text with the rows naming ``paths`` dropped, every other row re-quoted as csv.
+
+    Read as :func:`parse_record` reads it (BOM, no size limit), so a row is dropped exactly
+    when the planner saw that path; only readable RECORDs reach here.
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerows(row for row in csv.reader(io.StringIO(text)) if row and row[0] not in paths)
+    writer.writerows(row for _, row in _rows(text) if row and row[0] not in paths)
     return out.getvalue()
 
 
@@ -145,6 +183,8 @@ def resolve_record_path(site_packages: EnvPath, raw: str) -> EnvPath | Refusal:
         return Refusal("names the environment itself")
     if joined == ".." or joined.startswith("../"):
         return Refusal("escapes the environment")
+    if parts[-1] in ("", ".", "..") or f"{site_packages}/".startswith(f"{joined}/"):
+        return Refusal(NAMES_A_DIRECTORY)  # uv deletes a directory row's whole tree
     return EnvPath(joined)
 
 

@@ -32,7 +32,9 @@ from cudafix.env.statedir import STATE_DIR_NAME, load_cache, save_cache
 from cudafix.model.names import EnvPath, is_so_name
 
 FORMAT = "cudafix-tree-cache"
-VERSION = 3
+VERSION = 5
+"""4: no ctime per file (a hard link or copy moves it, and nothing decides on it);
+5: RECORDs read as uv reads them (no field limit, BOM, strict quoting)."""
 RACY_NS = 2_000_000_000
 """Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")
@@ -57,9 +59,6 @@ class FileStat(NamedTuple):
     ino: int
     mtime_ns: int
     link_target: str | None = None
-    ctime_ns: int = 0
-    """Inode change time: a hard link (uv's default install mode) or an overwrite sets it,
-    so a file changed after its distribution's RECORD was written is newer than it."""
 
 
 @dataclass
@@ -298,16 +297,14 @@ def _from_stat(st: os.stat_result, link: str | None) -> FileStat:
         kind = "file"
     else:
         kind = "other"
-    return FileStat(
-        kind, st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns, link, st.st_ctime_ns
-    )
+    return FileStat(kind, st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns, link)
 
 
 def _encode_listing(listing: _Listing, watched_names: tuple[str, ...]) -> list[Any]:
     dev = listing.key[0]
     rows = []
     for name, s in listing.files.items():
-        row: list[Any] = [name, s.size, s.mode, s.ino, s.mtime_ns, s.link_target, s.ctime_ns]
+        row: list[Any] = [name, s.size, s.mode, s.ino, s.mtime_ns, s.link_target]
         if s.dev != dev:
             row.append(s.dev)
         rows.append(row)
@@ -320,10 +317,10 @@ def _decode_listing(row: list[Any]) -> _Listing:
     files: dict[str, FileStat] = {}
     kinds = {stat.S_IFREG: "file", stat.S_IFLNK: "symlink"}
     for r in rows:
-        name, size, mode, ino, mtime, link, ctime = r[:7]
+        name, size, mode, ino, mtime, link = r[:6]
         kind = kinds.get(stat.S_IFMT(mode), "other")
-        st_dev = r[7] if len(r) > 7 else dev
-        files[name] = FileStat(kind, size, mode, st_dev, ino, mtime, link, ctime)
+        st_dev = r[6] if len(r) > 6 else dev
+        files[name] = FileStat(kind, size, mode, st_dev, ino, mtime, link)
     return _Listing(
         (int(key[0]), int(key[1]), int(key[2]), int(key[3])),
         files,

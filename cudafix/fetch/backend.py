@@ -2,6 +2,9 @@
 
 Builds their command lines (the one place an installer's argv is written); the
 transaction runs them on the environment, staging and resolving on scratch directories.
+Every command ends its options with ``--`` before the names, pins or wheel paths, and
+passes option values joined (``--find-links=DIR``): no value from a plan, a RECORD or a
+directory listing can ever be read as an option.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class Backend(Protocol):
 def _index_args(offline: bool, find_links: Sequence[str]) -> list[str]:
     args = ["--offline"] if offline else []
     for link in find_links:
-        args += ["--find-links", link]
+        args.append(f"--find-links={link}")
     if offline and find_links:
         args.append("--no-index")
     return args
@@ -54,23 +57,40 @@ class UvBackend:
         return uv.find_uv_bin()
 
     def uninstall(self, names: Sequence[str]) -> Completed:
-        return run([self._uv(), "pip", "uninstall", "--python", self.python, *names])
+        return run([self._uv(), "pip", "uninstall", f"--python={self.python}", "--", *names])
 
     def reinstall(self, pins: Sequence[str]) -> Completed:
         return run(self.reinstall_argv(pins))
 
-    def reinstall_argv(self, pins: Sequence[str], *, dry_run: bool = False) -> list[str]:
-        """The reinstall command; ``dry_run`` asks uv only whether the wheels can be had."""
+    def reinstall_argv(
+        self, pins: Sequence[str], *, dry_run: bool = False, options: Sequence[str] = ()
+    ) -> list[str]:
+        """The reinstall command; ``dry_run`` asks uv only whether the wheels can be had;
+        ``options`` go before the ``--`` that ends them (``--prefix=DIR`` for staging)."""
         index = _index_args(self.offline, self.find_links)
-        argv = [self._uv(), "pip", "install", "--python", str(self.python)]
+        argv = [self._uv(), "pip", "install", f"--python={self.python}"]
         return [
             *argv,
             "--reinstall",
             "--no-deps",
             *index,
             *(["--dry-run"] if dry_run else []),
+            *options,
+            "--",
             *pins,
         ]
+
+    def stage_argv(self, pins: Sequence[str], prefix: str) -> list[str]:
+        """Install ``pins`` under the empty directory ``prefix`` as uv lays out an environment
+        (every ``.data`` scheme where the target's installs put it), for reading what they hold.
+
+        Without ``--reinstall``: it implies ``--refresh``, and uv then unpacks a registry
+        wheel into its cache anew on every call (a GB per dry run for cuDNN). Nothing is
+        installed under ``prefix`` yet, so nothing would be skipped without it.
+        """
+        index = _index_args(self.offline, self.find_links)
+        argv = [self._uv(), "pip", "install", f"--python={self.python}", "--no-deps"]
+        return [*argv, *index, f"--prefix={prefix}", "--", *pins]
 
 
 @dataclass(frozen=True)
@@ -89,16 +109,16 @@ class PipBackend:
         own = run([self.python, "-m", "pip", "--version"], timeout=60)
         if own.returncode == 0:
             return [self.python, "-m", "pip"]
-        return [sys.executable, "-m", "pip", "--python", self.python]
+        return [sys.executable, "-m", "pip", f"--python={self.python}"]
 
     def uninstall(self, names: Sequence[str]) -> Completed:
-        return run([*self._pip(), "uninstall", "-y", *names])
+        return run([*self._pip(), "uninstall", "-y", "--", *names])
 
     def reinstall(self, pins: Sequence[str]) -> Completed:
         index = [a for a in _index_args(self.offline, self.find_links) if a != "--offline"]
         index += ["--no-index"] if self.offline and "--no-index" not in index else []
         flags = ["--force-reinstall", "--no-deps", "--no-compile", "--disable-pip-version-check"]
-        return run([*self._pip(), "install", *flags, *index, *pins])
+        return run([*self._pip(), "install", *flags, *index, "--", *pins])
 
 
 def make_backend(

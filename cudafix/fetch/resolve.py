@@ -35,6 +35,15 @@ class Resolution:
 _CHANGE = re.compile(r"^ (?P<op>[+-]) (?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)$")
 
 
+_EXACT = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*===?\s*(?P<version>[A-Za-z0-9.+!_-]+)")
+
+
+def exact_pin(spec: str) -> Pin | None:
+    """``name==1.2`` as a pin; None for anything looser (a range, a wildcard, a marker)."""
+    m = _EXACT.fullmatch(spec.strip())
+    return (normalize_name(m.group("name")), m.group("version")) if m else None
+
+
 def parse_dry_run(text: str) -> Resolution:
     """uv's ``--dry-run`` report (`` + name==version`` / `` - name==version`` lines)."""
     installs: list[Pin] = []

@@ -12,19 +12,24 @@ receives what it found as data (:class:`Staging`).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-import posixpath
+import re
+import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudafix.env.distinfo import CoreMetadata, parse_metadata
-from cudafix.env.inventory import derive_top_level
+from cudafix.env.inventory import derive_top_level, is_bytecode
 from cudafix.env.record import Refusal, parse_record, resolve_record_path
 from cudafix.fetch.backend import UvBackend
+from cudafix.fetch.wheelfile import identify
 from cudafix.linker.elf import ElfInfo
 from cudafix.linker.elfindex import read_elf_nofollow
+from cudafix.model.errors import EnvironmentFault
 from cudafix.model.names import (
     DistName,
     EnvPath,
@@ -34,6 +39,7 @@ from cudafix.model.names import (
 )
 from cudafix.model.sources import Sources
 from cudafix.process import run
+from cudafix.tx.journal import crash_point
 
 STAGE_TIMEOUT = 1800.0
 """Seconds one staging install may take (a CUDA wheel is GBs on a slow link)."""
@@ -55,6 +61,10 @@ class StagedWheel:
     elf: Mapping[EnvPath, ElfInfo] = field(default_factory=dict)
     """The wheel's shared objects and extensions, read where they landed: the after-state's
     libraries, for simulating an install with the loader."""
+    wheel: Path | None = None
+    """The local wheel file that was staged (a ``--find-links`` directory's), if known."""
+    wheel_sha256: str | None = None
+    """Hex sha256 of ``wheel`` as staged."""
 
     @property
     def version_pin(self) -> Pin:
@@ -86,7 +96,7 @@ def describe_sources(sources: Sources, environ: Mapping[str, str] = os.environ) 
 
 
 def stage(python: Path, pins: Sequence[Pin], sources: Sources, site_packages: EnvPath) -> Staging:
-    """Install ``pins`` with ``--target`` into a scratch directory and read what landed.
+    """Install ``pins`` with ``--prefix`` into a scratch directory and read what landed.
 
     One uv call for all pins; when it fails, each pin again alone, so a problem is
     attributed to the wheel that has it.
@@ -108,14 +118,19 @@ def stage(python: Path, pins: Sequence[Pin], sources: Sources, site_packages: En
 def _stage_together(
     uv: UvBackend, pins: Sequence[Pin], site: EnvPath
 ) -> tuple[dict[Pin, StagedWheel], dict[Pin, str]]:
+    """Stage ``pins`` in one uv call with ``--prefix``: uv lays the files out as it would in
+    the environment (site-packages, ``bin/``, ``include/``, ``share/``: every ``.data``
+    scheme where the target's installs put it), so the RECORD rows read here are the ones
+    the real install writes."""
     texts = [f"{n}=={v}" for n, v in pins]
-    with tempfile.TemporaryDirectory(prefix="cudafix-stage-") as tmp:
-        done = run([*uv.reinstall_argv(texts), "--target", tmp], timeout=STAGE_TIMEOUT)
+    with scratch_dir() as tmp:
+        done = run(uv.stage_argv(texts, str(tmp)), timeout=STAGE_TIMEOUT)
         if done.returncode != 0:
             lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
             said = lines[-1] if lines else f"uv exited with status {done.returncode}"
+            _machine_error(said, tmp)
             return {}, {pin: said for pin in pins}
-        found = {w.name: w for w in _read_staged(Path(tmp), site)}
+        found = {w.name: w for w in _read_staged(tmp, site, uv.find_links)}
     wheels: dict[Pin, StagedWheel] = {}
     problems: dict[Pin, str] = {}
     for name, version in pins:
@@ -127,9 +142,72 @@ def _stage_together(
     return wheels, problems
 
 
-def _read_staged(root: Path, site: EnvPath) -> list[StagedWheel]:
+_MACHINE = re.compile(r"\(os error (28|122|30|13)\)|No space left on device|Read-only file system")
+"""uv's words for a failure of the machine (ENOSPC, EDQUOT, EROFS, EACCES), not the wheel."""
+
+
+def _machine_error(said: str, where: Path) -> None:
+    """Raise :class:`EnvironmentFault` (exit 1) when uv failed for want of space or rights
+    in the scratch directory: no wheel is at fault, and "cannot be had" would mislead."""
+    if _MACHINE.search(said):
+        raise EnvironmentFault(
+            f"staging wheels in {where.parent} failed: {said}",
+            hint="free space there, or point TMPDIR at a file system with room",
+        )
+
+
+@contextlib.contextmanager
+def scratch_dir() -> Iterator[Path]:
+    """A private ``cudafix-stage-*`` directory in ``$TMPDIR``, removed after use.
+
+    It holds an exclusive ``flock`` for as long as it is in use, so one left by a killed
+    run (SIGKILL skips every cleanup) is told from a live one and removed by the next run.
+    It is made under another name and renamed once locked: a sweeping run never sees a live
+    directory unlocked.
+    """
+    base = Path(tempfile.gettempdir())
+    _sweep(base)
+    made = Path(tempfile.mkdtemp(prefix=".cudafix-new-", dir=base))
+    fd = os.open(made, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    path = base / (SCRATCH_PREFIX + made.name.removeprefix(".cudafix-new-"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        made.rename(path)
+        crash_point("stage")
+        yield path
+    finally:
+        for where in (path, made):  # ``made`` when the rename failed
+            shutil.rmtree(where, ignore_errors=True)
+        os.close(fd)
+
+
+SCRATCH_PREFIX = "cudafix-stage-"
+
+
+def _sweep(base: Path) -> None:
+    """Remove this user's scratch directories whose run is gone (their flock is free)."""
+    try:
+        paths = [p for p in base.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # a symlink or a file by that name: never ours, never followed
+        try:
+            if os.fstat(fd).st_uid == os.getuid():
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass  # locked: a live run's
+        finally:
+            os.close(fd)
+
+
+def _read_staged(root: Path, site: EnvPath, find_links: Sequence[str]) -> list[StagedWheel]:
     out = []
-    for info in sorted(root.glob("*.dist-info")):
+    for info in sorted((root / site).glob("*.dist-info")):
         split = split_dist_info_name(info.name)
         if split is None or not (info / "RECORD").is_file():
             continue
@@ -137,13 +215,12 @@ def _read_staged(root: Path, site: EnvPath) -> list[StagedWheel]:
         files: dict[EnvPath, str | None] = {}
         elf: dict[EnvPath, ElfInfo] = {}
         for entry in record.entries:
-            path = _landing(site, entry.path)
-            if path is None:
+            path = resolve_record_path(site, entry.path)
+            if isinstance(path, Refusal):
                 continue
             files[path] = entry.sha256
-            local = posixpath.normpath(entry.path)
-            if is_so_name(local) and not local.startswith("../"):
-                verdict = read_elf_nofollow(root / local)
+            if is_so_name(path):
+                verdict = read_elf_nofollow(root / path)
                 if isinstance(verdict, ElfInfo):
                     elf[path] = verdict
         meta = _metadata(info / "METADATA")
@@ -153,27 +230,35 @@ def _read_staged(root: Path, site: EnvPath) -> list[StagedWheel]:
             if top.is_file()
             else derive_top_level(e.path for e in record.entries)
         )
+        name = normalize_name(meta.name or split[0])
+        version = meta.version or split[1]
+        dist_info = EnvPath(f"{site}/{info.name}")
+        as_is = {p: h for p, h in files.items() if is_payload(p, dist_info)}
+        local = identify(name, version, as_is, find_links)
         out.append(
             StagedWheel(
-                name=normalize_name(meta.name or split[0]),
-                version=meta.version or split[1],
+                name=name,
+                version=version,
                 files=files,
-                dist_info=EnvPath(f"{site}/{info.name}"),
+                dist_info=dist_info,
                 requires=meta.requires,
                 top_level=tops,
                 elf=elf,
+                wheel=local[0] if local else None,
+                wheel_sha256=local[1] if local else None,
             )
         )
     return out
 
 
+def is_payload(path: str, dist_info: str) -> bool:
+    """A RECORD row two installs of one wheel agree on: the wheel's own files.
+
+    Not bytecode (compiled at install, or not), scripts under ``bin/`` (generated from entry
+    points) nor anything in the dist-info directory (installer files, the name's case).
+    """
+    return not (is_bytecode(path) or path.startswith("bin/") or path.startswith(dist_info + "/"))
+
+
 def _metadata(path: Path) -> CoreMetadata:
     return parse_metadata(path.read_text(encoding="utf-8")) if path.is_file() else CoreMetadata()
-
-
-def _landing(site: EnvPath, row: str) -> EnvPath | None:
-    """Where a ``--target`` RECORD row lands in the real environment (scripts go to bin/)."""
-    if row.startswith("bin/"):
-        return EnvPath(posixpath.normpath(row))
-    resolved = resolve_record_path(site, row)
-    return None if isinstance(resolved, Refusal) else resolved

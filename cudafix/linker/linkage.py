@@ -202,6 +202,11 @@ def env_objects(prefix: str, index: ElfIndex, gone: frozenset[EnvPath] = frozens
 
 def to_env_path(prefix: str, path: str) -> EnvPath | None:
     """The EnvPath of an absolute path inside ``prefix``; None for system files."""
+    base = prefix.rstrip("/") + "/"
+    if path.startswith(base) and base.startswith("/") and "/." not in base + path[len(base) :]:
+        tail = path[len(base) :]  # already normal: the common case, without relpath's cost
+        if tail and "//" not in path and not tail.endswith("/"):
+            return EnvPath(tail)
     rel = os.path.relpath(path, prefix)
     if rel == os.curdir or rel.startswith(os.pardir + os.sep) or rel == os.pardir:
         return None

@@ -95,6 +95,13 @@ class DlopenTable:
     """Hidden dependencies: sonames an object dlopen()s, invisible in DT_NEEDED."""
 
     edges: Mapping[str, tuple[Soname, ...]] = field(default_factory=dict)
+    """Keyed by the loading object's soname (or file name)."""
+    by_object: Mapping[str, tuple[Soname, ...]] = field(default_factory=dict)
+    """Keyed by the loading object's absolute path: a framework object's run-time dlopens
+    (:mod:`cudafix.linker.runtime`), searched through that object's RPATH/RUNPATH."""
+    preload: Mapping[str, tuple[Soname, ...]] = field(default_factory=dict)
+    """Root object -> absolute paths loaded before it in its process (a framework loading a
+    library by full path just before importing the module that needs it)."""
 
     @classmethod
     def from_mapping(cls, edges: Mapping[str, Sequence[str]]) -> DlopenTable:
@@ -126,11 +133,21 @@ class DlopenTable:
         return _default_table()
 
     def merged(self, other: DlopenTable) -> DlopenTable:
-        """Union of both tables; for a soname in both, ``self``'s parts come first."""
-        edges = dict(self.edges)
-        for key, parts in other.edges.items():
-            edges[key] = edges.get(key, ()) + tuple(p for p in parts if p not in edges.get(key, ()))
-        return DlopenTable(edges)
+        """Union of both tables; for a key in both, ``self``'s parts come first."""
+        return DlopenTable(
+            _union(self.edges, other.edges),
+            _union(self.by_object, other.by_object),
+            _union(self.preload, other.preload),
+        )
+
+
+def _union(
+    first: Mapping[str, tuple[Soname, ...]], second: Mapping[str, tuple[Soname, ...]]
+) -> dict[str, tuple[Soname, ...]]:
+    out = dict(first)
+    for key, parts in second.items():
+        out[key] = out.get(key, ()) + tuple(p for p in parts if p not in out.get(key, ()))
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -327,7 +344,12 @@ class _Walk:
         self.arch = (info.elf_class, info.machine)
         for soname, path in self.config.preloaded:
             self._add(path, None, None, soname)
-        self._bfs(self._add(self.root, info, None, self.root))
+        root = self._add(self.root, info, None, self.root)
+        for path in self.table.preload.get(self.root, ()):
+            new = self._need(root, path, dlopen=True)
+            if new is not None:
+                self._bfs(new)
+        self._bfs(root)
         self._dlopen_phase()
         paths = tuple(o.path for o in self.objects if o.info is not None)
         return LoadTree(self.root, tuple(self.steps), paths)
@@ -357,7 +379,8 @@ class _Walk:
         while position < len(self.objects):
             obj = self.objects[position]
             key = obj.info.soname or posixpath.basename(obj.path) if obj.info else None
-            for part in self.table.edges.get(key, ()) if key else ():
+            parts = self.table.edges.get(key, ()) if key else ()
+            for part in (*parts, *self.table.by_object.get(obj.path, ())):
                 new = self._need(position, part, dlopen=True)
                 if new is not None:
                     self._bfs(new)
@@ -439,7 +462,7 @@ class _Walk:
                 if found is not None:
                     return found
         if nodeflib:
-            return _Found(None, "not-found", tuple(searched))
+            return _Found(None, "not-found", self._shared(tuple(searched)))
         searched.append(CACHE_MARK)
         cached = self.config.cache_lookup(need, *self.arch)
         if cached and self._probe(normalise(cached))[0] == "ok":
@@ -449,7 +472,13 @@ class _Walk:
             found = self._in_dir(need, directory, "default", searched)
             if found is not None:
                 return found
-        return _Found(None, "not-found", tuple(searched))
+        return _Found(None, "not-found", self._shared(tuple(searched)))
+
+    def _shared(self, searched: tuple[str, ...]) -> tuple[str, ...]:
+        """One tuple per distinct search list: every need an object's search misses was
+        looked for in the same directories, and keeping a copy per need made memory grow
+        as objects x needs x directories."""
+        return self.memo.setdefault(("searched", searched), searched)  # type: ignore[return-value]
 
     def _in_dir(self, need: str, directory: str, how: str, searched: list[str]) -> _Found | None:
         for sub in self._subdirs(directory):

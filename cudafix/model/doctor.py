@@ -40,7 +40,7 @@ class Finding(BaseModel):
     kind: str
     """``missing-files``, ``clobbered``, ``shared``, ``foreign-bytes``, ``unresolved``,
     ``mixed-cuda``, ``shadowed``, ``duplicate-soname``, ``requirement``, ``unsafe-record``,
-    ``unmanaged``, ``bad-elf``."""
+    ``unreadable-record``, ``unmanaged``, ``bad-elf``."""
     severity: Severity
     message: str
     details: list[str] = []
@@ -77,6 +77,9 @@ class DoctorReport(BaseModel):
     findings: list[Finding]
     repair: dict[str, str]
     """Distributions ``cudafix repair`` would reinstall, with the reason."""
+    install: dict[str, str] = {}
+    """Requirements ``cudafix repair`` would install (``nvidia-cudnn-cu12<10,>=9.8``), with
+    the reason: what a framework's requested extra asks for and its run-time loads miss."""
     target_flags: str = ""
     """``--venv DIR`` or ``--python PATH``, carried into every command the report prints."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Sequence
 from typing import Literal, NewType
@@ -23,6 +24,38 @@ DIST_INFO_SUFFIX = ".dist-info"
 _SEPARATORS = re.compile(r"[-_.]+")
 
 _CUDA_SUFFIX = re.compile(r"-cu(\d+)$")
+_DIST_NAME = re.compile(r"[A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9]", re.IGNORECASE)
+_SELECTOR = re.compile(r"[A-Z0-9*?\[][A-Z0-9._*?\[\]!-]*", re.IGNORECASE)
+
+
+def is_dist_name(name: str) -> bool:
+    """A PEP 508 distribution name (``nvidia-cudnn-cu12``), as written or normalised.
+
+    Names from a plan file or a script reach uv's and pip's command lines: a name can
+    never be an option (``--target=/elsewhere``), a path, a URL or a requirement.
+    """
+    return _DIST_NAME.fullmatch(name) is not None
+
+
+def is_selector(text: str) -> bool:
+    """A distribution name, or a shell glob over names (``nvidia-*-cu13``)."""
+    return _SELECTOR.fullmatch(text) is not None
+
+
+def is_module_name(name: str) -> bool:
+    """A dotted Python module name (``torch``, ``jax.numpy``): probes import it as code."""
+    return all(part.isidentifier() for part in name.split("."))
+
+
+def is_env_path(path: str) -> bool:
+    """The lexical form of an :data:`EnvPath`: relative, normalised, inside the prefix."""
+    return (
+        bool(path)
+        and not path.startswith("/")
+        and "\x00" not in path
+        and posixpath.normpath(path) == path
+        and path.split("/")[0] not in ("..", ".")
+    )
 
 
 def cuda_major(name: str) -> int | None:

@@ -7,12 +7,14 @@ layer consumes it unchanged (uv's ``Plan``, auditwheel's queued updates). Paths 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from cudafix.model.errors import PlanRefused
-from cudafix.model.names import BackendName
+from cudafix.model.names import BackendName, is_dist_name, is_env_path, is_module_name
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -65,6 +67,9 @@ class LostNeed(_Frozen):
     """Every distribution whose RECORD claims the file that goes."""
     searched: list[str]
     """The directories the loader would search after the plan, in order."""
+    run_time_load: str | None = None
+    """Set when the need is a framework's run-time load (``cudafix/data/runtime.toml``):
+    who asked for the library (``jax-cuda12-plugin[with-cuda]``); None for DT_NEEDED."""
 
 
 class ProviderSwitch(_Frozen):
@@ -85,9 +90,42 @@ class RequirementBreak(_Frozen):
     distribution: str
     requirement: str
     reason: str
+    extra: str = ""
+    """The requested extra the requirement belongs to (``with-cuda``); ``""``: a base one."""
+
+    @property
+    def requested_as(self) -> str:
+        """``jax-cuda12-plugin[with-cuda]``, or the bare name for a base requirement."""
+        return f"{self.distribution}[{self.extra}]" if self.extra else self.distribution
 
 
-class Reinstall(_Frozen):
+class RunTimeProbe(_Frozen):
+    """A framework object's run-time load, exercised after applying: the soname dlopen()ed
+    through the object's own RPATH/RUNPATH, or the library loaded by its full path."""
+
+    object: str
+    """EnvPath of the framework object that loads it."""
+    need: str
+    """A soname, or the EnvPath of a library the framework loads by full path."""
+    framework: str
+    """The distribution owning ``object`` (for messages)."""
+    search: list[str] = Field(default_factory=list)
+    """For a soname: the object's RPATH then RUNPATH, expanded (``$ORIGIN``), in the order
+    ld.so tries them; the probe loads the first copy there, else asks the system loader."""
+
+
+class _Pinned(_Frozen):
+    """The local wheel file a reinstall or install was staged from, when it was one."""
+
+    wheel: str | None = None
+    """The wheel file that was staged, when it is a local file (a ``--find-links``
+    directory): the transaction installs a checked copy of this file, by path, never
+    whatever the sources hold by then."""
+    wheel_sha256: str | None = None
+    """Hex sha256 of ``wheel`` when staged: a file with other bytes is refused (exit 3)."""
+
+
+class Reinstall(_Pinned):
     """A distribution reinstalled at its recorded version so its own files come back."""
 
     name: str
@@ -96,7 +134,8 @@ class Reinstall(_Frozen):
 
 
 class RefusedPath(_Frozen):
-    """A RECORD entry cudafix will not act on, because it leaves the environment."""
+    """A RECORD entry cudafix will not act on: it leaves the environment, or names a directory
+    (which uv would delete with everything under it)."""
 
     distribution: str
     entry: str
@@ -122,7 +161,7 @@ class Precondition(_Frozen):
     so the same wheel installed on two machines digests the same)."""
 
 
-class Install(_Frozen):
+class Install(_Pinned):
     """A distribution installed at an exact version (``--no-deps``) after removals and reinstalls.
 
     ``paths`` are the EnvPaths a staging install of the same wheel wrote: the transaction
@@ -216,6 +255,9 @@ class Plan(_Frozen):
     """Top-level modules of remaining distributions the plan touches: imported after applying."""
     probe_libraries: list[str]
     """Remaining ELF objects whose needs resolve into deleted or rewritten files: dlopened after."""
+    probe_run_time: list[RunTimeProbe] = Field(default_factory=list)
+    """Every run-time load of the framework objects whose run-time loads the plan changes
+    (``cudafix/data/runtime.toml``): ``import`` loads none of them on a CPU host."""
     warnings: list[str]
     """Things worth knowing that do not refuse the plan (provider switches, foreign bytes kept)."""
     verdict: Literal["pass", "refused"]
@@ -240,3 +282,53 @@ def refuse_unless_allowed(plan: Plan, force: bool) -> None:
     """
     if plan.verdict == "refused" and not force:
         raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+def input_problems(plan: Plan) -> list[str]:
+    """Every field of ``plan`` that is not what it claims to be, where cudafix would hand
+    it to uv, pip or the target interpreter: empty for a plan cudafix made.
+
+    A plan file is input. A "name" of ``--target=/elsewhere`` is an option to uv, a probe
+    module of ``os; ...`` is code, a library of ``../../x.so`` is outside the environment:
+    each is refused before anything runs, even with ``--no-plan-probes``.
+    """
+    return list(_input_problems(plan))
+
+
+def _input_problems(plan: Plan) -> Iterator[str]:
+    names = [("remove", i, d.name) for i, d in enumerate(plan.remove)]
+    names += [("reinstall", i, r.name) for i, r in enumerate(plan.reinstall)]
+    names += [("install", i, p.name) for i, p in enumerate(plan.install)]
+    for field, i, name in names:
+        if not is_dist_name(name):
+            yield f"{field}[{i}].name {name!r}: not a distribution name"
+    pins = [("reinstall", r.version) for r in plan.reinstall]
+    pins += [("install", p.version) for p in plan.install]
+    for field, version in pins:
+        if not _is_version(version):
+            yield f"{field} version {version!r}: not a version (PEP 440)"
+    for module in [*plan.probe_modules, *plan.probes.imports]:
+        if not is_module_name(module):
+            yield f"probe module {module!r}: not a Python module name"
+    for library in plan.probe_libraries:
+        if not is_env_path(library):
+            yield f"probe library {library!r}: not a path inside the environment"
+    for link in plan.options.find_links:
+        if not (link.startswith("/") or _URL.fullmatch(link)):
+            yield f"find-links {link!r}: not an absolute path or a URL"
+    for pin in [*plan.reinstall, *plan.install]:
+        if pin.wheel is not None and not (pin.wheel.startswith("/") and pin.wheel_sha256):
+            yield f"wheel {pin.wheel!r}: not an absolute path with its sha256"
+
+
+def _is_version(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return text == text.strip()

@@ -18,3 +18,6 @@ class ProbeSpec:
     commands: tuple[str, ...] = ()
     """User shell commands (``--probe-cmd``), run with the environment's bin/ first on PATH."""
     timeout: float = 60.0
+    run_time: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """A framework's run-time loads: (label, soname or absolute path, the loading object's
+    own search dirs). ``import`` loads none of them on a CPU host."""

@@ -25,10 +25,16 @@ from cudafix.linker.linkage import (
     to_env_path,
 )
 from cudafix.linker.loader import LoadTree, Step, expand_entry
+from cudafix.linker.runtime import RuntimeLoad
 from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.plan.facts import Facts, elf_providers, load_roots
-from cudafix.plan.requirements import check_requirements, requirement_closure
+from cudafix.plan.requirements import (
+    check_requirements,
+    extra_requirements,
+    requirement_closure,
+    unmet,
+)
 
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
 
@@ -49,15 +55,17 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
     loaded = loaded_closure(facts, chains)
     foreign = foreign_files(facts)
     cmd = _Commands(target_flags)
+    installs = runtime_installs(facts, chains.edges.values())
     findings = [
         *_missing(inv, cmd),
         *_clobbered(inv, loaded, cmd),
         *_foreign_bytes(inv, foreign, cmd),
-        *_unresolved(inv, chains.edges.values(), cmd),
+        *_unresolved(inv, chains.edges.values(), cmd, facts),
         *_mixed_cuda(facts, chains, cmd),
         *_shadowed(facts, chains.edges.values(), cmd),
         *_requirements(facts, cmd),
         *_unsafe(inv),
+        *_unreadable(inv),
         *_bad_elf(facts),
         *_unmanaged(inv),
     ]
@@ -69,6 +77,7 @@ def diagnose(facts: Facts, target_flags: str = "") -> DoctorReport:
         imported_objects=len(_imported(facts, chains)),
         findings=findings,
         repair={n: r for n, r in repair_candidates(facts, foreign).items()},
+        install=installs,
         target_flags=target_flags,
     )
 
@@ -121,6 +130,58 @@ def repair_candidates(
     for name, wrong in (foreign_files(facts) if foreign is None else foreign).items():
         chosen.setdefault(name, f"{len(wrong)} of its own file(s) hold another build's bytes")
     return dict(sorted(chosen.items()))
+
+
+def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[str, str]:
+    """Requirements to install so that every framework's run-time loads resolve again.
+
+    For each run-time load (``cudafix/data/runtime.toml``) that resolves nowhere, whose
+    framework asked for the library through an extra that was installed (some of its
+    requirements still are): the unmet requirements of that extra, verbatim but for the
+    marker (the exact specifier its metadata asks for). ``edges``: the environment's, if
+    already resolved (else the run-time loading objects are resolved here).
+    """
+    inv = facts.inventory
+    if edges is None:
+        view = EnvironmentView(inv.prefix, facts.elf, inv.files)
+        roots = [r for r in load_roots(facts) if r.path in facts.runtime.objects]
+        edges = resolve_chains(roots, (), view, facts.search, facts.dlopen).edges.values()
+    out: dict[str, str] = {}
+    for e in sorted(edges, key=lambda e: (e.requester, e.need)):
+        row = facts.runtime.row(e.requester, e.need)
+        if e.provider is not None or row is None:
+            continue
+        for spec in _unmet_specs(facts, row):
+            out.setdefault(
+                spec,
+                f"{row.requested_as} requires it; {_show_abs(inv, e.requester)} loads "
+                f"{_show_abs(inv, e.need)} at run time",
+            )
+    return out
+
+
+def _unmet_specs(facts: Facts, row: RuntimeLoad) -> list[str]:
+    """The unmet requirements of the row's extra (name and specifier, marker dropped), when
+    its libraries were installed from wheels; else none."""
+    if not _was_installed(facts, row):
+        return []
+    inv = facts.inventory
+    reqs = extra_requirements(inv.distributions[row.provider], row.extra, facts.marker_env)
+    return [f"{r.name}{r.specifier}" for r in reqs if unmet(r, inv.distributions) is not None]
+
+
+def _was_installed(facts: Facts, row: RuntimeLoad) -> bool:
+    """Whether the libraries a run-time load wants were installed from wheels: the row's
+    extra is requested, or some of its requirements are still met (the rest were removed).
+    An extra none of whose wheels is there means the framework uses a system CUDA."""
+    inv = facts.inventory
+    provider = inv.distributions.get(row.provider)
+    if provider is None:
+        return False
+    if not row.extra or row.extra in facts.extras.get(row.provider, frozenset()):
+        return True
+    reqs = extra_requirements(provider, row.extra, facts.marker_env)
+    return any(unmet(r, inv.distributions) is None for r in reqs)
 
 
 def _missing(inv: Inventory, cmd: _Commands) -> Iterable[Finding]:
@@ -234,30 +295,41 @@ def _holds(inv: Inventory, s: SharedPath) -> str:
     return f"holds {s.holder}'s bytes" if s.holder else "holds bytes no owner's RECORD matches"
 
 
-def _unresolved(inv: Inventory, edges: Iterable[Edge], cmd: _Commands) -> Iterable[Finding]:
+def _unresolved(
+    inv: Inventory, edges: Iterable[Edge], cmd: _Commands, facts: Facts
+) -> Iterable[Finding]:
     """Needs nothing provides, graded by what breaks.
 
     Each need is judged on the chains that really load its object (``Edge.chains``): an
     error when every one of them fails it (an import, a tool or a run-time load fails), or
     when the file should be there (a RECORD claims it). Information when a driver or
     optional system stack provides it, or when nothing loads the object (plugins and
-    optional transports are loaded on demand): then it was judged on its own tree.
+    optional transports are loaded on demand): then it was judged on its own tree. A
+    framework's run-time load is judged by :func:`_run_time_unresolved`.
     """
-    prefix = str(inv.prefix)
     system = provided_by_system()
     elsewhere = _copies_by_name(inv)
+    searched = _Searched(inv)
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):
         if e.provider is not None:
             continue
-        rel = to_env_path(prefix, e.requester)
+        row = facts.runtime.row(e.requester, e.need)
+        if row is not None:
+            yield _run_time_unresolved(facts, e, row, cmd)
+            continue
+        rel = searched.env_path(e.requester)
         owner = inv.owners.get(rel, ()) if rel else ()
         claimants = _claimants(inv, e.need)
         severity: Severity = "error" if claimants or e.chains else "info"
         why = ""
         hint = cmd("cudafix repair --dry-run") if claimants else None
+        optional = facts.runtime.optional.get(e.requester)
         if not claimants and e.need in system:
             severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
             hint = f"nothing to do unless this host should have {system[e.need]}"
+        elif not claimants and optional is not None:
+            severity = "info"
+            why = f"; {optional.framework} imports it only if it can, and runs without it"
         elif severity == "info":
             why = (
                 "; no extension module loads it (nor an executable or a run-time load), "
@@ -275,17 +347,79 @@ def _unresolved(inv: Inventory, edges: Iterable[Edge], cmd: _Commands) -> Iterab
             severity=severity,
             distribution=owner[0] if owner else None,
             message=(
-                f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
+                f"{searched.show(e.requester)} ({', '.join(owner) or 'no distribution'}) "
                 f"needs {e.need}, which is not found{why}"
             ),
             details=chains
-            + [f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
+            + searched.details(e)
             + [f"{e.need} is in the RECORD of {c}, but missing on disk" for c in claimants],
-            consumer=_show_env(inv, e.requester),
+            consumer=searched.env_path(e.requester) or e.requester,
             need=e.need,
             owners=claimants,
             hint=hint,
         )
+
+
+def _run_time_unresolved(facts: Facts, e: Edge, row: RuntimeLoad, cmd: _Commands) -> Finding:
+    """A framework's run-time load that resolves nowhere: an error when its libraries were
+    installed from wheels (the GPU backend fails when it loads them), else information."""
+    inv = facts.inventory
+    owner = _owners_abs(inv, e.requester)
+    mine = _unmet_specs(facts, row)
+    installed = _was_installed(facts, row)
+    why = "" if installed else f"; none of {row.requested_as}'s wheels is installed (system CUDA)"
+    return Finding(
+        kind="unresolved",
+        severity="error" if installed else "info",
+        distribution=owner[0] if owner else None,
+        message=f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
+        f"loads {_show_abs(inv, e.need)} at run time (for {row.requested_as}), which is not "
+        f"found{why}",
+        details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
+        + [f"evidence: {row.source}"],
+        consumer=_show_env(inv, e.requester),
+        need=e.need,
+        owners=[row.framework],
+        hint=f"{cmd('cudafix repair --dry-run')}  (installs {', '.join(mine)})" if mine else None,
+    )
+
+
+class _Searched:
+    """The directories an unresolved need was looked for in, listed once per object.
+
+    Every need of one object that nothing provides was searched in the same directories
+    (its RPATH chain, RUNPATH, the defaults); listing them again for each need would make
+    the report objects x needs x directories long, where the input is objects x (needs +
+    directories). Later needs of the same object refer back to the first.
+    """
+
+    def __init__(self, inv: Inventory) -> None:
+        self._inv = inv
+        self._first: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        self._shown: dict[str, str] = {}
+        self._env: dict[str, EnvPath | None] = {}
+
+    def details(self, e: Edge) -> list[str]:
+        first = self._first.get(e.requester)
+        if first is None:
+            first = self._first[e.requester] = (e.need, e.searched, len(set(e.searched)))
+        need, dirs, count = first
+        if need != e.need and (dirs is e.searched or dirs == e.searched):
+            return [f"searched the same {count} directories as for {need}"]
+        return [f"searched {self.show(d)}" for d in dict.fromkeys(e.searched)]
+
+    def show(self, path: str) -> str:
+        """:func:`_show_abs`, memoised: the same objects and directories recur per need."""
+        shown = self._shown.get(path)
+        if shown is None:
+            shown = self._shown[path] = _show_abs(self._inv, path)
+        return shown
+
+    def env_path(self, path: str) -> EnvPath | None:
+        """:func:`to_env_path`, memoised like :meth:`show`."""
+        if path not in self._env:
+            self._env[path] = to_env_path(str(self._inv.prefix), path)
+        return self._env[path]
 
 
 def _copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:
@@ -324,9 +458,14 @@ def loaded_closure(facts: Facts, chains: Chains) -> frozenset[DistName]:
     """The requirement closure of the distributions owning the extension modules ``import``
     loads (and run-time loads): what the environment is for (torch and its pins), as
     opposed to leftovers."""
+    return _closure(facts, _frameworks(facts.inventory, chains))
+
+
+def _closure(facts: Facts, roots: Iterable[DistName]) -> frozenset[DistName]:
+    """:func:`requirement_closure` through the requested extras, as the planner judges
+    requirements: what ``roots`` were installed to load."""
     inv = facts.inventory
-    loaders = _frameworks(inv, chains)
-    return frozenset(requirement_closure(inv.distributions, loaders, facts.marker_env))
+    return requirement_closure(inv.distributions, roots, facts.marker_env, facts.extras)
 
 
 def _import_roots(chains: Chains) -> list[Root]:
@@ -406,7 +545,7 @@ def framework_cuda_needs(facts: Facts, chains: Chains) -> dict[DistName, frozens
     frameworks = _frameworks(inv, chains)
     out: dict[DistName, frozenset[DistName]] = {}
     for framework in sorted(frameworks):
-        closure = requirement_closure(inv.distributions, {framework}, facts.marker_env)
+        closure = _closure(facts, {framework})
         libs = frozenset(n for n in closure if cuda_major(n) is not None or n.startswith("nvidia-"))
         if libs:
             out[framework] = libs
@@ -430,10 +569,9 @@ def _remove_framework(
 ) -> Choice:
     """Remove the frameworks needing ``major`` and that major's libraries, keeping every
     distribution a framework of another major needs (its closure, itself included)."""
-    inv = facts.inventory
     frameworks = by_major[major]
     others = [f for f in needs if f not in frameworks]
-    kept = set(requirement_closure(inv.distributions, others, facts.marker_env))
+    kept = set(_closure(facts, others))
     libs = sorted(
         {n for f in frameworks for n in needs[f] if cuda_major(n) in (major, None)} - kept
     )
@@ -566,7 +704,7 @@ def _wrong_pick(facts: Facts, e: Edge) -> bool:
     providers = _owners_abs(inv, e.provider or "")
     if not consumers or not providers:
         return False
-    closure = requirement_closure(inv.distributions, consumers, facts.marker_env)
+    closure = _closure(facts, consumers)
     majors = {m for n in closure if (m := cuda_major(n)) is not None}
     if not any(p in closure for p in providers):
         return True
@@ -595,7 +733,7 @@ def _requirements(facts: Facts, cmd: _Commands) -> Iterable[Finding]:
             kind="requirement",
             severity="error",
             distribution=p.distribution,
-            message=f"{p.distribution} requires {p.requirement}: {p.reason}",
+            message=f"{p.requested_as} requires {p.requirement}: {p.reason}",
             hint="install a matching version, or "
             f"`{cmd(f'cudafix remove {p.distribution} --dry-run')}`",
         )
@@ -610,6 +748,20 @@ def _unsafe(inv: Inventory) -> Iterable[Finding]:
             message=f"{u.distribution}'s RECORD lists {u.raw!r}: {u.reason};"
             " cudafix will not act on it",
             hint="inspect that RECORD by hand; cudafix refuses to remove this distribution",
+        )
+
+
+def _unreadable(inv: Inventory) -> Iterable[Finding]:
+    for u in inv.unreadable:
+        yield Finding(
+            kind="unreadable-record",
+            severity="error",
+            distribution=u.distribution,
+            paths=[u.record],
+            message=f"{u.record} cannot be read exactly ({u.reason}): pip and uv would each "
+            f"read other rows, so what {u.distribution} owns is unknown",
+            hint="fix that RECORD by hand (or remove its dist-info and reinstall); until "
+            "then cudafix refuses every plan in this environment",
         )
 
 

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 
@@ -32,7 +33,9 @@ from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostcache import HOST
 from cudafix.linker.linkage import Root, entry_roots
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
+from cudafix.linker.runtime import BoundLoads, RuntimeTable, bind
 from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.plan.requirements import requested_extras
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,18 @@ class Facts:
     interpreter: InterpreterInfo | None = None
     staging: Staging = field(default_factory=Staging)
     """The wheels the plan reinstalls or installs, fetched outside the environment."""
+    runtime: BoundLoads = field(default_factory=BoundLoads)
+    """Run-time loads of the environment's framework objects, with the row saying so;
+    ``dlopen`` already holds them as edges."""
+
+    @cached_property
+    def extras(self) -> Mapping[DistName, frozenset[str]]:
+        """The extras each distribution was installed with (:func:`requested_extras`),
+        derived once: doctor and the planner ask per finding."""
+        return requested_extras(self.inventory.distributions, self.marker_env)
+
+    hashed_files: int = field(default=0, compare=False)
+    """Files :func:`gather` read whole to hash them (0 when the hash cache answered)."""
 
 
 def gather(
@@ -75,9 +90,13 @@ def gather(
     suspects = changed_since_record(inventory, elf_providers(inventory, elf))
     path_hashes = {p: hashes(p) for p in [*(s.path for s in inventory.shared), *suspects]}
     hashes.save(state.hash_cache)
-    table = DlopenTable.default()
+    table, runtime = DlopenTable.default(), RuntimeTable.default()
     for extra in dlopen_tables:
         table = table.merged(DlopenTable.load(extra))
+        runtime = runtime.merged(RuntimeTable.load(extra))
+    objects = [p for p in elf.objects if p not in elf.foreign]
+    loads = bind(runtime, str(inventory.prefix), inventory.site_packages, objects)
+    table = table.merged(DlopenTable(by_object=loads.sonames, preload=loads.paths))
     lib_path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
     return Facts(
         inventory=inventory,
@@ -88,6 +107,8 @@ def gather(
         self_dependencies=own_dependencies(target.prefix),
         path_hashes=path_hashes,
         interpreter=info,
+        runtime=loads,
+        hashed_files=hashes.hashed,
     )
 
 
@@ -104,7 +125,15 @@ def load_roots(facts: Facts, gone: frozenset[EnvPath] = frozenset()) -> tuple[Ro
         if info is not None and info.extension_suffixes
         else guess_extension_suffixes(sys.version_info[:2], None)
     )
-    return entry_roots(str(facts.inventory.prefix), facts.elf, suffixes, gone)
+    prefix = str(facts.inventory.prefix)
+    entries = entry_roots(prefix, facts.elf, suffixes, gone)
+    known = {r.path for r in entries}
+    run_time = tuple(
+        Root(path, "run-time", facts.runtime.source(path))
+        for path in sorted(facts.runtime.objects)
+        if path not in known and EnvPath(path[len(prefix) + 1 :]) not in gone
+    )
+    return entries + run_time
 
 
 def elf_providers(inventory: Inventory, elf: ElfIndex) -> list[DistName]:

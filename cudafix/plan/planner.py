@@ -9,6 +9,7 @@ including paths other distributions claim.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -16,7 +17,15 @@ from typing import Literal
 from cudafix.env.inventory import Distribution, Inventory
 from cudafix.fetch.staging import Pin, StagedWheel
 from cudafix.linker.elfindex import EnvironmentView
-from cudafix.linker.linkage import diff_edges, env_objects, resolve_chains, to_env_path
+from cudafix.linker.linkage import (
+    Edge,
+    EdgeKey,
+    diff_edges,
+    env_objects,
+    resolve_chains,
+    to_env_path,
+)
+from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
@@ -103,7 +112,8 @@ def _simulate(
     kept: list[str] = sorted(s.path for s in shared) if request.options.keep_shared else []
     why = _reinstall_reasons(inv, deleted, request, repair=request.options.repair)
     reinstall = [
-        P.Reinstall(name=n, version=remaining[n].version, reason=why[n]) for n in sorted(why)
+        P.Reinstall(name=n, version=remaining[n].version, reason=why[n], **_pinned(facts, n))
+        for n in sorted(why)
     ]
     rewritten: list[str] = sorted(
         {e.path for r in reinstall for e in inv.distributions[DistName(r.name)].files}
@@ -114,7 +124,9 @@ def _simulate(
     gone = frozenset(p for p in deleted if p not in set(kept) | set(rewritten) | new)
     changed = frozenset(deleted) | {EnvPath(p) for p in rewritten} | new
     clobbers = install.overwritten(inv, wheels, removed, facts.path_hashes)
-    lost, switches, touched = _linkage(facts, view, gone, changed, wheels, clobbers, removed)
+    lost, switches, touched, run_time = _linkage(
+        facts, view, gone, changed, wheels, clobbers, removed
+    )
     breaks = _requirement_breaks(facts, remaining, wheels)
     backend_reads = removed | {DistName(r.name) for r in reinstall}
     refused = [
@@ -161,6 +173,7 @@ def _simulate(
             }
         ),
         probe_libraries=sorted(touched),
+        probe_run_time=run_time,
         warnings=[
             *_warnings(shared, request.options, switches, refused),
             *_unchecked(facts, reinstall, installs),
@@ -267,6 +280,25 @@ def _co_owner_reason(inv: Inventory, paths: Sequence[str]) -> str:
     return f"co-owns {shown}{more}, which the removal deletes"
 
 
+def _loader_may_see(facts: Facts, gone: frozenset[EnvPath]) -> bool:
+    """Whether deleting ``gone`` can change any search: only a file named like a need (an
+    ELF object, or a non-ELF file that stops the search) or a symlink (a directory may be
+    reached through it) can. Removing a pure-Python distribution then costs no second
+    resolution of the whole environment."""
+    needs = {n for info in facts.elf.objects.values() for n in info.needed}
+    table = facts.dlopen if facts.dlopen is not None else DlopenTable.default()
+    needs.update(p for parts in table.edges.values() for p in parts)
+    names = {n.rsplit("/", 1)[-1] for n in needs}
+    files = facts.inventory.files
+    return any(
+        p.rsplit("/", 1)[-1] in names
+        or p in facts.elf.objects
+        or p in facts.elf.problems
+        or ((st := files.get(p)) is not None and st.kind != "file")
+        for p in gone
+    )
+
+
 def _linkage(
     facts: Facts,
     view: EnvironmentView,
@@ -275,8 +307,9 @@ def _linkage(
     wheels: Sequence[StagedWheel] = (),
     clobbers: Sequence[P.OverwrittenPath] = (),
     removed: Iterable[DistName] = (),
-) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath]]:
-    """Needs lost and switched, and the remaining objects whose providers change on disk.
+) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath], list[P.RunTimeProbe]]:
+    """Needs lost and switched, the remaining objects whose providers change on disk, and
+    the run-time loads to probe.
 
     ``wheels`` are installed after ``gone`` is deleted: the after-state has their files,
     so a need may then resolve into them, or to a path whose bytes they replace. Needs are
@@ -287,18 +320,24 @@ def _linkage(
     roots = load_roots(facts, gone)
     objects = env_objects(prefix, facts.elf, gone)
     before = resolve_chains(roots, objects, view, facts.search, facts.dlopen).edges
-    after_view = install.after_view(view, gone, wheels)
-    after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
+    if wheels or _loader_may_see(facts, gone):
+        after_view = install.after_view(view, gone, wheels)
+        after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
+    else:
+        after = before  # nothing deleted is a file ld.so could open or stop at
     diff = diff_edges(before, after)
     claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
     lost = [
         P.LostNeed(
             consumer=_display(prefix, old.requester),
             consumer_distribution=_owner(inv, prefix, old.requester),
-            need=old.need,
+            need=_display(prefix, old.need),
             resolved_before=_display(prefix, old.provider or ""),
             lost_file_owners=list(_owners(inv, prefix, old.provider or "")),
             searched=list(new.searched),
+            run_time_load=row.requested_as
+            if (row := facts.runtime.row(old.requester, old.need))
+            else None,
         )
         for old, new in diff.lost
     ]
@@ -334,7 +373,53 @@ def _linkage(
         and (rel := to_env_path(prefix, e.requester)) is not None
         and rel not in gone
     }
-    return lost, switches, touched
+    return lost, switches, touched, _run_time_probes(facts, before, after, changed, gone)
+
+
+def _run_time_probes(
+    facts: Facts,
+    before: Mapping[EdgeKey, Edge],
+    after: Mapping[EdgeKey, Edge],
+    changed: frozenset[EnvPath],
+    gone: frozenset[EnvPath],
+) -> list[P.RunTimeProbe]:
+    """Every run-time load of each remaining framework object one of whose run-time loads
+    the plan changes: found elsewhere, found again (a repair), or its file rewritten."""
+    prefix = str(facts.inventory.prefix)
+
+    def moved(key: EdgeKey) -> bool:
+        old, new = before.get(key), after[key]
+        was = old.provider if old else None
+        return was != new.provider or (
+            new.provider is not None and to_env_path(prefix, new.provider) in changed
+        )
+
+    loads = [key for key in after if facts.runtime.row(*key) is not None]
+    objects = {
+        obj for obj, need in loads if moved((obj, need)) and to_env_path(prefix, obj) not in gone
+    }
+    return [
+        P.RunTimeProbe(
+            object=_display(prefix, obj),
+            need=_display(prefix, need),
+            framework=row.framework,
+            search=[] if "/" in need else [_display(prefix, d) for d in _own_search(facts, obj)],
+        )
+        for obj, need in sorted(loads)
+        if obj in objects and (row := facts.runtime.row(obj, need)) is not None
+    ]
+
+
+def _own_search(facts: Facts, obj: str) -> list[str]:
+    """``obj``'s own RPATH (void under RUNPATH) then RUNPATH, expanded: where a dlopen() it
+    makes looks before the system's paths."""
+    info = facts.elf.objects.get(EnvPath(_display(str(facts.inventory.prefix), obj)))
+    if info is None:
+        return []
+    origin = posixpath.dirname(obj)
+    entries = (*info.effective_rpath, *info.runpath)
+    dirs = (expand_entry(e, origin, facts.search) for e in entries)
+    return list(dict.fromkeys(d for d in dirs if d is not None))
 
 
 def _probe_modules(
@@ -366,12 +451,19 @@ def _owner(inv: Inventory, prefix: str, path: str) -> str | None:
 def _requirement_breaks(
     facts: Facts, remaining: Mapping[DistName, Distribution], installs: Sequence[StagedWheel]
 ) -> list[P.RequirementBreak]:
-    """Requires-Dist the after-state (remaining plus installs) leaves unmet, that hold today."""
-    before = set(check_requirements(facts.inventory.distributions, facts.marker_env))
+    """Requires-Dist the after-state (remaining plus installs) leaves unmet, that hold today.
+
+    Extras are those requested today: removing what an extra brings must not make the
+    extra look unrequested.
+    """
+    extras = facts.extras
+    before = set(check_requirements(facts.inventory.distributions, facts.marker_env, extras))
     after: dict[DistName, Declared] = {**remaining, **{w.name: w for w in installs}}
     return [
-        P.RequirementBreak(distribution=p.distribution, requirement=p.requirement, reason=p.reason)
-        for p in check_requirements(after, facts.marker_env)
+        P.RequirementBreak(
+            distribution=p.distribution, requirement=p.requirement, reason=p.reason, extra=p.extra
+        )
+        for p in check_requirements(after, facts.marker_env, extras)
         if p not in before
     ]
 
@@ -390,9 +482,20 @@ def _installs(facts: Facts, pins: Sequence[Pin]) -> list[tuple[P.Install, Staged
             paths=sorted(wheel.files),
             requires=list(wheel.requires),
             sha256={p: h for p, h in wheel.files.items() if h and is_payload(p, wheel.dist_info)},
+            **_pinned(facts, name, version),
         )
         out.append((install, wheel))
     return out
+
+
+def _pinned(facts: Facts, name: DistName, version: str | None = None) -> dict[str, str | None]:
+    """``wheel`` and ``wheel_sha256`` of a reinstall or install: the local file it was staged
+    from (installed exactly, by path), when staging found one."""
+    v = version if version is not None else facts.inventory.distributions[name].version
+    wheel = facts.staging.wheels.get((name, v))
+    if wheel is None or wheel.wheel is None:
+        return {}
+    return {"wheel": str(wheel.wheel), "wheel_sha256": wheel.wheel_sha256}
 
 
 def _unchecked(
@@ -426,7 +529,8 @@ def _warnings(
     if refused:
         out.append(
             f"{len(refused)} RECORD entr{'y' if len(refused) == 1 else 'ies'} point outside the "
-            "environment; cudafix strips them from RECORD first, so the backend leaves them alone"
+            "environment or name a directory; cudafix strips them from RECORD first, so the "
+            "backend leaves them alone"
         )
     if options.keep_shared:
         for s in shared:
@@ -443,12 +547,18 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
     sites = plan.target.site_packages
     reasons = [
         f"{site_relative(lost.consumer, sites)} ({lost.consumer_distribution or 'no distribution'})"
-        f" needs {lost.need}, which would no longer be found"
+        + (
+            f" loads {site_relative(lost.need, sites, plan.target.prefix)} at run time "
+            f"(for {lost.run_time_load})"
+            if lost.run_time_load
+            else f" needs {lost.need}"
+        )
+        + ", which would no longer be found"
         for lost in plan.lost
     ]
     if plan.requirement_breaks and not options.allow_broken_requirements:
         reasons += [
-            f"{b.distribution} requires {b.requirement}: {b.reason}"
+            f"{b.requested_as} requires {b.requirement}: {b.reason}"
             for b in plan.requirement_breaks
         ]
     reasons += [
@@ -456,6 +566,12 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
     ]
     reasons += _wheel_reasons(plan, facts)
     reasons += _dist_info_reasons(plan, facts.inventory)
+    reasons += _through_symlinks(plan, facts.inventory)
+    reasons += [
+        f"{u.record} cannot be read exactly ({u.reason}); what {u.distribution} owns is "
+        "unknown, so the plan cannot be trusted: fix that RECORD first"
+        for u in facts.inventory.unreadable
+    ]
     have = {n for n in facts.inventory.distributions if n not in {r.name for r in plan.remove}}
     reasons += [
         f"{i.name} is installed ({facts.inventory.distributions[DistName(i.name)].version}); "
@@ -464,6 +580,38 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
         if i.name in have
     ]
     return reasons
+
+
+def _through_symlinks(plan: P.Plan, inv: Inventory) -> list[str]:
+    """Paths the plan writes or deletes through a symlinked directory, one line per symlink.
+
+    The transaction never acts through a symlink (it could lead anywhere), so it would
+    refuse such a plan when applied: the dry run must say so first.
+    """
+    named = {
+        *plan.deleted_paths,
+        *plan.rewritten_paths,
+        *(p for i in plan.install for p in i.paths),
+    }
+    through: dict[str, list[str]] = {}
+    for path in sorted(named):
+        link = _symlinked_parent(inv, path)
+        if link is not None:
+            through.setdefault(link, []).append(path)
+    return [
+        f"{len(paths)} path(s) go through the symlinked directory {link} ({paths[0]}"
+        f"{', ...' if len(paths) > 1 else ''}): cudafix never writes or deletes through a symlink"
+        for link, paths in through.items()
+    ]
+
+
+def _symlinked_parent(inv: Inventory, path: str) -> str | None:
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        st = inv.files.get(EnvPath("/".join(parts[:i])))
+        if st is not None and st.kind == "symlink":
+            return "/".join(parts[:i])
+    return None
 
 
 def _dist_info_reasons(plan: P.Plan, inv: Inventory) -> list[str]:

@@ -1,11 +1,16 @@
 """What ``pip check`` reports, computed over an inventory value (pure).
 
-Markers are evaluated with ``extra == ""``, as pip does, so a requirement needed only for
-an extra is ignored; prereleases satisfy a specifier when they are what is installed.
+pip evaluates markers with ``extra == ""`` only, so a requirement needed only for an extra
+is ignored, and neither pip nor uv records which extras were asked for. Here an extra is
+*requested* when every requirement it adds is met (``jax-cuda12-plugin[with-cuda]`` on a
+``pip install "jax[cuda12]"``), or when a requested requirement names it
+(``jax-cuda12-plugin[with-cuda]`` in ``jax[cuda12]``); its requirements are then judged
+like the base ones. Prereleases satisfy a specifier when they are what is installed.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -38,39 +43,138 @@ class RequirementProblem:
     requirement: str
     """The Requires-Dist value, verbatim."""
     reason: str
+    extra: str = ""
+    """The requested extra the requirement belongs to; ``""``: a base requirement."""
+
+    @property
+    def requested_as(self) -> str:
+        """``jax-cuda12-plugin[with-cuda]``, or the bare name for a base requirement."""
+        return f"{self.distribution}[{self.extra}]" if self.extra else self.distribution
+
+
+Extras = Mapping[DistName, frozenset[str]]
+"""Requested extras per distribution."""
+
+_EXTRA = re.compile(r"""\bextra\s*==\s*["']([^"']+)["']""")
+_MARKER_ERRORS = (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName)
 
 
 def check_requirements(
     distributions: Mapping[DistName, Declared],
     marker_env: Mapping[str, str],
+    extras: Extras | None = None,
 ) -> tuple[RequirementProblem, ...]:
     """Every Requires-Dist, of every distribution, that the set does not satisfy.
 
     The set may be an after-state (remaining plus staged installs): that is how a plan
-    judges what it leaves behind.
+    judges what it leaves behind, with ``extras`` the extras requested *before* (a removal
+    that breaks an extra must not make it unrequested). None: those of ``distributions``.
     """
+    wanted = requested_extras(distributions, marker_env) if extras is None else extras
     problems: list[RequirementProblem] = []
     for name in sorted(distributions):
         for raw in distributions[name].requires:
-            reason = _unsatisfied(raw, distributions, marker_env)
-            if reason is not None:
-                problems.append(RequirementProblem(name, raw, reason))
+            problem = _unsatisfied(raw, distributions, marker_env, wanted.get(name, frozenset()))
+            if problem is not None:
+                problems.append(RequirementProblem(name, raw, *problem))
     return tuple(problems)
 
 
-def _unsatisfied(
-    raw: str, distributions: Mapping[DistName, Declared], marker_env: Mapping[str, str]
+def requested_extras(
+    distributions: Mapping[DistName, Declared], marker_env: Mapping[str, str]
+) -> dict[DistName, frozenset[str]]:
+    """The extras each distribution was installed with, as far as the set shows.
+
+    An extra whose own requirements are all met was requested (pip and uv record none);
+    so is one a requested requirement names (``dep[x]``), transitively.
+    """
+    wanted: dict[DistName, set[str]] = {
+        name: {e for e in extras_of(dist) if _all_met(dist, e, distributions, marker_env)}
+        for name, dist in distributions.items()
+    }
+    todo = list(distributions)
+    while todo:
+        name = todo.pop()
+        for req, _ in applicable(distributions[name], marker_env, frozenset(wanted[name])):
+            dep = normalize_name(req.name)
+            more = {normalize_name(e) for e in req.extras} - wanted.get(dep, set())
+            if dep in wanted and more:
+                wanted[dep] |= more
+                todo.append(dep)
+    return {n: frozenset(e) for n, e in wanted.items() if e}
+
+
+def extras_of(dist: Declared) -> tuple[str, ...]:
+    """The extras ``dist``'s requirement markers name (``extra == "with-cuda"``), normalised
+    as PEP 685 says (markers compare them normalised too)."""
+    found = (normalize_name(m) for raw in dist.requires for m in _EXTRA.findall(raw))
+    return tuple(dict.fromkeys(found))
+
+
+def extra_requirements(
+    dist: Declared, extra: str, marker_env: Mapping[str, str]
+) -> tuple[Requirement, ...]:
+    """The requirements ``extra`` adds to ``dist``'s base ones."""
+    return tuple(r for r, e in applicable(dist, marker_env, frozenset({extra})) if e == extra)
+
+
+def applicable(
+    dist: Declared, marker_env: Mapping[str, str], extras: frozenset[str]
+) -> Iterable[tuple[Requirement, str]]:
+    """Each parsable requirement whose marker holds for the base or one of ``extras``,
+    with the extra it holds for (``""``: base)."""
+    for raw in dist.requires:
+        try:
+            req = Requirement(raw)
+            which = _holds_for(req, marker_env, extras)
+        except (InvalidRequirement, *_MARKER_ERRORS):
+            continue
+        if which is not None:
+            yield req, which
+
+
+def _holds_for(
+    req: Requirement, marker_env: Mapping[str, str], extras: frozenset[str]
 ) -> str | None:
+    """``""`` when the marker holds without an extra, else the first of ``extras`` it holds
+    for; None when it holds for none."""
+    if req.marker is None or req.marker.evaluate({**marker_env, "extra": ""}):
+        return ""
+    return next(
+        (e for e in sorted(extras) if req.marker.evaluate({**marker_env, "extra": e})), None
+    )
+
+
+def _all_met(
+    dist: Declared, extra: str, distributions: Mapping[DistName, Declared], env: Mapping[str, str]
+) -> bool:
+    reqs = extra_requirements(dist, extra, env)
+    return bool(reqs) and all(unmet(r, distributions) is None for r in reqs)
+
+
+def _unsatisfied(
+    raw: str,
+    distributions: Mapping[DistName, Declared],
+    marker_env: Mapping[str, str],
+    extras: frozenset[str] = frozenset(),
+) -> tuple[str, str] | None:
+    """(reason, extra) when ``raw`` applies and is not met; None when it is or does not apply."""
     try:
         req = Requirement(raw)
     except InvalidRequirement as e:
-        return f"unparsable requirement: {e}"
-    if req.marker is not None:
-        try:
-            if not req.marker.evaluate({**marker_env, "extra": ""}):
-                return None
-        except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName) as e:
-            return f"marker cannot be evaluated: {e}"
+        return f"unparsable requirement: {e}", ""
+    try:
+        which = _holds_for(req, marker_env, extras)
+    except _MARKER_ERRORS as e:
+        return f"marker cannot be evaluated: {e}", ""
+    if which is None:
+        return None
+    reason = unmet(req, distributions)
+    return (reason, which) if reason is not None else None
+
+
+def unmet(req: Requirement, distributions: Mapping[DistName, Declared]) -> str | None:
+    """Why ``req`` (its marker aside) is not met by the set; None when it is."""
     dep = distributions.get(normalize_name(req.name))
     if dep is None:
         return f"{normalize_name(req.name)} is not installed"
@@ -93,10 +197,15 @@ def requirement_closure(
     distributions: Mapping[DistName, Declared],
     roots: Iterable[DistName],
     marker_env: Mapping[str, str],
+    extras: Extras,
 ) -> frozenset[DistName]:
-    """``roots`` and every installed distribution their Requires-Dist reach, transitively.
+    """``roots`` and every installed distribution their Requires-Dist reach, transitively,
+    through the base requirements and those of each distribution's requested ``extras``
+    (:func:`requested_extras`).
 
     What a consumer was built to load: its own distribution and what that one pulls in.
+    ``jax[cuda12]``'s cu12 wheels are required only by ``jax-cuda12-plugin[with-cuda]``:
+    without the extras they would look like nobody's leftovers.
     """
     seen: set[DistName] = set()
     todo = list(roots)
@@ -105,17 +214,8 @@ def requirement_closure(
         if name in seen or name not in distributions:
             continue
         seen.add(name)
-        for raw in distributions[name].requires:
-            try:
-                req = Requirement(raw)
-                if req.marker is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
-                    continue
-            except (
-                InvalidRequirement,
-                InvalidMarker,
-                UndefinedComparison,
-                UndefinedEnvironmentName,
-            ):
-                continue
-            todo.append(normalize_name(req.name))
+        wanted = extras.get(name, frozenset())
+        todo.extend(
+            normalize_name(r.name) for r, _ in applicable(distributions[name], marker_env, wanted)
+        )
     return frozenset(seen)

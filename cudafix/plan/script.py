@@ -61,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
-from cudafix.model.names import BackendName, DistName, normalize_name
+from cudafix.model.names import BackendName, DistName, is_dist_name, is_selector, normalize_name
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
@@ -125,6 +125,23 @@ class Step(_Strict):
         for pin in pins or ():
             parse_pin(pin)
         return pins
+
+    @field_validator("reinstall")
+    @classmethod
+    def _names(cls, names: list[str] | None) -> list[str] | None:
+        """Names reach uv's command line: a name is never an option or a path."""
+        for name in names or ():
+            if not is_dist_name(name):
+                raise ValueError(f"{name!r} is not a distribution name")
+        return names
+
+    @field_validator("remove", "exclude")
+    @classmethod
+    def _selectors(cls, selectors: list[str] | None) -> list[str] | None:
+        for selector in selectors or ():
+            if not is_selector(selector):
+                raise ValueError(f"{selector!r} is not a distribution name or pattern")
+        return selectors
 
     @model_validator(mode="after")
     def _one_action(self) -> Step:
@@ -387,6 +404,11 @@ def expect_code(expect: P.ExpectProbe) -> str:
     return _EXPECT.format(argv=argv, want=expect.output, label=label)
 
 
+def _absolute(prefix: Path, path: str) -> str:
+    """An EnvPath (or soname) of the plan as the probe needs it: absolute, sonames as they are."""
+    return str(prefix / path) if "/" in path and not path.startswith("/") else path
+
+
 def probe_spec(
     plan: P.Plan,
     *,
@@ -403,6 +425,14 @@ def probe_spec(
     return ProbeSpec(
         modules=tuple(dict.fromkeys(modules)),
         libraries=tuple(str(prefix / lib) for lib in plan.probe_libraries) if use_auto else (),
+        run_time=tuple(
+            (
+                f"{r.need} by {r.object}",
+                _absolute(prefix, r.need),
+                tuple(_absolute(prefix, d) for d in r.search),
+            )
+            for r in (plan.probe_run_time if use_auto else ())
+        ),
         code=(*p.python, *(expect_code(e) for e in p.expect), *code),
         commands=(*p.commands, *commands),
         timeout=p.timeout or timeout,

@@ -7,17 +7,10 @@ anything changes. Fetching is :mod:`cudafix.fetch.staging`'s.
 
 from __future__ import annotations
 
-from cudafix.env.inventory import Distribution, is_bytecode
-from cudafix.fetch.staging import StagedWheel
+from cudafix.env.inventory import Distribution
+from cudafix.fetch.staging import StagedWheel, is_payload
 
-
-def is_payload(path: str, dist_info: str) -> bool:
-    """A RECORD row two installs of one wheel agree on: the wheel's own files.
-
-    Not bytecode (compiled at install, or not), scripts under ``bin/`` (generated from entry
-    points) nor anything in the dist-info directory (installer files, the name's case).
-    """
-    return not (is_bytecode(path) or path.startswith("bin/") or path.startswith(dist_info + "/"))
+__all__ = ["is_payload", "wheel_differences"]
 
 
 def wheel_differences(installed: Distribution, staged: StagedWheel) -> list[str]:

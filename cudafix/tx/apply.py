@@ -7,6 +7,7 @@ run context (:mod:`cudafix.tx.context`), which commits or rolls back.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,8 +15,11 @@ from pathlib import Path
 
 from cudafix.env.statedir import TxDir
 from cudafix.fetch.backend import Backend, make_backend
-from cudafix.model.errors import PlanRefused, StalePlan, TargetError
-from cudafix.model.plan import Plan, refuse_unless_allowed
+from cudafix.fetch.staging import scratch_dir
+from cudafix.fetch.wheelfile import checked_copy, written_paths
+from cudafix.model.errors import InputError, PlanRefused, StalePlan, TargetError
+from cudafix.model.names import EnvPath
+from cudafix.model.plan import Plan, input_problems, refuse_unless_allowed
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, TransactionResult, quiet
 from cudafix.tx import files, journal, snapshot
@@ -24,6 +28,7 @@ from cudafix.tx.journal import Event
 from cudafix.tx.verify import install_mismatches
 
 Verify = Callable[[], list[str]]
+_Call = tuple[Backend, list[str]]
 
 
 def run_transaction(
@@ -45,7 +50,9 @@ def run_transaction(
     ``backend`` defaults to the one the plan names (``plan.options.backend``).
     """
     prefix = _check_plan(plan, force)
-    with RunContext.open(prefix, lock_timeout, on_event) as ctx:
+    pinned = any(p.wheel for p in [*plan.reinstall, *plan.install])
+    scratch_cm = scratch_dir() if pinned else contextlib.nullcontext(None)
+    with RunContext.open(prefix, lock_timeout, on_event) as ctx, scratch_cm as scratch:
         ctx.require_no_pending()
         if precondition is not None and (differences := precondition()):
             raise StalePlan(
@@ -53,11 +60,12 @@ def run_transaction(
                 context=differences[:25],
                 hint="run the command again to plan on the environment as it is now",
             )
-        paths, rewritten = _touched(prefix, plan)
+        wheels = _checked_wheels(plan, scratch)
+        paths, rewritten = _touched(prefix, plan, wheels)
         opening = journal.opening("apply", command, plan=plan.model_dump(mode="json"))
         tx = ctx.begin(opening)
         manifest = ctx.snapshot(tx, paths, rewritten)
-        run = _Apply(ctx, tx, plan, manifest, probes, verify, backend)
+        run = _Apply(ctx, tx, plan, manifest, probes, verify, backend, wheels)
         passed = ctx.execute(tx, manifest, run.steps)
     return TransactionResult(
         txid=tx.txid,
@@ -77,6 +85,8 @@ def _check_plan(plan: Plan, force: bool) -> Path:
     if not prefix.is_absolute() or not prefix.is_dir():
         raise TargetError(f"no environment at {plan.target.prefix}")
     refuse_unless_allowed(plan, force)
+    if problems := input_problems(plan):
+        raise InputError("the plan holds fields cudafix will not pass on", context=problems)
     named = [*plan.deleted_paths, *plan.kept_paths, *plan.rewritten_paths]
     named += [r.dist_info for r in plan.remove]
     named += [p for i in plan.install for p in i.paths]
@@ -89,15 +99,34 @@ def _check_plan(plan: Plan, force: bool) -> Path:
     return prefix
 
 
-def _touched(prefix: Path, plan: Plan) -> tuple[list[str], list[str]]:
+def _checked_wheels(plan: Plan, scratch: Path | None) -> list[Path | None]:
+    """For each reinstall, then each install, a private copy of the wheel file it was staged
+    from, checked against the plan's sha256 (:class:`StalePlan` before anything changes
+    when it differs); None for a pin staged from an index or uv's cache."""
+    return [
+        checked_copy(p.wheel, p.wheel_sha256, scratch)
+        if scratch is not None and p.wheel and p.wheel_sha256
+        else None
+        for p in [*plan.reinstall, *plan.install]
+    ]
+
+
+def _touched(
+    prefix: Path, plan: Plan, wheels: Sequence[Path | None] = ()
+) -> tuple[list[str], list[str]]:
     """(paths to snapshot, paths the backend will rewrite and must be detached first).
 
     ``plan.rewritten_paths`` is the planner's word; the reinstalled dists' RECORDs are read
-    again here so that an older plan without it is still snapshotted completely.
+    again here so that an older plan without it is still snapshotted completely, and the
+    checked wheels' own RECORDs, so every path an install writes is snapshotted whatever
+    the plan says.
     """
     paths = {*plan.deleted_paths, *plan.kept_paths, *(r.dist_info for r in plan.remove)}
     rewritten = set(plan.rewritten_paths)
-    installed = {p for i in plan.install for p in i.paths if snapshot.check_path(prefix, p) is None}
+    site = EnvPath(plan.target.site_packages[0]) if plan.target.site_packages else EnvPath("")
+    named = {p for i in plan.install for p in i.paths}
+    named |= {p for w in wheels if w is not None for p in written_paths(w, site)}
+    installed = {p for p in named if snapshot.check_path(prefix, p) is None}
     paths |= installed
     rewritten |= {p for p in installed if (prefix / p).is_file() and not (prefix / p).is_symlink()}
     for r in plan.reinstall:
@@ -134,6 +163,29 @@ class _Apply:
     probes: ProbeSpec
     verify: Verify | None
     backend: Backend | None
+    wheels: Sequence[Path | None] = ()
+    """Checked private copies of the reinstall, then install, wheels (:func:`_checked_wheels`)."""
+
+    def _calls(self, backend: Backend, pins: Sequence[str], first: int) -> list[_Call]:
+        """The backend calls for ``pins`` (the plan's entries from ``first`` on): those staged
+        from a local file from the checked copies alone (``--no-index``, the private
+        directory as the only source, so no ``direct_url.json`` points at it), the rest
+        from the plan's sources."""
+        copies = list(self.wheels[first : first + len(pins)])
+        copies += [None] * (len(pins) - len(copies))
+        local = [pin for pin, w in zip(pins, copies, strict=True) if w is not None]
+        rest = [pin for pin, w in zip(pins, copies, strict=True) if w is None]
+        calls: list[_Call] = []
+        if local:
+            scratch = str(next(w for w in copies if w is not None).parent)
+            python = Path(self.plan.target.python or self.ctx.prefix / "bin" / "python")
+            private = make_backend(
+                self.plan.options.backend, python, offline=True, find_links=[scratch]
+            )
+            calls.append((private, local))
+        if rest:
+            calls.append((backend, rest))
+        return calls
 
     def steps(self) -> tuple[str, ...]:
         """Detach, uninstall, reinstall, keep, verify, install, probe; raise at the first
@@ -179,10 +231,11 @@ class _Apply:
         journal.append(tx.journal, Event.REINSTALL_BEGIN, {"pins": pins})
         ctx.on_event(f"reinstalling {', '.join(pins)}")
         # Co-owners of one path in one backend call race for it: one call each, in order.
-        for batch in [[p] for p in pins] if plan.holders_after else [pins]:
-            with ctx.backend_runs():
-                done = backend.reinstall(batch)
-            ctx.backend_step(tx, f"{plan.options.backend} reinstall", done)
+        for i, batch in enumerate([[p] for p in pins] if plan.holders_after else [pins]):
+            for chosen, group in self._calls(backend, batch, i if plan.holders_after else 0):
+                with ctx.backend_runs():
+                    done = chosen.reinstall(group)
+                ctx.backend_step(tx, f"{plan.options.backend} reinstall", done)
 
     def _install(self, backend: Backend) -> None:
         """Install the exact pins (after verify: they may re-create paths the removal deleted)."""
@@ -190,9 +243,10 @@ class _Apply:
         pins = [f"{i.name}=={i.version}" for i in plan.install]
         journal.append(tx.journal, Event.INSTALL_BEGIN, {"pins": pins})
         ctx.on_event(f"installing {', '.join(pins)}")
-        with ctx.backend_runs():
-            done = backend.reinstall(pins)
-        ctx.backend_step(tx, f"{plan.options.backend} install", done)
+        for chosen, group in self._calls(backend, pins, len(plan.reinstall)):
+            with ctx.backend_runs():
+                done = chosen.reinstall(group)
+            ctx.backend_step(tx, f"{plan.options.backend} install", done)
         problems = install_mismatches(plan)
         if problems:
             more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""

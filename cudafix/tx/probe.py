@@ -7,6 +7,7 @@ carries the probe's own last error line (``ImportError: libcudnn.so.9: cannot op
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,17 @@ for p in sys.argv[1:]:
     except OSError as e:
         print("cudafix-load-failed\\t" + p + "\\t" + str(e).replace("\\n", " "))
 """
+_RUN_TIME = """\
+import ctypes, json, os, sys
+for label, need, dirs in json.loads(sys.argv[1]):
+    there = [os.path.join(d, need) for d in dirs if os.path.exists(os.path.join(d, need))]
+    try:
+        ctypes.CDLL(there[0] if there else need)
+    except OSError as e:
+        print("cudafix-load-failed\\t" + label + "\\t" + str(e).replace("\\n", " "))
+"""
+"""Each soname from the first of the object's own dirs that holds it, as the object's dlopen()
+finds it (then the system's paths, as ld.so goes on); a full path as it is."""
 _NOT_FOUND = re.compile(r"^(?P<soname>[^\s:/]+): cannot open shared object file")
 
 
@@ -53,6 +65,9 @@ def _probes(python: Path, spec: ProbeSpec) -> list[tuple[str, list[str]]]:
     out = [(f"import {m}", [*py, "-c", f"import {m}"]) for m in spec.modules]
     if spec.libraries:
         out.append(("load " + ", ".join(spec.libraries), [*py, "-c", _LOAD, *spec.libraries]))
+    if spec.run_time:
+        label = "load at run time " + ", ".join(label for label, _, _ in spec.run_time)
+        out.append((label, [*py, "-c", _RUN_TIME, json.dumps(spec.run_time)]))
     out += [(f"probe {c!r}", [*py, "-c", c]) for c in spec.code]
     out += [(f"probe-cmd {c!r}", ["/bin/sh", "-c", c]) for c in spec.commands]
     return out

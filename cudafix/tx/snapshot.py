@@ -16,7 +16,7 @@ import posixpath
 import shutil
 import stat
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -58,7 +58,9 @@ class Manifest:
     listings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"entries": [asdict(e) for e in self.entries], "listings": dict(self.listings)}
+        # vars(), not asdict(): the fields are plain values, and asdict's deep copy was a
+        # third of a whole-venv snapshot's time
+        return {"entries": [dict(vars(e)) for e in self.entries], "listings": dict(self.listings)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Manifest:
@@ -156,9 +158,10 @@ def expand(prefix: Path, paths: Iterable[str]) -> list[str]:
         out.add(path)
         live = prefix / path
         if live.is_dir() and not live.is_symlink():
+            cut = len(str(prefix)) + 1
             for root, dirs, files in os.walk(live):
-                rel = Path(root).relative_to(prefix).as_posix()
-                out.update(f"{rel}/{n}" for n in (*dirs, *files))
+                rel = root[cut:]  # os.walk's roots all start with str(live)
+                out.update(f"{rel}/{n}" if rel else n for n in (*dirs, *files))
     return sorted(out)
 
 
@@ -167,13 +170,13 @@ def ancestors(paths: Iterable[str]) -> set[str]:
     out: set[str] = set()
     for path in paths:
         parent = posixpath.dirname(path)
-        while parent:
+        while parent and parent not in out:  # its own ancestors are in already
             out.add(parent)
             parent = posixpath.dirname(parent)
     return out
 
 
-def _link_or_copy(src: Path, dest: Path) -> str | None:
+def _link_or_copy(src: str | Path, dest: str | Path) -> str | None:
     """Hard-link ``src`` to ``dest``; copy where linking is impossible and return its sha256."""
     try:
         os.link(src, dest, follow_symlinks=False)
@@ -182,28 +185,33 @@ def _link_or_copy(src: Path, dest: Path) -> str | None:
         if exc.errno not in _COPY_ERRNOS:
             raise
     shutil.copy2(src, dest, follow_symlinks=False)
-    return sha256_file(dest)
+    return sha256_file(Path(dest))
 
 
-def _snap_one(prefix: Path, store: Path, path: str, detach: bool) -> Entry:
-    live, dest = prefix / path, store / path
+def _snap_one(prefix: Path, store: Path, path: str, detach: bool, made: set[str]) -> Entry:
+    """Snapshot one path. ``made`` holds the directories this snapshot created so far: paths
+    come sorted, parents first, so most files need no ``mkdir`` of their own. Plain ``str``
+    paths and ``os`` calls: this runs for every path of a whole-venv snapshot."""
+    live, dest = f"{prefix}/{path}", f"{store}/{path}"
     try:
         st = os.lstat(live)
     except FileNotFoundError:
         return Entry(path, "absent")
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
-        dest.mkdir(parents=True, exist_ok=True)
+        os.makedirs(dest, exist_ok=True)  # noqa: PTH103 - hot path, str paths
+        made.add(path)
         return Entry(path, "dir", mode=mode)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    if posixpath.dirname(path) not in made:
+        os.makedirs(posixpath.dirname(dest), exist_ok=True)  # noqa: PTH103
     if stat.S_ISLNK(st.st_mode):
-        target = str(live.readlink())
-        dest.symlink_to(target)
+        target = os.readlink(live)  # noqa: PTH115
+        os.symlink(target, dest)  # noqa: PTH211
         return Entry(path, "symlink", target=target)
     if stat.S_ISFIFO(st.st_mode):  # never opened (it would block); recreated on restore
         return Entry(path, "fifo", mode=mode)
     if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory", str(live))
+        raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory", live)
     fail_point("snapshot")
     sha = _link_or_copy(live, dest)
     crash_point("snapshot-file")
@@ -224,7 +232,8 @@ def take(prefix: Path, tx: TxDir, paths: Iterable[str], detach: Iterable[str] = 
     every = sorted(set(wanted) | ancestors(wanted))
     rewritten = set(detach)
     statedir.ensure_dir(tx.snapshot, mode=0o700)
-    entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten) for p in every)
+    made = {""}
+    entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten, made) for p in every)
     listings = {
         e.path: names
         for e in entries
@@ -308,7 +317,7 @@ def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
         if e.kind != "file" or e.sha256 is not None:
             continue  # copies (sha256 set) were not linked
         try:
-            st = os.lstat(prefix / e.path)
+            st = os.lstat(f"{prefix}/{e.path}")  # str: once per snapshotted file
         except FileNotFoundError:
             continue
         same = (st.st_dev, st.st_ino) == (e.dev, e.ino)
@@ -475,16 +484,16 @@ def lstat_state(prefix: Path, paths: Iterable[str]) -> dict[str, list[Any]]:
     """Cheap identity of paths (kind, size, mode, inode, mtime, target) for undo's check."""
     out: dict[str, list[Any]] = {}
     for path in paths:
-        live = prefix / path
+        live = f"{prefix}/{path}"  # str and os calls: once per path of a whole-venv run
         try:
             st = os.lstat(live)
         except FileNotFoundError:
             out[path] = ["absent"]
             continue
-        target = str(live.readlink()) if stat.S_ISLNK(st.st_mode) else None
+        target = os.readlink(live) if stat.S_ISLNK(st.st_mode) else None  # noqa: PTH115
         kind = "dir" if stat.S_ISDIR(st.st_mode) else "other"
         if kind == "dir":
-            out[path] = ["dir", stat.S_IMODE(st.st_mode), sorted(p.name for p in live.iterdir())]
+            out[path] = ["dir", stat.S_IMODE(st.st_mode), sorted(os.listdir(live))]  # noqa: PTH208
         else:
             out[path] = [kind, st.st_size, st.st_mode, st.st_ino, st.st_mtime_ns, target]
     return out

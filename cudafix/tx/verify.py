@@ -6,11 +6,12 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from cudafix.env.distinfo import in_some_dist_info
+from cudafix.env.distinfo import in_some_dist_info, is_installer_file
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import installed_versions, is_bytecode
 from cudafix.model.names import DistName, EnvPath
-from cudafix.model.plan import Plan
+from cudafix.model.plan import Install, Plan
+from cudafix.tx import files
 
 
 def compare(
@@ -71,4 +72,19 @@ def install_mismatches(plan: Plan) -> list[str]:
             if now != sha:
                 what = "missing" if now is None else "other bytes than the staged wheel"
                 problems.append(f"{path}: {what} ({i.name}=={i.version})")
+        problems += _beyond_staged(prefix, plan, i)
     return problems
+
+
+def _beyond_staged(prefix: Path, plan: Plan, pin: Install) -> list[str]:
+    """Paths the install's own RECORD lists that its staged RECORD did not: a ``.pth`` or a
+    ``share/`` file slipped in with another wheel of the same name and version."""
+    info = files.dist_info(prefix, plan, pin.name, pin.version)
+    if info is None:
+        return []  # reported as not installed
+    planned = set(pin.paths)
+    return [
+        f"{path}: written by the install, not in the staged wheel ({pin.name}=={pin.version})"
+        for path in files.record_paths(prefix, info)
+        if path not in planned and not is_bytecode(path) and not is_installer_file(path, info)
+    ]

@@ -1,0 +1,228 @@
+"""``make e2e-real``, second part: frameworks that load their CUDA libraries at run time.
+
+Official GPU installs from PyPI, built once with uv into ``$CUDAFIX_REAL_CACHE`` (default
+``~/.cache/cudafix-real``): ``jax12`` (``jax[cuda12]``), ``tf12`` (``tensorflow[and-cuda]``),
+``cupy12`` (``cupy-cuda12x[ctk]``). For each: ``doctor`` on the pristine venv; ``cudafix
+remove LIB --dry-run`` is refused naming the framework's object; then, on a hard-linked copy,
+a plain ``uv pip uninstall LIB`` breaks the framework's own loader (the oracle, run without a
+GPU), ``doctor`` exits 1 naming the library and the framework, ``cudafix repair --yes``
+installs it back, the oracle works again. Last, the resolver against ``ldd`` on every object.
+
+Prints Markdown; writes ``bench-out/e2e-frameworks-*.json``. Exit 0 only when every check holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uv
+
+from benchmarks import machine
+from benchmarks.e2e_real import Run, user_env
+from benchmarks.ldd_compare import compare
+from benchmarks.sections import cudafix_argv
+from benchmarks.stats import table
+
+STAMP = ".e2e-ready"
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One official install and the library whose loss its GPU backend does not survive."""
+
+    venv: str
+    spec: str
+    library: str
+    """The nvidia wheel removed."""
+    soname: str
+    consumer: str
+    """The framework object the refusal and doctor must name (site-packages relative)."""
+    oracle: str
+    """Python that exits 0 only when the framework's own loader finds the library (no GPU)."""
+
+
+FRAMEWORKS = (
+    Framework(
+        "jax12",
+        "jax[cuda12]",
+        "nvidia-cudnn-cu12",
+        "libcudnn.so.9",
+        "jax_cuda12_plugin/_versions.so",
+        "from jax_cuda12_plugin import _versions as v; print('cudnn', v.cudnn_get_version())",
+    ),
+    Framework(
+        "tf12",
+        "tensorflow[and-cuda]",
+        "nvidia-cuda-runtime-cu12",
+        "libcudart.so.12",
+        "tensorflow/libtensorflow_framework.so.2",
+        "import sys, tensorflow\n"
+        "maps = [l.split()[-1] for l in open('/proc/self/maps')]\n"
+        "hit = [m for m in maps if m.endswith('/libcudart.so.12')]\n"
+        "print(hit[:1] or 'libcudart.so.12 not mapped'); sys.exit(0 if hit else 1)",
+    ),
+    Framework(
+        "cupy12",
+        "cupy-cuda12x[ctk]",
+        "nvidia-cufft-cu12",
+        "libcufft.so.11",
+        "cupy/cuda/cufft",
+        "import cupy.cuda; print(cupy.cuda.cufft.__file__)",
+    ),
+)
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("CUDAFIX_REAL_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache" / "cudafix-real"
+
+
+def uv_argv(*args: str | Path) -> list[str | Path]:
+    return [uv.find_uv_bin(), *args]
+
+
+def build(run: Run, root: Path, fw: Framework, python3: str) -> Path:
+    """``uv venv`` + ``uv pip install SPEC`` from PyPI, once (a stamp marks it done)."""
+    venv = root / fw.venv
+    if (venv / STAMP).exists():
+        run.check(f"{fw.venv} reused from cache", True, str(venv))
+        return venv
+    if not (venv / "bin" / "python").exists():
+        run.step(f"uv venv {fw.venv}", uv_argv("venv", "-q", "--python", python3, venv))
+    done = run.step(
+        f"{fw.venv}: uv pip install {fw.spec}",
+        uv_argv("pip", "install", "-q", "--python", venv / "bin" / "python", fw.spec),
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"uv pip install {fw.spec} failed:\n{done.stderr[-3000:]}")
+    (venv / STAMP).write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+    return venv
+
+
+def link_copy(src: Path, dest: Path) -> None:
+    """A hard-linked copy: uninstall unlinks and install writes new files, so the cached
+    venv's files are never written through (cudafix's own snapshots hard-link too). Scripts
+    in ``bin/`` keep naming the cached venv's interpreter, as ``e2e_real``'s copies do:
+    rewriting them would make their bytes differ from RECORD."""
+    shutil.rmtree(dest, ignore_errors=True)
+    subprocess.run(["cp", "-al", str(src), str(dest)], check=True)
+    shutil.rmtree(dest / ".cudafix", ignore_errors=True)
+
+
+def cudafix(run: Run, label: str, *args: str | Path) -> Any:
+    return run.step(label, [*cudafix_argv(), *args], env=user_env())
+
+
+def oracle(run: Run, label: str, venv: Path, fw: Framework) -> bool:
+    done = run.step(label, [venv / "bin" / "python", "-c", fw.oracle], cwd=Path("/"))
+    return bool(done.returncode == 0)
+
+
+def framework(run: Run, root: Path, work: Path, fw: Framework, python3: str) -> None:
+    base = build(run, root, fw, python3)
+    pristine = cudafix(run, f"{fw.venv}: cudafix doctor (pristine)", "doctor", "--venv", base)
+    run.check(f"{fw.venv}: doctor exits 0 on the pristine install", pristine.returncode == 0,
+              problems(pristine))  # fmt: skip
+    plan = cudafix(
+        run, f"{fw.venv}: cudafix remove {fw.library} --dry-run", "remove", fw.library,
+        "--venv", base, "--dry-run", "--no-fetch",
+    )  # fmt: skip
+    run.check(
+        f"{fw.venv}: removing {fw.library} is refused naming {fw.consumer}",
+        plan.returncode == 3 and fw.consumer in plan.stdout and fw.soname in plan.stdout,
+        f"exit {plan.returncode}",
+    )
+    venv = work / fw.venv
+    link_copy(base, venv)
+    run.check(
+        f"{fw.venv}: the framework's loader works before",
+        oracle(run, f"{fw.venv}: oracle", venv, fw),
+    )
+    python = venv / "bin" / "python"
+    run.step(f"{fw.venv}: uv pip uninstall {fw.library}",
+             uv_argv("pip", "uninstall", "--python", python, fw.library))  # fmt: skip
+    run.check(f"{fw.venv}: the framework's loader fails after the plain uninstall",
+              not oracle(run, f"{fw.venv}: oracle after uninstall", venv, fw))  # fmt: skip
+    broken = cudafix(run, f"{fw.venv}: cudafix doctor (broken)", "doctor", "--venv", venv)
+    named = [ln for ln in broken.stdout.splitlines() if fw.soname in ln and fw.consumer in ln]
+    run.check(
+        f"{fw.venv}: doctor exits 1 naming {fw.soname} and {fw.consumer}",
+        broken.returncode == 1 and bool(named),
+        named[0][:160] if named else problems(broken),
+    )
+    fixed = cudafix(run, f"{fw.venv}: cudafix repair --yes", "repair", "--venv", venv, "--yes")
+    run.check(f"{fw.venv}: repair commits", fixed.returncode == 0, tail(fixed))
+    run.check(f"{fw.venv}: the framework's loader works after repair",
+              oracle(run, f"{fw.venv}: oracle after repair", venv, fw))  # fmt: skip
+    after = cudafix(run, f"{fw.venv}: cudafix doctor (repaired)", "doctor", "--venv", venv)
+    run.check(f"{fw.venv}: doctor after repair as on the pristine install",
+              after.returncode == pristine.returncode, problems(after))  # fmt: skip
+
+
+def problems(done: Any) -> str:
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(("x ", "! "))]
+    return f"{len(lines)} error/warning line(s)" + (f"; first: {lines[0][:140]}" if lines else "")
+
+
+def tail(done: Any) -> str:
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return lines[-1][:160] if lines else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.e2e_frameworks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--python3", default="python3.11", help="the interpreter for the venvs")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--only", action="append", help="venv names to run (default: all)")
+    parser.add_argument("--skip-ldd", action="store_true")
+    args = parser.parse_args(argv)
+    root = cache_dir()
+    work = root / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    run = Run()
+    chosen = [fw for fw in FRAMEWORKS if not args.only or fw.venv in args.only]
+    for fw in chosen:
+        framework(run, root, work, fw, args.python3)
+    if not args.skip_ldd:
+        for fw in chosen:
+            result = compare(root / fw.venv)
+            run.check(
+                f"{fw.venv}: resolver agrees with ldd on every object",
+                not result.disagreements,
+                f"{result.agree}/{result.objects} objects, {result.needs_agree}/{result.needs} "
+                "edges",
+            )
+    return report(args.out, run)
+
+
+def report(out: Path, run: Run) -> int:
+    facts = machine.describe()
+    print(f"# cudafix e2e-real: frameworks ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+    print(machine.as_markdown(facts) + "\n")
+    rows = [[s["step"], f"{s['seconds']:.2f}", s["exit"], (s["tail"] or [""])[-1][:120]]
+            for s in run.steps]  # fmt: skip
+    print(table(["step", "wall s", "exit", "last line of output"], rows) + "\n")
+    print(
+        table(["check", "ok", "detail"], [[w, "yes" if ok else "NO", d] for w, ok, d in run.checks])
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"e2e-frameworks-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    data = {"machine": facts, "steps": run.steps, "checks": run.checks}
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(f"\nJSON: {path}")
+    return 0 if all(ok for _w, ok, _d in run.checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

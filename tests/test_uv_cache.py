@@ -1,0 +1,71 @@
+"""Repeated dry runs of one plan add nothing to uv's cache.
+
+uv keeps one unpacked copy of every wheel it fetched from an index under ``archive-v0``;
+``--reinstall`` implies ``--refresh``, so a staging that passed it unpacked the wheel anew on
+every dry run (a GB per run for cuDNN). The wheel here comes from a real index served over
+HTTP on localhost, as a registry serves it: a ``--find-links`` file is never re-unpacked,
+so only an index shows the growth.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from hashlib import sha256
+from pathlib import Path
+
+import pytest
+from clihelp import cudafix
+from wheelhelp import UV, make_venv, make_wheel, site_packages
+
+pytestmark = pytest.mark.slow
+"""Runs repair dry runs on real venvs: left out of ``make test-fast``."""
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[str]:
+    """A PEP 503 simple index on 127.0.0.1 holding one wheel, ``leafpkg 1.0``."""
+    root = tmp_path / "index"
+    wheel = make_wheel(root / "files", "leafpkg", "1.0", {"leafpkg/__init__.py": b"x = 1\n"})
+    digest = sha256(wheel.read_bytes()).hexdigest()
+    page = root / "simple" / "leafpkg" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.RequestHandlerClass.log_message = lambda *a: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _unpacked(cache: Path) -> int:
+    root = cache / "archive-v0"
+    return sum(1 for _ in root.iterdir()) if root.is_dir() else 0
+
+
+def test_repeated_repair_dry_runs_unpack_each_wheel_once(tmp_path: Path, index: str) -> None:
+    cache = tmp_path / "uv-cache"
+    venv = make_venv(tmp_path / "venv", cache)
+    py = venv / "bin" / "python"
+    argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
+    subprocess.run(
+        argv, check=True, capture_output=True, env={**os.environ, "UV_CACHE_DIR": str(cache)}
+    )
+    (site_packages(venv) / "leafpkg" / "__init__.py").unlink()
+    env = {"UV_CACHE_DIR": str(cache), "UV_DEFAULT_INDEX": index}
+    counts = []
+    for _ in range(3):
+        proc = cudafix("repair", "--dry-run", "--venv", venv, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "leafpkg" in proc.stdout
+        counts.append(_unpacked(cache))
+    assert counts == [1, 1, 1]
