@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint demo bench bench-real e2e-real clean
+.PHONY: install test test-fast lint demo bench bench-real e2e-real clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The full suite, as CI runs it (.ci/run).
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Under a minute: every test not marked slow (tests/README.md says which are).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check cudafix tests benchmarks scenarios

@@ -23,7 +23,7 @@ from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, shell_join, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding
-from cudafix.model.errors import CudafixError, InputError, LockedError, PlanRefused, UnsafeState
+from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
 from cudafix.model.names import BackendName, DistName
 from cudafix.model.plan import Alternative, Options, Plan
 from cudafix.model.probe import ProbeSpec
@@ -367,8 +367,6 @@ def plan_saved(
 
 def execute(plan: Plan, run: RunArgs, on_event: OnEvent = quiet) -> TransactionResult:
     """Apply an approved plan as one transaction: commit, or roll back and raise."""
-    if plan.verdict == "refused" and not run.force:
-        raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
     return run_transaction(
         plan,
         probes=probe_spec(

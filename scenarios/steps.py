@@ -8,8 +8,6 @@ venv but never writes through it. Only ``{outside}/`` paths write next to the ve
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import posixpath
 import sys
@@ -17,8 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudafix.env.hashing import hash_path
+from cudafix.env.inventory import find_dist_info
 from cudafix.model.errors import BackendError, InputError
-from cudafix.model.names import normalize_name
 from cudafix.process import run
 from scenarios.spec import Step
 from scenarios.wheel import record_line
@@ -83,12 +82,11 @@ def confined(venv: Venv, template: str) -> Path:
 
 def dist_info(venv: Venv, name: str) -> Path:
     """The installed ``*.dist-info`` of distribution ``name``."""
-    wanted = normalize_name(name)
-    for info in sorted(venv.site.glob("*.dist-info")):
-        for line in (info / "METADATA").read_text(encoding="utf-8").splitlines():
-            if line.startswith("Name:") and normalize_name(line[5:].strip()) == wanted:
-                return info
-    raise InputError(f"step names {name!r}, which is not installed")
+    site = venv.site.relative_to(venv.root).as_posix()
+    found = find_dist_info(venv.root, [site], name)
+    if found is None:
+        raise InputError(f"step names {name!r}, which is not installed")
+    return venv.root / found
 
 
 def _append_record(venv: Venv, name: str, line: str) -> None:
@@ -172,17 +170,9 @@ def _grow(venv: Venv, step: Step) -> None:
         _rewrite_record_row(venv, step.dist, _site_rel(venv, path), path)
 
 
-def _file_sha256(path: Path) -> str:
-    """RECORD-encoded sha256, streamed: grown files are GB-sized."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
-
-
 def _rewrite_record_row(venv: Venv, name: str, rel: str, path: Path) -> None:
-    encoded = _file_sha256(path)
+    encoded = hash_path(path)  # streamed: grown files are GB-sized
+    assert encoded is not None, path
     row = f"{rel},sha256={encoded},{path.stat().st_size}"
     record = dist_info(venv, name) / "RECORD"
     lines = record.read_text(encoding="utf-8").splitlines()

@@ -1,20 +1,22 @@
 """Pack a directory tree into a real, installable wheel (PEP 427 / 491).
 
-Only what installers read is written: METADATA 2.1, WHEEL, top_level.txt and a RECORD with
-sha256 and sizes. INSTALLER is left to uv or pip. The archive is deterministic (sorted
+The one wheel builder of the project: scenarios pack trees with ``pack_wheel``, tests write
+wheels from a mapping with ``write_wheel`` (through ``tests/support/wheels.py``). Only what
+installers read is written: METADATA 2.1, WHEEL, top_level.txt and a RECORD with sha256 and
+sizes. INSTALLER is left to uv or pip. The archive is deterministic (sorted
 entries, fixed timestamps), so the same tree always yields the same bytes.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 import stat
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from cudafix.env.hashing import hash_bytes
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _GENERATOR = "cudafix-scenarios"
@@ -29,6 +31,9 @@ class WheelMeta:
     requires: Sequence[str] = ()
     tag: str = "py3-none-any"
     """``{python tag}-{abi tag}-{platform tag}``."""
+    extra_metadata: str = ""
+    """Raw METADATA lines appended after Requires-Dist (``Requires-Python: ...\\n``)."""
+    purelib: bool = False
 
     @property
     def escaped_name(self) -> str:
@@ -46,8 +51,7 @@ class WheelMeta:
 
 def record_hash(data: bytes) -> str:
     """``sha256=<urlsafe base64, unpadded>``, the RECORD encoding."""
-    digest = hashlib.sha256(data).digest()
-    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return "sha256=" + hash_bytes(data)
 
 
 def record_line(path: str, data: bytes) -> str:
@@ -58,11 +62,13 @@ def record_line(path: str, data: bytes) -> str:
 def _metadata(meta: WheelMeta) -> str:
     lines = ["Metadata-Version: 2.1", f"Name: {meta.name}", f"Version: {meta.version}"]
     lines += [f"Requires-Dist: {req}" for req in meta.requires]
-    return "\n".join(lines) + "\n\n"
+    return "\n".join(lines) + "\n" + meta.extra_metadata + "\n"
 
 
 def _wheel_file(meta: WheelMeta) -> str:
-    return f"Wheel-Version: 1.0\nGenerator: {_GENERATOR}\nRoot-Is-Purelib: false\nTag: {meta.tag}\n"
+    purelib = "true" if meta.purelib else "false"
+    lines = ["Wheel-Version: 1.0", f"Generator: {_GENERATOR}", f"Root-Is-Purelib: {purelib}"]
+    return "\n".join([*lines, f"Tag: {meta.tag}"]) + "\n"
 
 
 def top_level(paths: Iterable[str]) -> list[str]:
@@ -84,13 +90,26 @@ def _zip_info(arcname: str, mode: int) -> zipfile.ZipInfo:
     return info
 
 
+Member = tuple[str, bytes, int]
+"""One archive entry: name, bytes, permission bits."""
+
+
 def pack_wheel(meta: WheelMeta, tree: Path, out_dir: Path) -> Path:
     """Write ``tree``'s regular files plus dist-info into ``out_dir/<filename>``; return it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    members: list[tuple[str, bytes, int]] = []
+    members: list[Member] = []
     for arcname, path in _tree_files(tree):
         mode = 0o755 if path.stat().st_mode & stat.S_IXUSR else 0o644
         members.append((arcname, path.read_bytes(), mode))
+    return write_wheel(meta, members, out_dir)
+
+
+def write_wheel(meta: WheelMeta, members: Sequence[Member], out_dir: Path) -> Path:
+    """Write ``members`` plus METADATA, WHEEL, top_level.txt and RECORD; return the wheel.
+
+    ``members`` may already hold files of the dist-info directory (``entry_points.txt``).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    members = list(members)
     info = meta.dist_info
     names = [arc for arc, _, _ in members]
     members.append((f"{info}/METADATA", _metadata(meta).encode(), 0o644))

@@ -1,4 +1,7 @@
-"""Shared fixtures.
+"""Shared fixtures (helpers live in tests/support; see tests/README.md).
+
+``venv`` is the transaction tests' real venv: ``(prefix, wheelhouse)`` holding pa and pb,
+which both install ``shared/lib.so`` with different bytes (``tests.support.tx.shared_pair``).
 
 ``scenario`` builds a real venv from a shipped scenario (``scenarios/``) into
 the test's tmp_path. Wheelhouses are cached by content under ``$CUDAFIX_SCENARIO_CACHE``
@@ -14,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from scenarios import BuiltScenario, build_scenario
+from tests.support.tx import shared_pair
 
 ScenarioFactory = Callable[..., BuiltScenario]
 
@@ -32,3 +36,9 @@ def scenario(tmp_path: Path) -> ScenarioFactory:
         return build_scenario(name, dest, stage=stage, params=params)
 
     return build
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A real venv holding pa and pb (both own ``shared/lib.so``) and their wheelhouse."""
+    return shared_pair(tmp_path)

@@ -8,12 +8,16 @@ import sys
 import textwrap
 from pathlib import Path
 
-from clihelp import EXAMPLES, as_json, assert_one_line_error, cudafix
+import pytest
 from conftest import ScenarioFactory
 
 from cudafix.env.hashing import hash_path
 from scenarios import BuiltScenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import EXAMPLES, as_json, assert_one_line_error, cudafix
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 
 def write(tmp: Path, text: str, name: str = "script.toml") -> Path:

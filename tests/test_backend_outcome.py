@@ -24,6 +24,9 @@ from cudafix.process import Completed
 from cudafix.tx.apply import run_transaction
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
+
 
 @dataclass(frozen=True)
 class DeletingBackend:

@@ -12,12 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clihelp import as_json, cudafix
+import pytest
 from conftest import ScenarioFactory
 
 from scenarios import BuiltScenario, build_spec
 from scenarios.spec import Scenario
-from tests.loadertree import cudafix_tree, ldd, parse_ldd, real
+from tests.support.cli import as_json, cudafix
+from tests.support.loadertree import cudafix_tree, ldd, parse_ldd, real
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs and runs doctor on them: left out of ``make test-fast``."""
 
 if sys.version_info >= (3, 11):
     import tomllib

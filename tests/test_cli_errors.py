@@ -11,17 +11,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clihelp import assert_one_line_error, cudafix
 from test_transaction import OK, _run_child
-from txhelp import remove_pa_plan, shared_pair, site_packages
 
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from scenarios.fingerprint import fingerprint
-
-
-@pytest.fixture
-def venv(tmp_path: Path) -> tuple[Path, Path]:
-    return shared_pair(tmp_path)
+from tests.support.cli import assert_one_line_error, cudafix
+from tests.support.tx import remove_pa_plan
+from tests.support.venvs import site_rel
 
 
 def _remove(prefix: Path, wheels: Path, *extra: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -41,6 +37,7 @@ def _one_json(proc: subprocess.CompletedProcess[str], code: int) -> dict[str, ob
     return value
 
 
+@pytest.mark.slow
 def test_malformed_dlopen_table(venv: tuple[Path, Path], tmp_path: Path) -> None:
     prefix, _ = venv
     bad = tmp_path / "bad.toml"
@@ -65,9 +62,10 @@ def test_usage_errors_under_json_are_one_object(argv: list[str]) -> None:
     assert _one_json(proc, 2)["state"] == "error"
 
 
+@pytest.mark.slow
 def test_record_field_over_the_csv_limit(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    record = prefix / site_packages(prefix) / "pa-1.0.dist-info" / "RECORD"
+    record = prefix / site_rel(prefix) / "pa-1.0.dist-info" / "RECORD"
     with record.open("a") as fh:
         fh.write("x" * 200_000 + ",,\n")
     proc = cudafix("doctor", "--venv", prefix)
@@ -80,6 +78,7 @@ def test_record_field_over_the_csv_limit(venv: tuple[Path, Path]) -> None:
     _no_bug(dry)
 
 
+@pytest.mark.slow
 def test_a_lock_symlink_loop_is_a_clear_refusal(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     (prefix / ".cudafix").mkdir()
@@ -92,6 +91,7 @@ def test_a_lock_symlink_loop_is_a_clear_refusal(venv: tuple[Path, Path]) -> None
     assert fingerprint(prefix) == before
 
 
+@pytest.mark.slow
 def test_enospc_at_commit_is_one_line_exit_1(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     before = fingerprint(prefix)
@@ -102,9 +102,10 @@ def test_enospc_at_commit_is_one_line_exit_1(venv: tuple[Path, Path]) -> None:
     assert fingerprint(prefix) == before
 
 
+@pytest.mark.slow
 def test_a_failed_rollback_exits_4_naming_the_paths(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    sp = site_packages(prefix)
+    sp = site_rel(prefix)
     proc = _remove(
         prefix, wheels, "--probe", "import pa_mod", env={FAIL_ENV: "restore@*/pa_mod.py:EPERM"}
     )
@@ -115,6 +116,7 @@ def test_a_failed_rollback_exits_4_naming_the_paths(venv: tuple[Path, Path]) -> 
     _runs_as_printed(_hint(proc), expect=0)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root")
 def test_a_read_only_environment_is_exit_2(venv: tuple[Path, Path], tmp_path: Path) -> None:
     prefix, wheels = venv
@@ -151,6 +153,7 @@ def _runs_as_printed(argv: list[str], expect: int, *extra: str) -> subprocess.Co
     return proc
 
 
+@pytest.mark.slow
 def test_printed_next_commands_run(venv: tuple[Path, Path], tmp_path: Path) -> None:
     prefix, wheels = venv
     before = fingerprint(prefix)

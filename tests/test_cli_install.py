@@ -11,13 +11,17 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from clihelp import as_json, assert_one_line_error, cudafix
+import pytest
 from conftest import ScenarioFactory
-from wheelhelp import make_wheel
 
 from scenarios import BuiltScenario
 from scenarios.build import uv_binary
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import as_json, assert_one_line_error, cudafix
+from tests.support.wheels import make_wheel
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 CLOBBERED = [
     "nvidia/cudnn/include/cudnn_version.h",

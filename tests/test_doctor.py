@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clihelp import as_json, cudafix
 from conftest import ScenarioFactory
 
 from cudafix.env.target import locate_target
@@ -20,6 +19,10 @@ from cudafix.plan.facts import gather
 from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
+from tests.support.cli import as_json, cudafix
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -15,11 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ScenarioFactory
 
 from benchmarks.follow import applying, as_argv, names_target, printed_next
 from scenarios import BuiltScenario
 from scenarios.build import builder_env
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 CUDAFIX = [sys.executable, "-m", "cudafix"]
 _LOADED = """

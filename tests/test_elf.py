@@ -19,7 +19,7 @@ from cudafix.linker.ldcache import (
     read_ld_cache,
 )
 from scenarios.cc import SharedObject, compile_shared
-from tests.loadertree import lib
+from tests.support.loadertree import lib
 
 
 def test_reads_soname_needed_rpath_runpath(tmp_path: Path) -> None:

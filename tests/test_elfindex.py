@@ -15,7 +15,7 @@ from cudafix.linker.elfindex import (
     read_elf_nofollow,
 )
 from cudafix.model.names import EnvPath
-from tests.loadertree import lib, scan
+from tests.support.loadertree import lib, scan
 
 
 class Counter:

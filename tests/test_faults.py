@@ -17,12 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clihelp import cudafix
-from txhelp import B_BYTES, UV, make_wheel, shared_pair, site_packages, uv_env
 
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV, FILL_ENV
 from cudafix.tx.recovery import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import cudafix
+from tests.support.tx import B_BYTES, shared_pair
+from tests.support.venvs import UV, site_rel, uv_env
+from tests.support.wheels import make_wheel
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 STEPS = [
     "plan",
@@ -92,7 +97,7 @@ def _outcome(
     assert "Traceback" not in said and "bug" not in said, said
     if clear is not None:
         clear.unlink(missing_ok=True)
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     if proc.returncode == 0:
         assert not (sp / "pa_mod.py").exists()
         assert (sp / "shared" / "lib.so").read_bytes() == B_BYTES
@@ -250,7 +255,7 @@ def _cell(
     if clear is not None:
         clear.unlink(missing_ok=True)
     assert "Traceback" not in said and "bug" not in said, said
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     if proc.returncode == 0:
         assert (sp / "pc_mod.py").read_bytes() == C_BYTES
         assert pending_transactions(prefix) == []

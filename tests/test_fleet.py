@@ -12,10 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clihelp import as_json, cudafix, save_seed_plan, uv_uninstall
+import pytest
 from conftest import ScenarioFactory
 
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import as_json, cudafix, save_seed_plan, uv_uninstall
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 NODES = 20
 DIFFERENT = frozenset({0, 7, 13})

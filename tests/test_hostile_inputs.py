@@ -22,6 +22,9 @@ from txhelp import A_BYTES, B_BYTES, UV, install, make_venv, make_wheel, shared_
 from cudafix.tx.journal import CRASH_ENV
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
+pytestmark = pytest.mark.slow
+"""Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""
+
 
 def _site(prefix: Path) -> Path:
     (sp,) = prefix.glob("lib/python3.*/site-packages")

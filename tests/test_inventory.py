@@ -10,9 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from wheelhelp import install, make_venv, make_wheel, record_hash, site_packages, uninstall
 
-from cudafix.env.hashing import CACHE_VERSION, HashCache
+from cudafix.env.hashing import CACHE_FORMAT, CACHE_VERSION, HashCache
 from cudafix.env.inventory import Inventory, holder_of, read_inventory, walk_files
 from cudafix.env.record import (
     Refusal,
@@ -20,9 +19,12 @@ from cudafix.env.record import (
     resolve_record_path,
     without_entries,
 )
+from cudafix.env.statedir import save_cache
 from cudafix.model.errors import ExitCode, InputError
 from cudafix.model.names import DistName, EnvPath
 from cudafix.tx.snapshot import path_syntax
+from tests.support.venvs import install, new_venv, site_dir, uninstall
+from tests.support.wheels import make_wheel, record_hash
 
 CUDNN = "nvidia/cudnn/lib/libcudnn.so.9"
 HEADER = "nvidia/cudnn/include/cudnn.h"
@@ -62,29 +64,30 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _venv(tmp_path: Path, wheels: Path, cache: Path, *names: str) -> Path:
-    venv = make_venv(tmp_path / "venv", cache)
+    venv = new_venv(tmp_path / "venv", cache=cache)
     for name in names:  # one at a time, so a later install overwrites an earlier one's files
         install(venv, wheels, name, cache=cache)
     return venv
 
 
 def _inventory(venv: Path) -> Inventory:
-    sp = site_packages(venv).relative_to(venv).as_posix()
+    sp = site_dir(venv).relative_to(venv).as_posix()
     return read_inventory(venv, [EnvPath(sp)], venv / "bin" / "python")
 
 
 def _ep(venv: Path, rel: str) -> EnvPath:
-    return EnvPath(f"{site_packages(venv).relative_to(venv).as_posix()}/{rel}")
+    return EnvPath(f"{site_dir(venv).relative_to(venv).as_posix()}/{rel}")
 
 
 def _append_record(venv: Path, dist_info: str, *lines: str) -> None:
-    record = site_packages(venv) / dist_info / "RECORD"
+    record = site_dir(venv) / dist_info / "RECORD"
     record.write_text(record.read_text() + "".join(f"{line}\n" for line in lines))
 
 
 # --- ownership and holders -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shared_path_holds_the_second_installers_bytes(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -103,6 +106,7 @@ def test_shared_path_holds_the_second_installers_bytes(
     assert inv.missing == {}
 
 
+@pytest.mark.slow
 def test_holder_of_a_file_nobody_wrote(tmp_path: Path, wheels: Path, cache: Path) -> None:
     venv = _venv(tmp_path, wheels, cache, "nvcu12", "nvcu13")
     cudnn = _ep(venv, CUDNN)
@@ -115,6 +119,7 @@ def test_holder_of_a_file_nobody_wrote(tmp_path: Path, wheels: Path, cache: Path
     assert holder_of(inv, _ep(venv, "absent.so"), (CU13,)) == ()
 
 
+@pytest.mark.slow
 def test_plain_uninstall_of_a_co_owner_leaves_the_other_missing(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -130,6 +135,7 @@ def test_plain_uninstall_of_a_co_owner_leaves_the_other_missing(
 # --- distributions ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_distribution_fields_scripts_and_top_level(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -148,14 +154,15 @@ def test_distribution_fields_scripts_and_top_level(
     assert inv.files[EnvPath("bin/tool")].kind == "file"
 
 
+@pytest.mark.slow
 def test_distribution_paths_include_dist_info_and_bytecode(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
     venv = _venv(tmp_path, wheels, cache, "tool")
-    pyc = site_packages(venv) / "tool" / "__pycache__" / "core.cpython-311.pyc"
+    pyc = site_dir(venv) / "tool" / "__pycache__" / "core.cpython-311.pyc"
     pyc.parent.mkdir()
     pyc.write_bytes(b"pyc")
-    (site_packages(venv) / "tool-2.0.dist-info" / "extra.txt").write_text("x")
+    (site_dir(venv) / "tool-2.0.dist-info" / "extra.txt").write_text("x")
     paths = _inventory(venv).distribution_paths(DistName("tool"))
     assert _ep(venv, "tool/__pycache__/core.cpython-311.pyc") in paths
     assert _ep(venv, "tool-2.0.dist-info/extra.txt") in paths
@@ -163,6 +170,7 @@ def test_distribution_paths_include_dist_info_and_bytecode(
     assert EnvPath("bin/tool") in paths
 
 
+@pytest.mark.slow
 def test_unsafe_record_entries_are_flagged_and_not_owned(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -170,7 +178,7 @@ def test_unsafe_record_entries_are_flagged_and_not_owned(
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "payload.so").write_bytes(b"not yours")
-    (site_packages(venv) / "evil").symlink_to(outside)
+    (site_dir(venv) / "evil").symlink_to(outside)
     _append_record(
         venv,
         "tool-2.0.dist-info",
@@ -195,6 +203,7 @@ def test_unsafe_record_entries_are_flagged_and_not_owned(
     assert _ep(venv, "evil/payload.so") not in inv.files
 
 
+@pytest.mark.slow
 def test_bad_record_rows_are_collected_and_still_owned(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -219,9 +228,10 @@ def test_bad_record_rows_are_collected_and_still_owned(
         assert inv.owners[_ep(venv, rel)] == (DistName("tool"),)
 
 
+@pytest.mark.slow
 def test_unmanaged_installs(tmp_path: Path, wheels: Path, cache: Path) -> None:
     venv = _venv(tmp_path, wheels, cache, "tool", "nvcu12")
-    sp = site_packages(venv)
+    sp = site_dir(venv)
     (sp / "nvcu12-1.0.dist-info" / "RECORD").unlink()
     egg = sp / "legacy-0.1.egg-info"
     egg.mkdir()
@@ -232,9 +242,10 @@ def test_unmanaged_installs(tmp_path: Path, wheels: Path, cache: Path) -> None:
     assert set(inv.distributions) == {DistName("tool"), CU13}  # nvcu13: a dependency of tool
 
 
+@pytest.mark.slow
 def test_second_dist_info_of_one_name_is_flagged(tmp_path: Path, wheels: Path, cache: Path) -> None:
     venv = _venv(tmp_path, wheels, cache, "nvcu12")
-    sp = site_packages(venv)
+    sp = site_dir(venv)
     shutil.copytree(sp / "nvcu12-1.0.dist-info", sp / "nvcu12-0.9.dist-info")
     inv = _inventory(venv)
     assert [(u.name, u.kind) for u in inv.unmanaged] == [("nvcu12", "duplicate")]
@@ -245,13 +256,14 @@ def test_second_dist_info_of_one_name_is_flagged(tmp_path: Path, wheels: Path, c
     ("filename", "corrupt"),
     [("RECORD", "directory"), ("RECORD", "invalid-utf8"), ("METADATA", "invalid-utf8")],
 )
+@pytest.mark.slow
 def test_unreadable_metadata_file_is_one_clear_input_error(
     tmp_path: Path, wheels: Path, cache: Path, filename: str, corrupt: str
 ) -> None:
     # Tests run as root, so chmod 000 cannot produce EACCES: a directory named RECORD
     # (EISDIR) and bytes that are not UTF-8 stand in for an unreadable file.
     venv = _venv(tmp_path, wheels, cache, "tool")
-    target = site_packages(venv) / "tool-2.0.dist-info" / filename
+    target = site_dir(venv) / "tool-2.0.dist-info" / filename
     target.unlink()
     if corrupt == "directory":
         target.mkdir()
@@ -277,13 +289,14 @@ def test_walk_skips_state_dir_and_symlinked_dirs(tmp_path: Path) -> None:
     assert files[EnvPath("lib/a.so")].size == 1
 
 
+@pytest.mark.slow
 def test_lib64_symlink_site_packages_is_read_once(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
     venv = _venv(tmp_path, wheels, cache, "nvcu13")
     if not (venv / "lib64").is_symlink():
         (venv / "lib64").symlink_to("lib")
-    sp = site_packages(venv).relative_to(venv).as_posix()
+    sp = site_dir(venv).relative_to(venv).as_posix()
     inv = read_inventory(venv, [EnvPath(sp), EnvPath("lib64/" + sp[4:])], None)
     assert inv.site_packages == (EnvPath(sp),)
     assert inv.distributions[CU13].site_packages == EnvPath(sp)
@@ -362,8 +375,14 @@ def test_hash_cache_roundtrip_corrupt_and_unwritable(tmp_path: Path) -> None:
     assert len(loaded) == 1
     # the loaded memo answers without reading: prove it by planting a wrong value
     (key,) = json.loads(cache_file.read_text())["entries"]
-    cache_file.write_text(json.dumps({"version": CACHE_VERSION, "entries": {key: "planted"}}))
+    assert save_cache(cache_file, CACHE_FORMAT, CACHE_VERSION, {"entries": {key: "planted"}})
     assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == "planted"
+    # a cache reached through a symlink is not read (it could be planted anywhere)
+    planted = tmp_path / "planted.json"
+    cache_file.rename(planted)
+    cache_file.symlink_to(planted)
+    assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest
+    cache_file.unlink()
     cache_file.write_text("{not json")
     assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest
     (tmp_path / "blocker").write_text("a file, not a dir")

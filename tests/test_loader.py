@@ -13,7 +13,7 @@ from cudafix.linker.loader import DlopenTable, SearchConfig, Step, expand_entry,
 from cudafix.linker.runtime import RuntimeTable, bind
 from cudafix.model.names import EnvPath, Soname
 from scenarios.cc import CompileError, SharedObject, compile_shared
-from tests.loadertree import cudafix_tree, ldd, lib, loaded_maps, parse_ldd, real, view_of
+from tests.support.loadertree import cudafix_tree, ldd, lib, loaded_maps, parse_ldd, real, view_of
 
 
 @dataclass(frozen=True)

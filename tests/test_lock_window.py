@@ -9,15 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from clihelp import cudafix
-from txhelp import shared_pair, site_packages
 
 from cudafix.env.statedir import StateDir
+from tests.support.cli import cudafix
+from tests.support.venvs import site_rel
 
-
-@pytest.fixture
-def venv(tmp_path: Path) -> tuple[Path, Path]:
-    return shared_pair(tmp_path)
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 
 def _same_size_same_mtime(path: Path) -> None:
@@ -74,7 +72,7 @@ def test_a_change_made_while_waiting_for_the_lock_is_refused(
     venv: tuple[Path, Path], tmp_path: Path, what: str
 ) -> None:
     prefix, wheels = venv
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     plan_file = tmp_path / "plan.json"
     made = cudafix(
         "remove", "pa", "--venv", prefix, "--repair", "--dry-run", "--offline",
@@ -95,10 +93,12 @@ def test_a_concurrent_uv_install_waits_and_is_not_wiped(
     venv: tuple[Path, Path], tmp_path: Path
 ) -> None:
     import uv
-    from txhelp import make_wheel, uv_env
+
+    from tests.support.venvs import uv_env
+    from tests.support.wheels import make_wheel
 
     prefix, wheels = venv
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
     started = tmp_path / "probe-started"
     probe = f"touch {started}; sleep 4; exit 1"

@@ -8,13 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clihelp import cudafix
-from txhelp import shared_pair, site_packages
 
+from tests.support.cli import cudafix
+from tests.support.venvs import site_rel
 
-@pytest.fixture
-def venv(tmp_path: Path) -> tuple[Path, Path]:
-    return shared_pair(tmp_path)
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 
 def _dry_remove(prefix: Path, wheels: Path) -> subprocess.CompletedProcess[str]:
@@ -26,7 +25,7 @@ def _dry_remove(prefix: Path, wheels: Path) -> subprocess.CompletedProcess[str]:
 
 def test_an_odd_case_dist_info_is_refused_at_plan_time(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     (sp / "pa-1.0.dist-info").rename(sp / "PA-1.0.dist-info")
     proc = _dry_remove(prefix, wheels)
     assert proc.returncode == 3, proc.stdout + proc.stderr
@@ -35,7 +34,7 @@ def test_an_odd_case_dist_info_is_refused_at_plan_time(venv: tuple[Path, Path]) 
 
 def test_a_duplicate_dist_info_is_refused_at_plan_time(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     shutil.copytree(sp / "pa-1.0.dist-info", sp / "pa-0.9.dist-info")
     proc = _dry_remove(prefix, wheels)
     assert proc.returncode == 3, proc.stdout + proc.stderr
@@ -44,7 +43,7 @@ def test_a_duplicate_dist_info_is_refused_at_plan_time(venv: tuple[Path, Path]) 
 
 def test_a_dist_info_without_record_is_named_unmanaged(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     (sp / "pa-1.0.dist-info" / "RECORD").unlink()
     proc = _dry_remove(prefix, wheels)
     assert proc.returncode == 2
@@ -70,7 +69,7 @@ def test_damaged_elf_objects_are_findings_in_plain_words(
     prefix, _ = venv
     liba = _gcc(tmp_path, "liba", "int f(void){return 1;}\n")
     libb = _gcc(tmp_path, "libb", "int g(void){return 2;}\n", "-Wl,--no-as-needed", "./liba.so")
-    here = prefix / site_packages(prefix) / "odd"
+    here = prefix / site_rel(prefix) / "odd"
     here.mkdir()
     data = liba.read_bytes()
     with liba.open("rb") as fh:

@@ -7,12 +7,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clihelp import EXAMPLES, as_json, assert_one_line_error, cudafix, save_seed_plan, uv_uninstall
 from conftest import ScenarioFactory
 
 from cudafix.model.errors import InputError
 from cudafix.plan.script import load_script, locate, parse_script
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import (
+    EXAMPLES,
+    as_json,
+    assert_one_line_error,
+    cudafix,
+    save_seed_plan,
+    uv_uninstall,
+)
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
@@ -94,6 +101,7 @@ def test_malformed_plan_file_exits_2(tmp_path: Path) -> None:
     assert_one_line_error(done, 2, "not a cudafix plan")
 
 
+@pytest.mark.slow
 def test_stale_plan_is_refused_with_its_differences(
     scenario: ScenarioFactory, tmp_path: Path
 ) -> None:
@@ -110,6 +118,7 @@ def test_stale_plan_is_refused_with_its_differences(
     assert not diff_fingerprints(before, fingerprint(built.venv))
 
 
+@pytest.mark.slow
 def test_remove_plan_file_applies_to_a_copy_of_the_env(
     scenario: ScenarioFactory, tmp_path: Path
 ) -> None:

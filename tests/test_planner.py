@@ -42,6 +42,7 @@ def test_a_selector_matching_nothing_lists_near_misses() -> None:
     assert "nvidia-cudnn-cu13" in " ".join(err.value.context)
 
 
+@pytest.mark.slow
 def test_removing_cudafix_own_dependencies_from_inside_is_refused(
     scenario: ScenarioFactory,
 ) -> None:
@@ -60,6 +61,7 @@ def test_self_dependencies_are_known_only_inside_the_target(tmp_path: Path) -> N
     assert own_dependencies(tmp_path) == frozenset()
 
 
+@pytest.mark.slow
 def test_offline_repair_without_a_wheel_is_refused(scenario: ScenarioFactory) -> None:
     facts = dataclasses.replace(
         _facts(scenario("incident").venv),
@@ -71,6 +73,7 @@ def test_offline_repair_without_a_wheel_is_refused(scenario: ScenarioFactory) ->
     assert any("no wheel for nvidia-cudnn-cu12==" in r and "uv's cache" in r for r in plan.reasons)
 
 
+@pytest.mark.slow
 def test_keep_shared_keeps_claimed_paths_and_warns_about_foreign_bytes(
     scenario: ScenarioFactory,
 ) -> None:
@@ -83,6 +86,7 @@ def test_keep_shared_keeps_claimed_paths_and_warns_about_foreign_bytes(
     assert any("nvidia-cudnn-cu13's bytes" in w and "--repair" in w for w in plan.warnings)
 
 
+@pytest.mark.slow
 def test_repair_probes_the_consumer_of_rewritten_libraries(scenario: ScenarioFactory) -> None:
     facts = _facts(scenario("incident").venv)
     names = (DistName("nvidia-cudnn-cu13"),)
@@ -91,6 +95,7 @@ def test_repair_probes_the_consumer_of_rewritten_libraries(scenario: ScenarioFac
     assert any(p.endswith("torch/lib/libtorch_cuda.so") for p in plan.probe_libraries)
 
 
+@pytest.mark.slow
 def test_verify_names_every_way_the_result_differs_from_the_plan(
     scenario: ScenarioFactory,
 ) -> None:

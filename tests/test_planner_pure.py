@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from handfacts import Dist, Lib, env, facts, wheel_of
-
 from cudafix.fetch.staging import Staging
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options
 from cudafix.plan.planner import Request, build_plan, wheels_needed
+from tests.support.facts import Dist, Lib, env, facts, wheel_of
 
 CUDNN = "nvidia/cudnn/lib/libcudnn.so.9"
 TORCH_LIB = "torch/lib/libtorch_cuda.so"

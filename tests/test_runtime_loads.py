@@ -14,12 +14,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from clihelp import as_json, assert_one_line_error, cudafix, uv_uninstall
 from conftest import ScenarioFactory
 
 from cudafix.model.probe import ProbeSpec
 from cudafix.tx.probe import run_probes
 from scenarios import BuiltScenario
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""
 
 PLUGIN = "jax_cuda12_plugin/_versions.so"
 

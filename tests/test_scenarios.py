@@ -88,6 +88,7 @@ def mapped(built: BuiltScenario, consumer: str, soname: str) -> list[str]:
 # ---- every scenario, every stage: the TOML's expectations hold ------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "stage"), STAGES)
 def test_expectations_hold(scenario: ScenarioFactory, name: str, stage: str) -> None:
     built = scenario(name, stage)
@@ -129,6 +130,7 @@ def test_dlopen_table_covers_every_constructor(name: str) -> None:
 # ---- 1. incident ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_incident_break_command_breaks_torch_while_pip_check_stays_clean(
     scenario: ScenarioFactory,
 ) -> None:
@@ -144,6 +146,7 @@ def test_incident_break_command_breaks_torch_while_pip_check_stays_clean(
     assert "nvidia-cudnn-cu13" not in installed(built)
 
 
+@pytest.mark.slow
 def test_incident_cu13_clobbered_cu12_bytes(scenario: ScenarioFactory) -> None:
     built = scenario("incident")
     lib = site(built) / "nvidia/cudnn/lib/libcudnn.so.9"
@@ -157,6 +160,7 @@ def test_incident_cu13_clobbered_cu12_bytes(scenario: ScenarioFactory) -> None:
     assert row.split(",")[1] != record_hash(lib.read_bytes())
 
 
+@pytest.mark.slow
 def test_incident_cudnn_really_dlopens_its_parts(scenario: ScenarioFactory) -> None:
     built = scenario("incident")
     out = py(built, "-c", "import torch", env={"LD_DEBUG": "libs"})
@@ -165,6 +169,7 @@ def test_incident_cudnn_really_dlopens_its_parts(scenario: ScenarioFactory) -> N
         assert f"nvidia/cudnn/lib/{part}" in out.stderr
 
 
+@pytest.mark.slow
 def test_stage_broken_builds_the_broken_venv_directly(scenario: ScenarioFactory) -> None:
     built = scenario("incident", "broken")
     assert built.stage == "broken"
@@ -175,6 +180,7 @@ def test_stage_broken_builds_the_broken_venv_directly(scenario: ScenarioFactory)
 # ---- 3. shadowing -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shadowing_loader_picks_cu12_for_cu13_torch(scenario: ScenarioFactory) -> None:
     built = scenario("shadowing")
     consumer = site(built) / "torch/lib/libtorch_cuda.so"
@@ -187,6 +193,7 @@ def test_shadowing_loader_picks_cu12_for_cu13_torch(scenario: ScenarioFactory) -
 # ---- 4. clean ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_clean_plain_uninstall_of_the_leaf_is_harmless(scenario: ScenarioFactory) -> None:
     built = scenario("clean")
     subprocess.run(built.break_command(), check=True, capture_output=True, env=builder_env())
@@ -197,6 +204,7 @@ def test_clean_plain_uninstall_of_the_leaf_is_harmless(scenario: ScenarioFactory
 # ---- 5. dlopen --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dlopen_part_is_invisible_to_needed_and_requires(scenario: ScenarioFactory) -> None:
     built = scenario("dlopen")
     ldd = subprocess.run(
@@ -210,6 +218,7 @@ def test_dlopen_part_is_invisible_to_needed_and_requires(scenario: ScenarioFacto
 # ---- 6. requires ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_requires_break_shows_in_pip_check_only(scenario: ScenarioFactory) -> None:
     built = scenario("requires", "broken")
     check = uv_pip(built, "check")
@@ -220,6 +229,7 @@ def test_requires_break_shows_in_pip_check_only(scenario: ScenarioFactory) -> No
 # ---- 7. hostile -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_hostile_nothing_written_outside_the_venv(scenario: ScenarioFactory) -> None:
     built = scenario("hostile")
     outside = built.venv.parent / "venv.outside"
@@ -231,6 +241,7 @@ def test_hostile_nothing_written_outside_the_venv(scenario: ScenarioFactory) -> 
     assert link.is_symlink() and link.resolve() == outside.resolve()
 
 
+@pytest.mark.slow
 def test_hostile_record_and_files(scenario: ScenarioFactory) -> None:
     built = scenario("hostile")
     sp = site(built)
@@ -269,6 +280,7 @@ def test_hostile_record_and_files(scenario: ScenarioFactory) -> None:
         "{outside}/../x",
     ],
 )
+@pytest.mark.slow
 def test_hostile_steps_are_confined(scenario: ScenarioFactory, path: str) -> None:
     built = scenario("hostile")
     venv = Venv(built.venv, built.wheelhouse, uv_binary(), builder_env())
@@ -280,6 +292,7 @@ def test_hostile_steps_are_confined(scenario: ScenarioFactory, path: str) -> Non
 # ---- 8. large ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_large_small_variant_has_the_requested_shape(scenario: ScenarioFactory) -> None:
     built = scenario("large", params=LARGE_SMALL)
     sp = site(built)
@@ -312,6 +325,7 @@ def test_large_size_parameter_changes_the_venv() -> None:
 # ---- the builder: cache, concurrency, validation, CLI -----------------------------------------
 
 
+@pytest.mark.slow
 def test_second_build_reuses_the_cached_wheelhouse(scenario: ScenarioFactory) -> None:
     first, second = scenario("clean"), scenario("clean")
     assert first.wheelhouse == second.wheelhouse
@@ -321,6 +335,7 @@ def test_second_build_reuses_the_cached_wheelhouse(scenario: ScenarioFactory) ->
     ]
 
 
+@pytest.mark.slow
 def test_concurrent_builds_share_one_cache_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -343,6 +358,7 @@ def test_concurrent_builds_share_one_cache_entry(
         assert out.returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 @pytest.mark.parametrize("compile_bytecode", [True, False])
 def test_compile_leaves_bytecode_as_the_installer_does(
@@ -404,6 +420,7 @@ def test_schema_rejects_bad_specs(bad: object) -> None:
         bad()  # type: ignore[operator]
 
 
+@pytest.mark.slow
 def test_cli_list_and_build(tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "scenarios"]
     listed = subprocess.run([*cli, "list"], capture_output=True, text=True, check=True)

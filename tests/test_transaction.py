@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
-from txhelp import B_BYTES, make_plan, remove_pa_plan, shared_pair, site_packages
 
 from cudafix.env.statedir import StateDir
 from cudafix.model.errors import (
@@ -31,14 +30,14 @@ from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from cudafix.tx.recovery import pending_transactions, recover
 from cudafix.tx.undo import undo
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.tx import B_BYTES, make_plan, remove_pa_plan
+from tests.support.venvs import site_rel
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 OK = ProbeSpec(modules=("pb_mod",))
 BAD = ProbeSpec(code=("import pa_mod",))
-
-
-@pytest.fixture
-def venv(tmp_path: Path) -> tuple[Path, Path]:
-    return shared_pair(tmp_path)
 
 
 def assert_same(prefix: Path, before: dict[str, tuple[object, ...]]) -> None:
@@ -48,7 +47,7 @@ def assert_same(prefix: Path, before: dict[str, tuple[object, ...]]) -> None:
 
 def test_uninstall_and_reinstall_commit(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     events: list[str] = []
     result = run_transaction(remove_pa_plan(prefix, wheels), probes=OK, on_event=events.append)
     assert not (sp / "pa_mod.py").exists()
@@ -122,7 +121,7 @@ def test_verify_mismatch_and_interrupt_roll_back(venv: tuple[Path, Path]) -> Non
 
 def test_keep_shared_puts_the_path_back(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
-    sp = site_packages(prefix)
+    sp = site_rel(prefix)
     old = (prefix / sp / "shared/lib.so").read_bytes()
     plan = remove_pa_plan(prefix, wheels, reinstall=[], kept=["shared/lib.so"])
     run_transaction(plan, probes=OK)
@@ -162,7 +161,7 @@ def test_paths_outside_prefix_are_refused_up_front(venv: tuple[Path, Path], tmp_
 
 def test_symlink_out_is_kept_as_a_symlink(venv: tuple[Path, Path], tmp_path: Path) -> None:
     prefix, wheels = venv
-    sp = prefix / site_packages(prefix)
+    sp = prefix / site_rel(prefix)
     target = tmp_path / "outside-dir"
     target.mkdir()
     (target / "keep.txt").write_text("precious")
@@ -294,7 +293,7 @@ def test_crash_after_commit_leaves_the_after_state(venv: tuple[Path, Path], tmp_
         == -signal.SIGKILL
     )
     assert pending_transactions(prefix) == []
-    assert not (prefix / site_packages(prefix) / "pa_mod.py").exists()
+    assert not (prefix / site_rel(prefix) / "pa_mod.py").exists()
 
 
 @pytest.mark.parametrize("code", ["ENOSPC", "EACCES"])
@@ -349,7 +348,7 @@ def test_undo_restores_and_refuses_after_changes(venv: tuple[Path, Path]) -> Non
     undo(prefix, undone.txid)
     assert_same(prefix, after)
     second = history(prefix)[-1].txid
-    (prefix / site_packages(prefix) / "pb_mod.py").write_text("B = 2\n")
+    (prefix / site_rel(prefix) / "pb_mod.py").write_text("B = 2\n")
     with pytest.raises(StalePlan) as info:
         undo(prefix, second)
     assert any("pb_mod.py" in c for c in info.value.context)

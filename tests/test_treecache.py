@@ -18,8 +18,11 @@ from cudafix.env.target import locate_target
 from cudafix.env.treecache import RACY_NS, TreeCache
 from cudafix.plan.facts import Facts, gather
 from scenarios import BuiltScenario
-from tests.clihelp import cudafix, dlopen_table
-from tests.wheelhelp import make_wheel
+from tests.support.cli import cudafix, dlopen_table
+from tests.support.wheels import make_wheel
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 UV = uv.find_uv_bin()
 

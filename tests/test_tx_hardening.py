@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from test_transaction import BAD, OK, _run_child, assert_same
-from txhelp import remove_pa_plan, shared_pair, site_packages
 
 from cudafix.env.statedir import StateDir
 from cudafix.model.errors import (
@@ -30,11 +29,11 @@ from cudafix.tx.journal import CRASH_ENV, FAIL_ENV, Event
 from cudafix.tx.recovery import pending_transactions, recover
 from cudafix.tx.undo import undo
 from scenarios.fingerprint import fingerprint
+from tests.support.tx import remove_pa_plan
+from tests.support.venvs import site_rel
 
-
-@pytest.fixture
-def venv(tmp_path: Path) -> tuple[Path, Path]:
-    return shared_pair(tmp_path)
+pytestmark = pytest.mark.slow
+"""Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
 
 def _listing(where: Path) -> list[str]:
@@ -166,7 +165,7 @@ def test_damaged_journal_still_restores(
         t.journal.write_bytes(lines[0] + b'{"event": "snap\n' + b"".join(lines[3:]))
     else:
         t.journal.write_bytes(lines[0] + b"\xff\xfe\x00garbage\n")
-    assert not (prefix / site_packages(prefix) / "pa_mod.py").exists()
+    assert not (prefix / site_rel(prefix) / "pa_mod.py").exists()
     [entry] = history(prefix)
     assert entry.state == "pending"
     assert "restore" in recover(prefix, dry_run=True).actions[0]
@@ -258,7 +257,7 @@ def test_one_path_that_cannot_be_restored_does_not_stop_the_rest(
     venv: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix, wheels = venv
-    sp = site_packages(prefix)
+    sp = site_rel(prefix)
     before = fingerprint(prefix)
     monkeypatch.setenv(FAIL_ENV, "restore@*/pa_mod.py:EPERM")
     with pytest.raises(RollbackIncomplete) as info:
@@ -297,7 +296,7 @@ def test_verify_reports_a_missing_name(venv: tuple[Path, Path], tmp_path: Path) 
     from cudafix.tx import snapshot
 
     prefix, _ = venv
-    sp = site_packages(prefix)
+    sp = site_rel(prefix)
     t = StateDir(prefix).tx("t")
     t.root.mkdir(parents=True)
     manifest = snapshot.take(prefix, t, [f"{sp}/shared"])

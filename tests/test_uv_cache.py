@@ -22,6 +22,9 @@ import pytest
 from clihelp import cudafix
 from wheelhelp import UV, make_venv, make_wheel, site_packages
 
+pytestmark = pytest.mark.slow
+"""Runs repair dry runs on real venvs: left out of ``make test-fast``."""
+
 
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[str]:

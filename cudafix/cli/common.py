@@ -424,6 +424,7 @@ def plan_options(func: F) -> F:
 def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
     """Render (or emit) the plan; unless it is a dry run, confirm and run the transaction."""
     from cudafix.cli.render import render_plan
+    from cudafix.model.plan import refuse_unless_allowed
 
     if flags.out:
         try:
@@ -436,8 +437,7 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
         click.echo(render_plan(plan, stdout_style(), dry_run=flags.dry_run))
     if flags.dry_run:
         raise click.exceptions.Exit(ExitCode.OK if plan.verdict == "pass" else ExitCode.REFUSED)
-    if plan.verdict == "refused" and not flags.run.force:
-        raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
+    refuse_unless_allowed(plan, flags.run.force)
     confirm(flags.yes)
     result = app.execute(plan, flags.run, on_event=echo_err)
     if flags.as_json:

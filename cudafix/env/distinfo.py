@@ -12,6 +12,8 @@ from pathlib import Path
 
 from packaging.metadata import parse_email
 
+from cudafix.model.names import DIST_INFO_SUFFIX
+
 INSTALLER_FILES = frozenset(
     {"INSTALLER", "REQUESTED", "RECORD", "RECORD.jws", "RECORD.p7s"}
     | {"direct_url.json", "uv_cache.json"}
@@ -41,7 +43,8 @@ def parse_metadata(text: str) -> CoreMetadata:
 
 
 def is_installer_file(path: str, dist_info: str) -> bool:
-    """Whether ``path`` is one of ``dist_info``'s installer-written files."""
+    """Whether ``path`` is one of ``dist_info``'s installer-written files (INSTALLER_FILES):
+    the rows a RECORD digest leaves out, since two installs of one build differ in them."""
     head, _, base = path.rpartition("/")
     return head == dist_info and base in INSTALLER_FILES
 
@@ -59,3 +62,12 @@ def direct_url(prefix: Path, dist_info: str) -> str | None:
         return None
     url = data.get("url") if isinstance(data, dict) else None
     return url if isinstance(url, str) and url else None
+
+
+def in_some_dist_info(path: str) -> bool:
+    """Whether ``path`` lies in any ``*.dist-info`` directory.
+
+    Each installer writes a dist-info its own way (INSTALLER, uv_cache.json, the name's case),
+    so verify does not demand such a file back after a reinstall.
+    """
+    return any(part.endswith(DIST_INFO_SUFFIX) for part in path.split("/")[:-1])

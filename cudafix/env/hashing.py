@@ -10,24 +10,31 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from cudafix.env.record import is_inside
-from cudafix.env.statedir import save_cache_file
+from cudafix.env.statedir import load_cache, save_cache
 from cudafix.model.names import EnvPath
 
 CHUNK = 1 << 20
+CACHE_FORMAT = "cudafix-hash-cache"
 CACHE_VERSION = 2
 """2: ctime joined the key (a write that restores size and mtime still moves ctime)."""
 
 StatKey = tuple[int, int, int, int, int]
 
 
-def _encode(raw: bytes) -> str:
+def encode_digest(raw: bytes) -> str:
+    """A sha256 digest as RECORD spells it: urlsafe base64, unpadded (PEP 376)."""
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def hash_bytes(data: bytes) -> str:
+    """RECORD-encoded sha256 of bytes in memory (wheel builders write RECORD with it)."""
+    return encode_digest(hashlib.sha256(data).digest())
 
 
 def hash_fd(fd: int) -> str:
@@ -35,7 +42,7 @@ def hash_fd(fd: int) -> str:
     h = hashlib.sha256()
     while chunk := os.read(fd, CHUNK):
         h.update(chunk)
-    return _encode(h.digest())
+    return encode_digest(h.digest())
 
 
 def hash_path(path: Path) -> str | None:
@@ -110,9 +117,8 @@ class HashCache:
     def load(cls, prefix: Path, cache_file: Path) -> HashCache:
         """Read a saved cache; a missing or corrupt file gives an empty cache."""
         try:
-            data = json.loads(cache_file.read_text(encoding="utf-8"))
-            entries = _decode_entries(data)
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            entries = _decode_entries(load_cache(cache_file, CACHE_FORMAT, CACHE_VERSION))
+        except (ValueError, TypeError, KeyError, AttributeError):
             entries = {}
         return cls(prefix, entries)
 
@@ -123,15 +129,12 @@ class HashCache:
         """
         if not self._learnt and cache_file.is_file():
             return True
-        payload = {
-            "version": CACHE_VERSION,
-            "entries": {":".join(map(str, k)): v for k, v in self._entries.items()},
-        }
-        return save_cache_file(cache_file, json.dumps(payload, sort_keys=True))
+        entries = {":".join(map(str, k)): v for k, v in self._entries.items()}
+        return save_cache(cache_file, CACHE_FORMAT, CACHE_VERSION, {"entries": entries})
 
 
-def _decode_entries(data: object) -> dict[StatKey, str]:
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+def _decode_entries(data: dict[str, Any] | None) -> dict[StatKey, str]:
+    if data is None:
         return {}
     out: dict[StatKey, str] = {}
     for k, v in data["entries"].items():

@@ -38,7 +38,13 @@ from cudafix.env.treecache import (
     FileStat as FileStat,  # re-exported: the inventory's files are these
 )
 from cudafix.model.errors import InputError, TargetError
-from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
+from cudafix.model.names import (
+    DIST_INFO_SUFFIX,
+    DistName,
+    EnvPath,
+    normalize_name,
+    split_dist_info_name,
+)
 
 Hasher = Callable[[EnvPath], "str | None"]
 """RECORD-encoded sha256 of the bytes at an EnvPath, or None (see ``hashing.HashCache``)."""
@@ -382,6 +388,27 @@ def read_distribution(prefix: Path, site: EnvPath, info: EnvPath) -> Distributio
     _add_one(info, _parse_one(prefix, site, info, SymlinkGuard(prefix)), read)
     _refuse_directory_rows(prefix, read, {})
     return next(iter(read.distributions.values()), None)
+
+
+def find_dist_info(
+    prefix: Path, sites: Sequence[str], name: str, version: str | None = None
+) -> EnvPath | None:
+    """The ``<name>-<version>.dist-info`` of ``name`` (any version when None), by directory name.
+
+    The one lookup of an installed dist-info on disk: normalised name, exact version, sites in
+    order and names sorted within each; an unreadable site is skipped. None when absent.
+    """
+    wanted = normalize_name(name)
+    for site in sites:
+        try:
+            listing = sorted(p.name for p in (prefix / site).iterdir())
+        except OSError:
+            continue
+        for entry in listing:
+            split = split_dist_info_name(entry) if entry.endswith(DIST_INFO_SUFFIX) else None
+            if split and normalize_name(split[0]) == wanted and version in (None, split[1]):
+                return EnvPath(f"{site}/{entry}")
+    return None
 
 
 def _refuse_directory_rows(prefix: Path, read: _Read, files: Mapping[EnvPath, FileStat]) -> None:

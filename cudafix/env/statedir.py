@@ -13,13 +13,15 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cudafix.model.errors import UnsafeState
 
@@ -269,3 +271,26 @@ def save_cache_file(path: Path, text: str) -> bool:
     except (OSError, UnsafeState):
         return False
     return True
+
+
+def load_cache(path: Path, fmt: str, version: int) -> dict[str, Any] | None:
+    """A cache file :func:`save_cache` wrote with this format and version, else None.
+
+    The one way caches are read: never through a final symlink (a planted link could
+    point anywhere), and a missing, corrupt or foreign file is only a cold start.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != fmt or data.get("version") != version:
+        return None
+    return data
+
+
+def save_cache(path: Path, fmt: str, version: int, body: Mapping[str, Any]) -> bool:
+    """Write ``body`` with its format and version (:func:`save_cache_file`'s rules)."""
+    payload = {"format": fmt, "version": version, **body}
+    return save_cache_file(path, json.dumps(payload, separators=(",", ":")))

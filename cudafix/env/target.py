@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env.record import env_path_of
-from cudafix.env.statedir import StateDir, save_cache_file
+from cudafix.env.statedir import StateDir, load_cache, save_cache
 from cudafix.env.treecache import RACY_NS
 from cudafix.model.errors import TargetError, UsageError
 from cudafix.model.names import EnvPath
@@ -32,6 +32,8 @@ from cudafix.process import run
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 HINT = "point cudafix at an environment with --venv DIR or --python PATH"
 QUERY_TIMEOUT = 30.0
+_CACHE_FORMAT = "cudafix-interpreter-cache"
+_CACHE_VERSION = 1
 
 _QUERY = """\
 import importlib.machinery, json, os, platform, site, sys, sysconfig
@@ -256,7 +258,7 @@ def query_interpreter(target: TargetEnv, *, timeout: float = QUERY_TIMEOUT) -> I
     except (ValueError, KeyError, TypeError) as e:
         return fallback_info(target.prefix, f"{target.python} gave an unreadable answer ({e})")
     if key is not None:
-        save_cache_file(cache_file, json.dumps({"key": key, "answer": data}))
+        save_cache(cache_file, _CACHE_FORMAT, _CACHE_VERSION, {"key": key, "answer": data})
     return info
 
 
@@ -287,11 +289,8 @@ def _answer_key(target: TargetEnv) -> list[Any] | None:
 def _cached_answer(cache_file: Path, key: list[Any] | None) -> Mapping[str, Any] | None:
     if key is None:
         return None
-    try:
-        data = json.loads(cache_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("key") != key:
+    data = load_cache(cache_file, _CACHE_FORMAT, _CACHE_VERSION)
+    if data is None or data.get("key") != key:
         return None
     answer = data.get("answer")
     return answer if isinstance(answer, dict) else None

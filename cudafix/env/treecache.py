@@ -19,7 +19,6 @@ missing, foreign or corrupt file is an empty cache, never an error.
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import stat
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from cudafix.env.statedir import STATE_DIR_NAME, save_cache_file
+from cudafix.env.statedir import STATE_DIR_NAME, load_cache, save_cache
 from cudafix.model.names import EnvPath, is_so_name
 
 FORMAT = "cudafix-tree-cache"
@@ -199,12 +198,10 @@ class TreeCache:
     def load(cls, cache_file: Path) -> TreeCache:
         """A saved cache; a missing, foreign-version or corrupt file gives an empty one."""
         cache = cls()
+        data = load_cache(cache_file, FORMAT, VERSION)
+        if data is None:
+            return cache
         try:
-            fd = os.open(cache_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as fh:
-                data = json.load(fh)
-            if data.get("format") != FORMAT or data.get("version") != VERSION:
-                return cache
             cache._listings = {rel: _decode_listing(row) for rel, row in data["dirs"].items()}
             cache._watch = {str(p) for p in data["watch"]}
             cache._dists = {str(k): (v[0], v[1]) for k, v in data["dists"].items()}
@@ -219,9 +216,7 @@ class TreeCache:
             self._dirty = True
         if not self._dirty:
             return True
-        payload = {
-            "format": FORMAT,
-            "version": VERSION,
+        body = {
             "dirs": {
                 rel: _encode_listing(v, self._watched_names(rel, v))
                 for rel, v in self._listings.items()
@@ -229,7 +224,7 @@ class TreeCache:
             "watch": sorted(self._watch),
             "dists": {k: [key, value] for k, (key, value) in self._dists.items()},
         }
-        ok = save_cache_file(cache_file, json.dumps(payload, separators=(",", ":")))
+        ok = save_cache(cache_file, FORMAT, VERSION, body)
         self._dirty = not ok
         return ok
 

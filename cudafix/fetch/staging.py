@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudafix.env.distinfo import CoreMetadata, is_installer_file, parse_metadata
+from cudafix.env.distinfo import CoreMetadata, parse_metadata
 from cudafix.env.inventory import derive_top_level, is_bytecode
 from cudafix.env.record import Refusal, parse_record, resolve_record_path
 from cudafix.fetch.backend import UvBackend
@@ -232,7 +232,7 @@ def _read_staged(root: Path, site: EnvPath, find_links: Sequence[str]) -> list[S
         name = normalize_name(meta.name or split[0])
         version = meta.version or split[1]
         dist_info = EnvPath(f"{site}/{info.name}")
-        as_is = {p: h for p, h in files.items() if comparable(p, dist_info)}
+        as_is = {p: h for p, h in files.items() if is_payload(p, dist_info)}
         local = identify(name, version, as_is, find_links)
         out.append(
             StagedWheel(
@@ -251,14 +251,13 @@ def _read_staged(root: Path, site: EnvPath, find_links: Sequence[str]) -> list[S
     return out
 
 
-def comparable(path: str, dist_info: str) -> bool:
-    """Rows two installs of one wheel agree on: not bytecode, scripts or installer files."""
-    return not (
-        is_bytecode(path)
-        or path.startswith("bin/")
-        or is_installer_file(path, dist_info)
-        or path.startswith(dist_info + "/")
-    )
+def is_payload(path: str, dist_info: str) -> bool:
+    """A RECORD row two installs of one wheel agree on: the wheel's own files.
+
+    Not bytecode (compiled at install, or not), scripts under ``bin/`` (generated from entry
+    points) nor anything in the dist-info directory (installer files, the name's case).
+    """
+    return not (is_bytecode(path) or path.startswith("bin/") or path.startswith(dist_info + "/"))
 
 
 def _metadata(path: Path) -> CoreMetadata:

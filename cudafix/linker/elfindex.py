@@ -9,7 +9,6 @@ the index (optionally with some paths removed) without touching the environment 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import posixpath
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env.inventory import FileStat
-from cudafix.env.statedir import STATE_DIR_NAME, save_cache_file
+from cudafix.env.statedir import STATE_DIR_NAME, load_cache, save_cache
 from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf, verdict_from_json, verdict_to_json
 from cudafix.linker.hostcache import HOST
 from cudafix.model.names import EnvPath, is_so_name
@@ -192,19 +191,12 @@ class _Cached:
 
 def _load_cache(path: Path) -> _Cached:
     """A corrupt, foreign-version or unreadable cache is an empty one (never fatal)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as fh:
-            data = json.load(fh)
-        if data.get("format") != CACHE_FORMAT or data.get("version") != CACHE_VERSION:
-            return _Cached({}, {})
-        plain, elf = data["plain"], data["elf"]
-        if not isinstance(plain, dict) or not isinstance(elf, dict):
-            return _Cached({}, {})
-        return _Cached(plain, elf)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        log.debug("ignoring ELF cache %s: %s", path, exc)
+    data = load_cache(path, CACHE_FORMAT, CACHE_VERSION) or {}
+    plain, elf = data.get("plain"), data.get("elf")
+    if not isinstance(plain, dict) or not isinstance(elf, dict):
+        log.debug("ignoring ELF cache %s", path)
         return _Cached({}, {})
+    return _Cached(plain, elf)
 
 
 def _decode(row: list[Any]) -> Verdict | None:
@@ -221,8 +213,7 @@ def _save_cache(
 ) -> None:
     """Only inside a real ``.cudafix/`` directory (``statedir.save_cache_file``)."""
     rows = {rel: _encode(key, verdict) for rel, (key, verdict) in found.items()}
-    payload = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "plain": plain, "elf": rows}
-    if not save_cache_file(path, json.dumps(payload, separators=(",", ":"))):
+    if not save_cache(path, CACHE_FORMAT, CACHE_VERSION, {"plain": plain, "elf": rows}):
         log.debug("could not write ELF cache %s", path)
 
 

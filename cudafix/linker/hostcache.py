@@ -15,14 +15,13 @@ location is silently skipped, as for every cache.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cudafix.env.statedir import save_cache_file
+from cudafix.env.statedir import load_cache, save_cache
 from cudafix.env.treecache import RACY_NS
 
 FORMAT = "cudafix-host-cache"
@@ -72,8 +71,7 @@ class HostCache:
     def save(self) -> bool:
         if not self._dirty or self._path is None:
             return True
-        payload = {"format": FORMAT, "version": VERSION, "rows": self._rows}
-        ok = save_cache_file(self._path, json.dumps(payload, separators=(",", ":")))
+        ok = save_cache(self._path, FORMAT, VERSION, {"rows": self._rows})
         self._dirty = not ok
         return ok
 
@@ -87,16 +85,10 @@ def _key(path: str) -> list[int] | None:
 
 
 def _load(cache_file: Path) -> dict[str, list[Any]]:
-    try:
-        fd = os.open(cache_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as fh:
-            data = json.load(fh)
-        if data.get("format") != FORMAT or data.get("version") != VERSION:
-            return {}
-        rows = data["rows"]
-        return {str(k): v for k, v in rows.items() if isinstance(v, list) and len(v) == 2}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    rows = (load_cache(cache_file, FORMAT, VERSION) or {}).get("rows")
+    if not isinstance(rows, dict):
         return {}
+    return {str(k): v for k, v in rows.items() if isinstance(v, list) and len(v) == 2}
 
 
 HOST = HostCache()

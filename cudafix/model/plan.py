@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cudafix.model.errors import PlanRefused
 from cudafix.model.names import BackendName, is_dist_name, is_env_path, is_module_name
 from cudafix.model.sources import Sources
 
@@ -285,6 +286,16 @@ class Plan(_Frozen):
     """Probes saved with the plan, so a plan file applied elsewhere is checked the same way."""
     source: str | None = None
     """The cleanup script the plan was compiled from, if any."""
+
+
+def refuse_unless_allowed(plan: Plan, force: bool) -> None:
+    """Raise :class:`PlanRefused` for a refused plan unless ``force``: the one check.
+
+    The CLI makes it before asking for confirmation; :func:`cudafix.tx.apply.run_transaction`
+    makes it again at the transaction's door, for callers that reach it directly.
+    """
+    if plan.verdict == "refused" and not force:
+        raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")

@@ -33,7 +33,7 @@ from cudafix.plan import install
 from cudafix.plan.facts import Facts, load_roots
 from cudafix.plan.preconditions import record_digest
 from cudafix.plan.requirements import Declared, check_requirements
-from cudafix.plan.staging import comparable, wheel_differences
+from cudafix.plan.staging import is_payload, wheel_differences
 
 
 @dataclass(frozen=True)
@@ -482,7 +482,7 @@ def _installs(facts: Facts, pins: Sequence[Pin]) -> list[tuple[P.Install, Staged
             version=wheel.version,
             paths=sorted(wheel.files),
             requires=list(wheel.requires),
-            sha256={p: h for p, h in wheel.files.items() if h and comparable(p, wheel.dist_info)},
+            sha256={p: h for p, h in wheel.files.items() if h and is_payload(p, wheel.dist_info)},
             **_pinned(facts, name, version),
         )
         out.append((install, wheel))

@@ -12,15 +12,21 @@ and again, cheaply (:func:`quick_differences`), under the transaction lock.
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cudafix.env.distinfo import is_installer_file
 from cudafix.env.hashing import HashCache
-from cudafix.env.inventory import Distribution, installed_versions, read_distribution
+from cudafix.env.inventory import (
+    Distribution,
+    find_dist_info,
+    installed_versions,
+    read_distribution,
+)
 from cudafix.env.statedir import StateDir
 from cudafix.model.errors import CudafixError, StalePlan
-from cudafix.model.names import DistName, EnvPath, normalize_name, split_dist_info_name
+from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Plan, Target
 from cudafix.plan.facts import Facts
 
@@ -38,21 +44,14 @@ def record_digest(dist: Distribution) -> str:
 def _live_record_digest(prefix: Path, plan: Plan, name: str) -> str | None:
     """The RECORD digest of installed ``name`` read from disk now (None: no such RECORD)."""
     want = plan.preconditions.distributions.get(DistName(name))
-    for site in plan.target.site_packages:
-        try:
-            listing = sorted(p.name for p in (prefix / site).iterdir())
-        except OSError:
-            continue
-        for entry in listing:
-            split = split_dist_info_name(entry) if entry.endswith(".dist-info") else None
-            if split is None or normalize_name(split[0]) != name or split[1] != want:
-                continue
-            try:
-                dist = read_distribution(prefix, EnvPath(site), EnvPath(f"{site}/{entry}"))
-            except CudafixError:
-                return None
-            return record_digest(dist) if dist is not None else None
-    return None
+    info = find_dist_info(prefix, plan.target.site_packages, name, want) if want else None
+    if info is None:
+        return None
+    try:
+        dist = read_distribution(prefix, EnvPath(posixpath.dirname(info)), info)
+    except CudafixError:
+        return None
+    return record_digest(dist) if dist is not None else None
 
 
 def assumed_paths(plan: Plan) -> list[EnvPath]:

@@ -8,9 +8,9 @@ anything changes. Fetching is :mod:`cudafix.fetch.staging`'s.
 from __future__ import annotations
 
 from cudafix.env.inventory import Distribution
-from cudafix.fetch.staging import StagedWheel, comparable
+from cudafix.fetch.staging import StagedWheel, is_payload
 
-__all__ = ["comparable", "wheel_differences"]
+__all__ = ["is_payload", "wheel_differences"]
 
 
 def wheel_differences(installed: Distribution, staged: StagedWheel) -> list[str]:
@@ -19,8 +19,8 @@ def wheel_differences(installed: Distribution, staged: StagedWheel) -> list[str]
     dist-info contents are left out (the directory name's case and installer files vary
     between installers); what matters is the files the distribution provides.
     """
-    have = {e.path: e.sha256 for e in installed.files if comparable(e.path, installed.dist_info)}
-    want = {p: h for p, h in staged.files.items() if comparable(p, staged.dist_info)}
+    have = {e.path: e.sha256 for e in installed.files if is_payload(e.path, installed.dist_info)}
+    want = {p: h for p, h in staged.files.items() if is_payload(p, staged.dist_info)}
     out = [f"{p}: not in the wheel" for p in sorted(set(have) - set(want))]
     out += [f"{p}: only in the wheel" for p in sorted(set(want) - set(have))]
     out += [

@@ -19,7 +19,7 @@ from cudafix.fetch.staging import scratch_dir
 from cudafix.fetch.wheelfile import checked_copy, written_paths
 from cudafix.model.errors import InputError, PlanRefused, StalePlan, TargetError
 from cudafix.model.names import EnvPath
-from cudafix.model.plan import Plan, input_problems
+from cudafix.model.plan import Plan, input_problems, refuse_unless_allowed
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, TransactionResult, quiet
@@ -85,12 +85,7 @@ def _check_plan(plan: Plan, force: bool) -> Path:
     prefix = Path(plan.target.prefix)
     if not prefix.is_absolute() or not prefix.is_dir():
         raise TargetError(f"no environment at {plan.target.prefix}")
-    if plan.verdict == "refused" and not force:
-        raise PlanRefused(
-            "the plan was refused; it would break the environment",
-            context=plan.reasons,
-            hint="apply a safer alternative, or --force (to test a rollback)",
-        )
+    refuse_unless_allowed(plan, force)
     if problems := input_problems(plan):
         raise InputError("the plan holds fields cudafix will not pass on", context=problems)
     named = [*plan.deleted_paths, *plan.kept_paths, *plan.rewritten_paths]

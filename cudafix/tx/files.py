@@ -12,9 +12,10 @@ import posixpath
 from pathlib import Path
 
 from cudafix.env.hashing import hash_path
+from cudafix.env.inventory import find_dist_info
 from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
 from cudafix.env.statedir import TxDir, write_atomic
-from cudafix.model.names import EnvPath, normalize_name, split_dist_info_name
+from cudafix.model.names import EnvPath, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.process import run
 from cudafix.tx import journal, snapshot
@@ -22,12 +23,7 @@ from cudafix.tx.journal import Event
 
 
 def dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
-    for sp in plan.target.site_packages:
-        for info in sorted((prefix / sp).glob("*.dist-info")):
-            split = split_dist_info_name(info.name)
-            if split and normalize_name(split[0]) == normalize_name(name) and split[1] == version:
-                return f"{sp}/{info.name}"
-    return None
+    return find_dist_info(prefix, plan.target.site_packages, name, version)
 
 
 def record_paths(prefix: Path, info: str) -> list[str]:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from cudafix.env.distinfo import is_installer_file
+from cudafix.env.distinfo import in_some_dist_info, is_installer_file
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import installed_versions, is_bytecode
 from cudafix.model.names import DistName, EnvPath
@@ -42,7 +42,7 @@ def compare(
     problems += [
         f"{p} should be present"
         for p in sorted(stays)
-        if not exists(p) and not _installer_metadata(p) and not is_bytecode(p)
+        if not exists(p) and not in_some_dist_info(p) and not is_bytecode(p)
     ]
     return problems
 
@@ -52,11 +52,6 @@ def prediction_mismatches(plan: Plan) -> list[str]:
     prefix = Path(plan.target.prefix)
     sites = [EnvPath(s) for s in plan.target.site_packages]
     return compare(plan, installed_versions(prefix, sites), lambda p: os.path.lexists(prefix / p))
-
-
-def _installer_metadata(path: str) -> bool:
-    """dist-info files each installer writes its own way (INSTALLER, uv_cache.json, ...)."""
-    return any(part.endswith(".dist-info") for part in path.split("/")[:-1])
 
 
 def install_mismatches(plan: Plan) -> list[str]:
