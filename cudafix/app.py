@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudafix.model.names import BackendName
+from cudafix.model.probe import DEFAULT_PROBE_TIMEOUT
 from cudafix.model.transaction import DEFAULT_KEEP, DEFAULT_LOCK_TIMEOUT, OnEvent
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class RunArgs:
     auto_probes: bool = True
     probe_code: tuple[str, ...] = ()
     probe_commands: tuple[str, ...] = ()
-    probe_timeout: float = 60.0
+    probe_timeout: float = DEFAULT_PROBE_TIMEOUT
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     force: bool = False
     command: tuple[str, ...] = ()

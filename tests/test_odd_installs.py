@@ -83,7 +83,7 @@ def test_damaged_elf_objects_are_findings_in_plain_words(
     empty[empty.find(b"./liba.so\0")] = 0
     (here / "libempty.so").write_bytes(bytes(empty))
     (here / "libloop.so").symlink_to("libloop.so")
-    out = cudafix("doctor", "--venv", prefix).stdout
+    out = cudafix("doctor", "--venv", prefix, "-v").stdout  # information is folded without -v
     said = {ln.split(":")[0].split()[-1]: ln for ln in out.splitlines() if "[bad-elf]" in ln}
     assert "dynamic section holds garbage" in said["odd/libgarbage.so"]
     assert "section header table lies past the end" in said["odd/libsections.so"]

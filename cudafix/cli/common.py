@@ -32,6 +32,7 @@ from cudafix.model.errors import (
     TransactionFailed,
     UsageError,
 )
+from cudafix.model.probe import DEFAULT_PROBE_TIMEOUT
 from cudafix.model.sources import Sources
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ def probe_timeout_option() -> Callable[[F], F]:
     return click.option(
         "--probe-timeout",
         type=float,
-        default=60.0,
+        default=DEFAULT_PROBE_TIMEOUT,
         show_default=True,
         metavar="SECONDS",
         help="How long each probe may run before it counts as failed.",

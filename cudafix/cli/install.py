@@ -24,8 +24,10 @@ from cudafix.cli.common import (
     echo_err,
     emit_json_error,
     facts_options,
+    lock_timeout_option,
     plan_options,
     present_and_apply,
+    probe_timeout_option,
 )
 from cudafix.cli.render import shown
 from cudafix.model.errors import CudafixError, ExitCode, UsageError
@@ -68,8 +70,8 @@ def install(specs: tuple[str, ...], allow_broken_requirements: bool, flags: Plan
 @click.option(
     "--no-probe", is_flag=True, help="Skip the automatic import probes of what the command changed."
 )
-@click.option("--probe-timeout", type=float, default=60.0, show_default=True)
-@click.option("--lock-timeout", type=float, default=app.DEFAULT_LOCK_TIMEOUT, show_default=True)
+@probe_timeout_option()
+@lock_timeout_option()
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),

@@ -90,7 +90,7 @@ class LockedError(CudafixError):
 
 
 class BackendError(CudafixError):
-    """uv or pip failed."""
+    """uv or pip failed outside a transaction (building a scenario or demo venv)."""
 
     reference = "backend-failed"
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEFAULT_PROBE_TIMEOUT = 60.0
+"""Seconds each probe may run before it counts as failed (``--probe-timeout``)."""
+
 
 @dataclass(frozen=True)
 class ProbeSpec:
@@ -17,7 +20,7 @@ class ProbeSpec:
     """User Python snippets (``--probe``)."""
     commands: tuple[str, ...] = ()
     """User shell commands (``--probe-cmd``), run with the environment's bin/ first on PATH."""
-    timeout: float = 60.0
+    timeout: float = DEFAULT_PROBE_TIMEOUT
     run_time: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     """A framework's run-time loads: (label, soname or absolute path, the loading object's
     own search dirs). ``import`` loads none of them on a CPU host."""

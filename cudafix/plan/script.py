@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
 from cudafix.model.names import BackendName, DistName, is_dist_name, is_selector, normalize_name
-from cudafix.model.probe import ProbeSpec
+from cudafix.model.probe import DEFAULT_PROBE_TIMEOUT, ProbeSpec
 from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request
@@ -417,7 +417,7 @@ def probe_spec(
     auto: bool = True,
     code: Sequence[str] = (),
     commands: Sequence[str] = (),
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_PROBE_TIMEOUT,
 ) -> ProbeSpec:
     """The probes to run: the planner's (unless disabled), the plan's own, and the CLI's."""
     p = plan.probes

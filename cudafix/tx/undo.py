@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env.statedir import TxDir
-from cudafix.model.errors import DamagedState, StalePlan, UsageError
+from cudafix.model.errors import DamagedState, StalePlan, UnsafeState, UsageError
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import (
     DEFAULT_LOCK_TIMEOUT,
@@ -41,12 +41,16 @@ def preview(prefix: Path, txid: str) -> UndoPreview:
     done = entry(old)
     if done.state != "committed" or not done.snapshot or not old.post.is_file():
         raise UsageError(f"transaction {txid} is {done.state} and has no snapshot to undo")
-    post = _post_state(old)
-    return UndoPreview(
-        entry=done,
-        paths=len(post),
-        conflicts=tuple(_undo_conflicts(Path(prefix), old, post)),
-    )
+    try:
+        post = _post_state(old)
+        conflicts = tuple(_undo_conflicts(Path(prefix), old, post))
+    except PermissionError as exc:
+        raise UnsafeState(
+            f"the snapshot of {txid} is not readable by this user ({exc.strerror}); "
+            "nothing was changed",
+            hint="run cudafix as a user who can write the environment",
+        ) from exc
+    return UndoPreview(entry=done, paths=len(post), conflicts=conflicts)
 
 
 def undo(
