@@ -21,8 +21,8 @@ from cudafix.env.target import TargetEnv, locate_target
 from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
-from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, shell_join, venv_flags
-from cudafix.model.doctor import DoctorReport, Finding
+from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
+from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
 from cudafix.model.names import BackendName, DistName
 from cudafix.model.plan import Alternative, Options, Plan
@@ -135,6 +135,7 @@ def _source_options(sources: Sources) -> dict[str, Any]:
         "find_links": [link_path(p) for p in sources.find_links],
         "index_url": sources.index_url,
         "extra_index_urls": list(sources.extra_index_urls),
+        "fetched": sources.fetch,
     }
 
 
@@ -294,7 +295,7 @@ def plan_install(
         )
         pins = ", ".join(f"{i.name}=={i.version}" for i in alt.install)
         summary = f"install {pins}, the build the consumers load today"
-        alternatives.append(Alternative(command=shell_join([*words, "--dry-run"]), summary=summary))
+        alternatives.append(Alternative(argv=[*words, "--dry-run"], summary=summary))
     return plan.model_copy(update={"alternatives": alternatives})
 
 
@@ -385,17 +386,16 @@ def execute(plan: Plan, run: RunArgs, on_event: OnEvent = quiet) -> TransactionR
     )
 
 
-def _new_problems(args: FactArgs, target: TargetEnv, facts: Facts) -> Callable[[], list[Finding]]:
+def _new_problems(
+    args: FactArgs, target: TargetEnv, facts: Facts
+) -> Callable[[Facts], list[Finding]]:
     """For a change made outside the planner (a command, an undo): the problems doctor finds
-    after it that it did not find before (``facts``)."""
+    in the facts after it that it did not find before (``facts``), compared by subject."""
     flags = target_flags(args.target, target)
-    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
+    known = diagnose(facts, flags).findings
 
-    def found() -> list[Finding]:
-        after = diagnose(read_facts(args, target), flags)
-        return [
-            f for f in after.findings if f.severity != "info" and (f.kind, f.message) not in known
-        ]
+    def found(now: Facts) -> list[Finding]:
+        return new_problems(known, diagnose(now, flags).findings)
 
     return found
 
@@ -419,17 +419,12 @@ def run_command(
     problem doctor reports (``accept``: commit anyway) or a probe fails. The automatic
     probes import what the distributions the command added or changed provide."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
-    flags = target_flags(args.target, target)
-    known = {(f.kind, f.message) for f in diagnose(facts, flags).findings}
+    found = _new_problems(args, target, facts)
     before = {d.dist_info for d in facts.inventory.distributions.values()}
 
     def judge() -> Judged:
         now = read_facts(args, target)
-        findings = [
-            f"[{f.kind}] {f.message}"
-            for f in diagnose(now, flags).findings
-            if f.severity != "info" and (f.kind, f.message) not in known
-        ]
+        findings = _said(found(now))
         changed = [d for d in now.inventory.distributions.values() if d.dist_info not in before]
         modules = sorted({m for d in changed for m in d.top_level}) if run.auto_probes else []
         spec = ProbeSpec(
@@ -494,12 +489,12 @@ def undo(
     its plan probed are probed again, and doctor's findings after are compared with before
     (an undo that puts back a broken state is rolled back and says so, unless ``accept``)."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
-    new_problems = _new_problems(args, target, facts)
+    problems_after = _new_problems(args, target, facts)
 
     def judge() -> list[str]:
         """Errors block (an import the undo would break); warnings it brings back are said:
         they were there before the transaction being undone."""
-        found = new_problems()
+        found = problems_after(read_facts(args, target))
         for said in _said([f for f in found if f.severity != "error"]):
             on_event(f"warning: the undo brings back {said}")
         return _said([f for f in found if f.severity == "error"])

@@ -211,6 +211,9 @@ class RemoveExpect(_Model):
     """Distributions the plan reinstalls (with ``repair = true``)."""
     refused_paths: tuple[str, ...] = ()
     """RECORD entries (verbatim) the plan refuses to act on."""
+    deletes_shared: tuple[str, ...] = ()
+    """Paths (site-packages relative) among those a remaining distribution claims that the
+    plan deletes and nothing puts back; any such path refuses the plan."""
     repair: bool = False
     """Plan with ``--repair``."""
     keep_shared: bool = False

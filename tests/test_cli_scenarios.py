@@ -102,6 +102,12 @@ def test_remove_dry_run_matches_expectations(
     assert {x["distribution"] for x in plan["requirement_breaks"]} == set(want.requirement_breaks)
     assert {x["name"] for x in plan["reinstall"]} == set(want.reinstall)
     assert {x["entry"] for x in plan["refused_paths"]} == set(want.refused_paths)
+    site = plan["target"]["site_packages"][0] + "/"
+    for_good = {
+        s["path"].removeprefix(site) for s in plan["shared_paths"] if s["fate"] == "deleted"
+    }
+    assert for_good >= set(want.deletes_shared)
+    assert not for_good or plan["verdict"] == "refused", for_good  # a PASS deletes none
     prefix = str(built.venv)
     for path in plan["deleted_paths"] + plan["kept_paths"] + plan["rewritten_paths"]:
         assert not path.startswith(("/", "..")), path

@@ -82,3 +82,31 @@ def test_uv_source_options_and_variables_are_taken_and_kept_in_a_saved_plan(
     applied = cudafix("apply", plan, "--yes", "--json", env=env)
     assert as_json(applied)["state"] == "committed", applied.stdout + applied.stderr
     assert next(built.venv.glob(f"lib/python3*/site-packages/{LIB}")).is_file()
+
+
+def test_an_alternative_simulated_without_its_wheels_is_not_called_safe(
+    scenario: ScenarioFactory,
+) -> None:
+    """From an index, the ``--repair`` alternative's wheels are not fetched just to suggest
+    it: it is printed as passing *if* the wheels match, with the sources its own dry run
+    will use, and its argv says so in JSON; from local wheels it is staged and called safe."""
+    built = scenario("incident")
+    index = ["--index-url", "http://127.0.0.1:9/simple"]
+    remote = ["remove", "nvidia-*-cu13", "--venv", built.venv, "--dry-run", *index]
+    said = cudafix(*remote).stdout
+    unsure, _, _ = said.partition("Alternatives that pass if the wheels match")
+    assert "--keep-shared" in unsure and "--repair" not in unsure.partition("Verdict")[2]
+    assert "http://127.0.0.1:9/simple" in said.partition("if the wheels match")[2]
+    [repair] = [a for a in as_json(cudafix(*remote, "--json"))["alternatives"] if a["unstaged"]]
+    assert "--repair" in repair["argv"] and repair["argv"][:2] == ["cudafix", "remove"]
+    assert set(repair["unstaged"]) == {
+        "nvidia-cudnn-cu12==9.10.2.21", "nvidia-nccl-cu12==2.27.3", "nvidia-nvshmem-cu12==3.3.20",
+    }  # fmt: skip
+    local = ["--offline", "--find-links", str(built.wheelhouse)]
+    plan = as_json(cudafix(*remote[:4], "--dry-run", "--json", *local))
+    assert {"--repair", "--keep-shared"} <= {w for a in plan["alternatives"] for w in a["argv"]}
+    assert all(not a["unstaged"] for a in plan["alternatives"])
+    run = cudafix(
+        *[w for a in plan["alternatives"] if "--repair" in a["argv"] for w in a["argv"]][1:]
+    )
+    assert run.returncode == 0, run.stderr  # the printed command passes as printed

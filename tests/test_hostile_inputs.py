@@ -190,6 +190,20 @@ def test_error_lines_escape_control_characters(tmp_path: Path) -> None:
     assert "no-venv\\nVerdict: PASS" in done.stderr
 
 
+def test_progress_and_event_lines_escape_the_command_and_the_path(tmp_path: Path) -> None:
+    """stderr lines carry the venv's path ("Environment: ...", "snapshot: ...") and the
+    command's argv ("running ..."): a newline or ESC in either is written as an escape."""
+    prefix, _ = shared_pair(tmp_path)
+    odd = tmp_path / f"v{FAKE}"
+    prefix.rename(odd)
+    done = cudafix("run", "-v", "--venv", odd, "--no-probe", "--", "sh", "-c", "true", f"x{FAKE}")
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert "\x1b" not in said
+    assert not any(ln.startswith("Verdict: PASS") for ln in said.splitlines())
+    assert "\\nVerdict: PASS (fake line)\\x1b[2J" in done.stderr
+
+
 # -- names in plan files are names, never options (item 1) ------------------------------------
 
 
@@ -434,3 +448,29 @@ def test_backend_commands_end_options_before_names(tmp_path: Path, kind: str) ->
     make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
     backend.reinstall([f"--target={out}", "pc==1.0"])
     assert diff_fingerprints(outside, fingerprint(out)) == []
+
+
+@pytest.mark.parametrize("how", ["install", "apply-install", "repair"])
+def test_a_plan_made_without_its_wheels_is_never_applied(tmp_path: Path, how: str) -> None:
+    """``--no-fetch`` plans are for air-gapped dry runs: what their wheels write is unknown,
+    so neither the command with ``--yes`` nor ``apply`` of its saved plan changes anything
+    (before, the install stayed while the run said "rolled back", and a swapped reinstall
+    wheel's extra ``zzz.pth`` was committed)."""
+    prefix, wheels = shared_pair(tmp_path)
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
+    before = fingerprint(prefix)
+    if how == "install":
+        done = _install(prefix, wheels, "pc", "--no-fetch", "--yes")
+    elif how == "repair":
+        make_wheel(
+            wheels, "pb", "1.0", {"shared/lib.so": B_BYTES, "pb_mod.py": b"B = 1\n", **EXTRA}
+        )
+        done = _remove(prefix, wheels, "--repair", "--no-fetch", "--yes")
+    else:
+        plan = tmp_path / "plan.json"
+        made = _install(prefix, wheels, "pc", "--no-fetch", "--dry-run", "--out", plan)
+        assert made.returncode == 0, made.stdout + made.stderr
+        make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n", **EXTRA})
+        done = cudafix("apply", plan, "--yes")
+    assert_one_line_error(done, 3, "--no-fetch")
+    assert diff_fingerprints(before, fingerprint(prefix)) == []

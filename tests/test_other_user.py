@@ -94,6 +94,7 @@ def test_read_only_commands_work_for_another_user(reader: str, shared_venv: Path
         (["recover", "--dry-run"], 0),
         (["remove", "pa", "--dry-run", "--no-fetch"], 0),
         (["show", txid], 0),
+        (["undo", txid, "--dry-run"], 0),
     ]:
         done = _as_reader(reader, *args, "--venv", shared_venv)
         said = done.stdout + done.stderr
@@ -101,6 +102,8 @@ def test_read_only_commands_work_for_another_user(reader: str, shared_venv: Path
         assert "Permission denied" not in said and "Traceback" not in said, (args, said)
     listed = _as_reader(reader, "history", "--venv", shared_venv)
     assert txid in listed.stdout
+    looked = _as_reader(reader, "undo", txid, "--dry-run", "--venv", shared_venv)
+    assert "not checked" in looked.stdout and "user who can write" in looked.stdout
 
 
 def test_mutating_commands_refuse_another_user_in_one_line(reader: str, shared_venv: Path) -> None:

@@ -42,7 +42,10 @@ def test_removing_a_co_owner_orphans_the_soname_and_offers_what_passes() -> None
     plan = build_plan(_incident(), _request())
     assert plan.verdict == "refused"
     assert [(lost.consumer, lost.need) for lost in plan.lost] == [(env(TORCH_LIB), "libcudnn.so.9")]
-    assert {a.command for a in plan.alternatives} == {"--repair", "--keep-shared"}
+    flags = {a.argv[a.argv.index("--venv") + 2] for a in plan.alternatives}
+    assert flags == {"--repair", "--keep-shared"}
+    assert all(a.argv[:2] == ["cudafix", "remove"] for a in plan.alternatives)
+    assert all(a.argv[-1] == "--dry-run" for a in plan.alternatives)
     assert plan.preconditions.path_hashes[env(CUDNN)] == "cudnn-13"
     assert set(plan.preconditions.records) == {"nvidia-cudnn-cu13"}
 

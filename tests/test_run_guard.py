@@ -452,3 +452,24 @@ def test_what_the_command_installed_is_imported_unless_no_probe(tmp_path: Path) 
     unprobed = cudafix("run", "--venv", venv, "--no-probe", "--", *uv_install, env=uv_env())
     assert unprobed.returncode == 0, unprobed.stderr
     assert (venv / site_packages(venv) / "pbad_mod.py").exists()
+
+
+def test_a_command_that_mends_part_of_a_problem_is_no_new_problem(tmp_path: Path) -> None:
+    """Findings are compared by subject and paths, not wording: 3 missing files going to 1
+    changes the message's count, yet nothing new is wrong, so the run commits; a command
+    that deletes one more file is a new problem and is rolled back."""
+    wheels = tmp_path / "wheels"
+    files = {f"pm/m{i}.py": f"X = {i}\n".encode() for i in range(4)}
+    make_wheel(wheels, "pm", "1.0", {"pm/__init__.py": b"", **files})
+    prefix = make_venv(tmp_path / "venv", wheels, ["pm==1.0"])
+    pm = prefix / site_packages(prefix) / "pm"
+    saved = {n: (pm / n).read_bytes() for n in ("m0.py", "m1.py")}
+    for n in ("m0.py", "m1.py", "m2.py"):
+        (pm / n).unlink()
+    mend = "; ".join(f"printf '{saved[n].decode().strip()}\\n' > {pm / n}" for n in saved)
+    done = cudafix("run", "--venv", prefix, "--no-probe", "--", "sh", "-c", mend)
+    assert done.returncode == 0, done.stderr
+    assert (pm / "m0.py").is_file() and (pm / "m1.py").is_file()
+    worse = cudafix("run", "--venv", prefix, "--no-probe", "--", "rm", str(pm / "m3.py"))
+    assert worse.returncode == 1, worse.stderr
+    assert "[missing-files]" in worse.stderr and (pm / "m3.py").is_file()

@@ -81,10 +81,12 @@ def style_for(stream_is_tty: bool) -> Callable[..., str]:
 def echo_err(message: str) -> None:
     """Warnings go to stderr, so stdout stays the report (or the JSON); progress (a
     :class:`cudafix.app.Progress` line) only to a terminal, or anywhere under ``-v``, and
-    never under ``-q`` or ``--json``."""
+    never under ``-q`` or ``--json``. Each message is one line, escaped with
+    :func:`~cudafix.cli.render.shown`: it carries paths and the command's argv, and a name
+    holding a newline or an ESC sequence must not forge a line or drive the terminal."""
     if isinstance(message, app.Progress) and not _shows_progress():
         return
-    click.echo(message, err=True, color=OUTPUT.colours(sys.stderr.isatty()))
+    click.echo(shown(message), err=True, color=OUTPUT.colours(sys.stderr.isatty()))
 
 
 def _shows_progress() -> bool:
@@ -498,12 +500,13 @@ def undo_json(preview: UndoPreview) -> dict[str, Any]:
     """``undo --dry-run --json``: what would be undone, and whether it can be."""
     refused = bool(preview.conflicts)
     return {
-        "state": "refused" if refused else "pass",
+        "state": "refused" if refused else "pass" if preview.readable else "not-checked",
         "exit_code": int(ExitCode.REFUSED if refused else ExitCode.OK),
         "transaction": preview.entry.txid,
         "entry": preview.entry.__dict__,
         "paths": preview.paths,
         "conflicts": list(preview.conflicts),
+        "readable": preview.readable,
     }
 
 

@@ -42,7 +42,14 @@ from cudafix.cli.common import (
 from cudafix.cli.install import install as install_command
 from cudafix.cli.install import run_command
 from cudafix.cli.render import shown
-from cudafix.model.errors import CudafixError, EnvironmentFault, ExitCode, StalePlan, UsageError
+from cudafix.model.errors import (
+    CudafixError,
+    EnvironmentFault,
+    ExitCode,
+    StalePlan,
+    UnsafeState,
+    UsageError,
+)
 
 
 class _Group(click.Group):
@@ -253,6 +260,12 @@ def undo(
         click.echo(json.dumps(undo_json(preview), indent=2, default=list))
     elif not as_json:
         echo_out(render_undo_preview(preview, stdout_style()))
+    if not preview.readable and not dry_run:
+        raise UnsafeState(
+            f"the snapshot of {preview.entry.txid} is not readable by this user; "
+            "nothing was changed",
+            hint="run cudafix as a user who can write the environment",
+        )
     if preview.conflicts and not dry_run:
         raise StalePlan(
             f"cannot undo {preview.entry.txid}: the environment changed since",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cudafix.model.commands import cudafix_line, shell_join, venv_flags
+from cudafix.model.commands import shell_join
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
 
@@ -170,11 +170,18 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
             out.append(
                 "  (add --allow-broken-requirements to go ahead, leaving those requirements broken)"
             )
-        if plan.alternatives:
+        checked = [a for a in plan.alternatives if not a.unstaged]
+        if checked:
             out.append("Safe alternatives (re-simulated, they pass):")
-            out += [
-                f"  {_command(plan, a.command)}\n      # {a.summary}" for a in plan.alternatives
-            ]
+            out += [f"  {shell_join(a.argv)}\n      # {a.summary}" for a in checked]
+        unchecked = [a for a in plan.alternatives if a.unstaged]
+        if unchecked:
+            where = shell_join(plan.options.sources.cli_args()) or "uv's default index"
+            out.append(
+                "Alternatives that pass if the wheels match the installed builds (their dry "
+                f"run fetches and compares them, from {where}):"
+            )
+            out += [f"  {shell_join(a.argv)}\n      # {a.summary}" for a in unchecked]
     return "\n".join(out)
 
 
@@ -211,23 +218,14 @@ def _shared_groups(plan: Plan) -> list[str]:
 
 
 def _counts(plan: Plan) -> str:
+    """Counts that add up: a kept path is one the backend deletes and the transaction puts
+    back, so it counts as kept, not also as deleted."""
     installed = f", {len(plan.install)} installed" if plan.install else ""
+    deleted = len(set(plan.deleted_paths) - set(plan.kept_paths))
     return (
         f"{len(plan.remove)} removed, {len(plan.reinstall)} reinstalled{installed}, "
-        f"{len(plan.deleted_paths)} paths deleted, {len(plan.kept_paths)} kept"
+        f"{deleted} paths deleted, {len(plan.kept_paths)} kept"
     )
-
-
-def _command(plan: Plan, flag: str) -> str:
-    """The full command line of an alternative, with the options the plan was made with."""
-    if flag.startswith("cudafix "):
-        return flag  # an alternative that is a command of its own (an install's)
-    opts = plan.options
-    words = [flag, *opts.sources.cli_args()]
-    words += ["--backend", opts.backend] if opts.backend != "uv" else []
-    words += ["--allow-broken-requirements"] if opts.allow_broken_requirements else []
-    target = venv_flags(plan.target.prefix)
-    return cudafix_line("remove", *plan.selectors, target=target, tail=[*words, "--dry-run"])
 
 
 def _section(title: str, lines: Sequence[str]) -> list[str]:
@@ -248,6 +246,7 @@ _NOTES = {
     "shadowed": "sonames with several copies on one search path, the right one found first",
     "bad-elf": "files named like libraries that this interpreter cannot load",
     "unmanaged": "installs cudafix does not plan for",
+    "relocated": "scripts whose shebang was rewritten for this location (a relocated venv)",
 }
 
 Verbosity = int
@@ -427,11 +426,21 @@ def render_undo_preview(preview: UndoPreview, style: Style = plain) -> str:
     """What an undo restores, shown before it asks (and by ``undo --dry-run``)."""
     e = preview.entry
     out = ["Undo:", *_entry_lines(e)]
+    if not preview.readable:
+        out.append(
+            "  not checked: its snapshot is readable only by the user who made it; run undo "
+            "as a user who can write the environment"
+        )
+        return "\n".join(out)
     out.append(f"  restores the {preview.paths} path(s) it touched to their state before it")
     if preview.conflicts:
         out.append(style("Verdict: REFUSED", fg="red", bold=True) + "  (changed since the commit)")
         out += [f"  - {shown(c)}" for c in preview.conflicts[:10]]
         out += _more(len(preview.conflicts), 10, "")
     else:
-        out.append(style("Verdict: PASS", fg="green", bold=True))
+        out.append(
+            style("Verdict: can be undone", fg="green", bold=True)
+            + "  (nothing it touched changed since; when it runs it is probed and compared "
+            "with doctor's findings, and rolled back if it brings back an error)"
+        )
     return "\n".join(out)

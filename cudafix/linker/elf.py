@@ -43,6 +43,11 @@ class ElfInfo:
     mark whatever suffix it carries. Only names ending in ``.so`` are asked."""
 
     @property
+    def is_executable(self) -> bool:
+        """PT_INTERP: a program (PIE or not), a root of load chains, never ``dlopen``-ed."""
+        return self.interpreter is not None
+
+    @property
     def effective_rpath(self) -> tuple[str, ...]:
         """glibc ignores DT_RPATH when DT_RUNPATH is present (get-dynamic-info.h)."""
         return () if self.runpath else self.rpath

@@ -87,7 +87,7 @@ def entry_roots(
         module = info.python_module
         if module is not None and name[len(module) :] in suffixes:
             roots.append(Root(f"{prefix}/{rel}", "extension"))
-        elif info.interpreter is not None:
+        elif info.is_executable:
             roots.append(Root(f"{prefix}/{rel}", "executable"))
     return tuple(roots)
 

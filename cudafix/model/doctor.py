@@ -5,6 +5,7 @@ Pure values: :func:`cudafix.plan.doctor.diagnose` builds them, the renderer word
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -12,6 +13,25 @@ from pydantic import BaseModel, ConfigDict
 DOCTOR_SCHEMA_VERSION = 1
 
 Severity = Literal["error", "warning", "info"]
+FindingKind = Literal[
+    "missing-files",
+    "clobbered",
+    "shared",
+    "foreign-bytes",
+    "unresolved",
+    "mixed-cuda",
+    "shadowed",
+    "duplicate-soname",
+    "requirement",
+    "unsafe-record",
+    "unreadable-record",
+    "unmanaged",
+    "bad-elf",
+    "relocated",
+    "bad-script",
+]
+Subject = tuple[str, str | None, str | None, str | None]
+"""(kind, distribution, consumer, need): what a finding is about, whatever its wording."""
 
 
 class Choice(BaseModel):
@@ -37,10 +57,7 @@ class Finding(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    kind: str
-    """``missing-files``, ``clobbered``, ``shared``, ``foreign-bytes``, ``unresolved``,
-    ``mixed-cuda``, ``shadowed``, ``duplicate-soname``, ``requirement``, ``unsafe-record``,
-    ``unreadable-record``, ``unmanaged``, ``bad-elf``."""
+    kind: FindingKind
     severity: Severity
     message: str
     details: list[str] = []
@@ -64,6 +81,37 @@ class Finding(BaseModel):
     """Distributions involved (owners of ``paths``, or of the provider)."""
     choices: list[Choice] = []
     """The ways out, when there is more than one (``mixed-cuda``)."""
+
+    @property
+    def subject(self) -> Subject:
+        """The finding's stable identity with :attr:`paths`: messages carry counts and
+        wording, so comparing runs by message calls an improvement a new problem."""
+        return (self.kind, self.distribution, self.consumer, self.need)
+
+
+_SAME_FACT = {"clobbered": "other-bytes", "foreign-bytes": "other-bytes"}
+"""Kinds that state one fact about a path, whoever claims it: its bytes are not its
+RECORD's. When the clobbering owner goes, ``clobbered`` becomes ``foreign-bytes``."""
+
+
+def new_problems(before: Iterable[Finding], after: Iterable[Finding]) -> list[Finding]:
+    """Problems (errors, warnings) in ``after`` that ``before`` did not have: a subject not
+    found before, or one that now names a path it did not (5 missing files going to 3 is
+    no new problem; a 6th is). A finding whose paths were all named before by a finding
+    stating the same fact about them is not new either."""
+    known: dict[Subject, set[str]] = {}
+    facts: dict[str, set[str]] = {}
+    for f in before:
+        known.setdefault(f.subject, set()).update(f.paths)
+        facts.setdefault(_SAME_FACT.get(f.kind, f.kind), set()).update(f.paths)
+
+    def old(f: Finding) -> bool:
+        paths = set(f.paths)
+        if f.subject in known and paths <= known[f.subject]:
+            return True
+        return bool(paths) and paths <= facts.get(_SAME_FACT.get(f.kind, f.kind), set())
+
+    return [f for f in after if f.severity != "info" and not old(f)]
 
 
 class DoctorReport(BaseModel):

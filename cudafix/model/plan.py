@@ -146,8 +146,13 @@ class RefusedPath(_Frozen):
 class Alternative(_Frozen):
     """A safer plan that the planner re-simulated and that passes."""
 
-    command: str
+    argv: list[str]
+    """Its dry run, as the command to run next (the request's target, sources and policy)."""
     summary: str
+    unstaged: list[str] = Field(default_factory=list)
+    """``NAME==VERSION`` of reinstalls whose wheels were not fetched for the simulation (an
+    index is not fetched from just to suggest): it passes if those wheels are the installed
+    builds, which its own dry run checks."""
 
 
 class Precondition(_Frozen):
@@ -225,6 +230,9 @@ class Options(_Frozen):
     index_url: str | None = None
     """The index in place of PyPI the plan was made with (None: uv's default)."""
     extra_index_urls: list[str] = Field(default_factory=list)
+    fetched: bool = True
+    """False: planned with ``--no-fetch``: its wheels were never staged, so what they write
+    is unknown and the plan can only be shown, never applied."""
 
     @property
     def sources(self) -> Sources:
@@ -294,6 +302,12 @@ def refuse_unless_allowed(plan: Plan, force: bool) -> None:
     The CLI makes it before asking for confirmation; :func:`cudafix.tx.apply.run_transaction`
     makes it again at the transaction's door, for callers that reach it directly.
     """
+    if not plan.options.fetched and (plan.reinstall or plan.install):
+        raise PlanRefused(
+            "the plan was made with --no-fetch: its wheels were never staged, so what they "
+            "would write is unknown and could not be rolled back; nothing was changed",
+            hint="plan it again without --no-fetch (its dry run stages and checks the wheels)",
+        )
     if plan.verdict == "refused" and not force:
         raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
 

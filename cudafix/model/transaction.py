@@ -83,6 +83,9 @@ class UndoPreview:
     """Paths it restores (what that transaction touched)."""
     conflicts: tuple[str, ...]
     """Paths changed since its commit: the undo is refused while there are any."""
+    readable: bool = True
+    """False: this user cannot read the snapshot (another user's), so nothing was checked;
+    only a user who can write the environment can undo it."""
 
 
 @dataclass(frozen=True)

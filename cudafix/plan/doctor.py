@@ -65,6 +65,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         *_missing(inv, cmd),
         *_clobbered(inv, loaded, cmd),
         *_foreign_bytes(inv, foreign, cmd),
+        *_scripts(inv, facts, cmd),
         *_unresolved(inv, chains.edges.values(), cmd, facts, wanted),
         *_mixed_cuda(facts, chains, cmd),
         *_shadowed(facts, chains.edges.values(), cmd),
@@ -164,6 +165,8 @@ def repair_candidates(
             covered.update(paths)
     for name, wrong in (foreign_files(facts) if foreign is None else foreign).items():
         chosen.setdefault(name, f"{len(wrong)} of its own file(s) hold another build's bytes")
+    for name, scripts in script_problems(facts)[1].items():
+        chosen.setdefault(name, f"{len(scripts)} of its scripts name an interpreter that is gone")
     return dict(sorted(chosen.items()))
 
 
@@ -292,16 +295,45 @@ def _disagrees(inv: Inventory, s: SharedPath) -> bool:
     return any(o not in s.matching for o in hashed)
 
 
-def foreign_files(facts: Facts) -> dict[DistName, list[tuple[EnvPath, str]]]:
+Mismatches = dict[DistName, list[tuple[EnvPath, str]]]
+"""Per distribution, its files whose bytes are not their RECORD's, with how they differ."""
+
+
+def foreign_files(facts: Facts) -> Mismatches:
     """Single-owner files of ELF-providing distributions whose bytes are not their RECORD's.
 
     What a ``--keep-shared`` removal or an install over another build leaves: a file one
     distribution claims, holding another build's bytes. Only files changed since their
     RECORD was written were hashed (:func:`cudafix.env.inventory.changed_since_record`);
-    a size that disagrees needs no hash.
+    a size that disagrees needs no hash. Scripts with a ``#!`` line are not counted: a
+    relocated environment rewrites them (:func:`script_problems` judges them).
     """
+    return {
+        name: kept
+        for name, wrong in _mismatched(facts).items()
+        if (kept := [(p, why) for p, why in wrong if p not in facts.shebangs])
+    }
+
+
+def script_problems(facts: Facts) -> tuple[Mismatches, Mismatches]:
+    """Scripts whose bytes differ from RECORD, split by their ``#!`` line: (relocated: the
+    interpreter it names exists; broken: it does not). The RECORD hash covers the whole
+    file, old shebang included, so a relocation cannot be told from an edit of the rest;
+    a relocated script is information, a script that cannot start is a problem."""
+    relocated: Mismatches = {}
+    broken: Mismatches = {}
+    for name, wrong in _mismatched(facts).items():
+        for path, _ in wrong:
+            if (shebang := facts.shebangs.get(path)) is not None:
+                (relocated if shebang.exists else broken).setdefault(name, []).append(
+                    (path, shebang.interpreter)
+                )
+    return relocated, broken
+
+
+def _mismatched(facts: Facts) -> Mismatches:
     inv = facts.inventory
-    out: dict[DistName, list[tuple[EnvPath, str]]] = {}
+    out: Mismatches = {}
     for name in elf_providers(inv, facts.elf):
         for e in inv.distributions[name].files:
             st = inv.files.get(e.path)
@@ -328,6 +360,33 @@ def _foreign_bytes(
             "does not list (another build was installed over them)",
             details=[f"{_show(inv, path)}: {why}" for path, why in wrong],
             paths=[path for path, _ in wrong],
+            **_step(cmd.argv("repair", "--dry-run"), f"reinstalls {name}=={dist.version}"),
+        )
+
+
+def _scripts(inv: Inventory, facts: Facts, cmd: _Commands) -> Iterable[Finding]:
+    relocated, broken = script_problems(facts)
+    for name, scripts in sorted(relocated.items()):
+        for path, interpreter in scripts:
+            yield Finding(
+                kind="relocated",
+                severity="info",
+                distribution=name,
+                paths=[path],
+                message=f"{_show_abs(inv, path)} of {name}: relocated, its shebang points at "
+                f"{interpreter} (its RECORD hash covers the old shebang, so the rest of the "
+                "script was not compared)",
+            )
+    for name, scripts in sorted(broken.items()):
+        dist = inv.distributions[name]
+        yield Finding(
+            kind="bad-script",
+            severity="warning",
+            distribution=name,
+            paths=[path for path, _ in scripts],
+            message=f"{len(scripts)} script(s) of {name} {dist.version} name an interpreter "
+            "that does not exist, so they cannot start",
+            details=[f"{_show_abs(inv, path)}: #!{interp}" for path, interp in scripts],
             **_step(cmd.argv("repair", "--dry-run"), f"reinstalls {name}=={dist.version}"),
         )
 

@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 from cudafix.env.distinfo import direct_url
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Inventory, changed_since_record, read_inventory
+from cudafix.env.scripts import Shebang, read_shebangs
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import (
     InterpreterInfo,
@@ -66,6 +67,10 @@ class Facts:
         derived once: doctor and the planner ask per finding."""
         return requested_extras(self.inventory.distributions, self.marker_env)
 
+    shebangs: Mapping[EnvPath, Shebang] = field(default_factory=dict)
+    """The ``#!`` line of the ``bin/`` scripts of ELF-providing distributions: a relocated
+    venv rewrites them (:mod:`cudafix.env.scripts`)."""
+
     hashed_files: int = field(default=0, compare=False)
     """Files :func:`gather` read whole to hash them (0 when the hash cache answered)."""
 
@@ -109,6 +114,7 @@ def gather(
         path_hashes=path_hashes,
         interpreter=info,
         runtime=loads,
+        shebangs=read_shebangs(target.prefix, _scripts(inventory, elf)),
         hashed_files=hashes.hashed,
     )
 
@@ -135,6 +141,18 @@ def load_roots(facts: Facts, gone: frozenset[EnvPath] = frozenset()) -> tuple[Ro
         if path not in known and EnvPath(path[len(prefix) + 1 :]) not in gone
     )
     return entries + run_time
+
+
+def _scripts(inventory: Inventory, elf: ElfIndex) -> list[EnvPath]:
+    """``bin/`` files of the distributions doctor checks for another build's bytes."""
+    return [
+        e.path
+        for name in elf_providers(inventory, elf)
+        for e in inventory.distributions[name].files
+        if e.path.startswith("bin/")
+        and (st := inventory.files.get(e.path)) is not None
+        and st.kind == "file"
+    ]
 
 
 def elf_providers(inventory: Inventory, elf: ElfIndex) -> list[DistName]:

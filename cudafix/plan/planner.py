@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from cudafix.env.inventory import Distribution, Inventory
+from cudafix.env.inventory import Distribution, Inventory, is_bytecode
 from cudafix.fetch.staging import Pin, StagedWheel, Staging
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import (
@@ -28,6 +28,7 @@ from cudafix.linker.linkage import (
 )
 from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
+from cudafix.model.commands import cudafix_argv, venv_flags
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.plan import install
 from cudafix.plan.facts import Facts, load_roots
@@ -83,8 +84,24 @@ def build_plan(facts: Facts, request: Request) -> P.Plan:
     ):
         alt = _simulate(facts, view, deleted, replace(request, options=opts))
         if alt.verdict == "pass":
-            alternatives.append(P.Alternative(command=flag, summary=_summary(alt)))
+            unstaged = [
+                f"{r.name}=={r.version}"
+                for r in alt.reinstall
+                if (DistName(r.name), r.version) not in facts.staging.wheels
+            ]
+            argv = _alternative_argv(plan, flag)
+            alternatives.append(P.Alternative(argv=argv, summary=_summary(alt), unstaged=unstaged))
     return plan.model_copy(update={"alternatives": alternatives})
+
+
+def _alternative_argv(plan: P.Plan, flag: str) -> list[str]:
+    """The dry run of ``plan``'s request with ``flag``, with the options it was made with."""
+    opts = plan.options
+    words = [flag, *opts.sources.cli_args()]
+    words += ["--backend", opts.backend] if opts.backend != "uv" else []
+    words += ["--allow-broken-requirements"] if opts.allow_broken_requirements else []
+    target = venv_flags(plan.target.prefix)
+    return cudafix_argv("remove", *plan.selectors, target=target, tail=[*words, "--dry-run"])
 
 
 def replace_options(options: P.Options, **changes: object) -> P.Options:
@@ -169,7 +186,12 @@ def _simulate(
         self_dependencies=sorted(removed & facts.self_dependencies),
         probe_modules=sorted(
             {
-                *_probe_modules(inv, remaining, touched, {r.name for r in reinstall}),
+                *_probe_modules(
+                    inv,
+                    remaining,
+                    touched,
+                    {r.name for r in reinstall} | {o for c in shared for o in c.remaining_owners},
+                ),
                 *(t for _, w in installs if w for t in w.top_level),
             }
         ),
@@ -373,8 +395,16 @@ def _linkage(
         and to_env_path(prefix, e.provider) in changed
         and (rel := to_env_path(prefix, e.requester)) is not None
         and rel not in gone
+        and _loadable(facts, rel)
     }
     return lost, switches, touched, _run_time_probes(facts, before, after, changed, gone)
+
+
+def _loadable(facts: Facts, path: EnvPath) -> bool:
+    """Whether a probe may ``dlopen`` ``path``: never an executable (PT_INTERP; glibc refuses
+    to load a PIE) nor anything in ``bin/``, which a probe never runs."""
+    info = facts.elf.objects.get(path)
+    return not path.startswith("bin/") and (info is None or not info.is_executable)
 
 
 def _run_time_probes(
@@ -427,11 +457,12 @@ def _probe_modules(
     inv: Inventory,
     remaining: Mapping[DistName, Distribution],
     touched: set[EnvPath],
-    reinstalled: set[str],
+    also: set[str],
 ) -> list[str]:
-    """Import names of remaining distributions that own a touched object or are reinstalled."""
+    """Import names of remaining distributions that own a touched object, are reinstalled,
+    or co-own a path the plan deletes (``cv2`` when opencv-python leaves opencv-contrib's)."""
     names = {o for path in touched for o in inv.owners.get(path, ()) if o in remaining}
-    names |= {DistName(n) for n in reinstalled}
+    names |= {DistName(n) for n in also}
     return sorted({m for n in names for m in remaining[n].top_level})
 
 
@@ -565,6 +596,7 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
     reasons += [
         f"cudafix runs inside the target and needs {name}" for name in plan.self_dependencies
     ]
+    reasons += _shared_deletions(plan)
     reasons += _wheel_reasons(plan, facts)
     reasons += _dist_info_reasons(plan, facts.inventory)
     reasons += _through_symlinks(plan, facts.inventory)
@@ -581,6 +613,27 @@ def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
         if i.name in have
     ]
     return reasons
+
+
+def _shared_deletions(plan: P.Plan) -> list[str]:
+    """Paths a remaining distribution's RECORD claims that the plan deletes for good.
+
+    pip and uv delete every path of a RECORD, even one another distribution claims: that
+    owner is left incomplete (``cv2/`` of opencv-contrib-python, ``nvidia/__init__.py`` of
+    every other nvidia wheel). Bytecode is derived and comes back on import, so it is not
+    counted; ``--keep-shared`` and ``--repair`` put the rest back.
+    """
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for s in plan.shared_paths:
+        if s.fate == "deleted" and not is_bytecode(s.path):
+            groups.setdefault(tuple(s.remaining_owners), []).append(s.path)
+    sites = plan.target.site_packages
+    return [
+        f"it deletes {len(paths)} path(s) that {' and '.join(owners)} also "
+        f"claim{'s' if len(owners) == 1 else ''} ({site_relative(paths[0], sites)}"
+        f"{', ...' if len(paths) > 1 else ''}); nothing in the plan puts them back"
+        for owners, paths in groups.items()
+    ]
 
 
 def _through_symlinks(plan: P.Plan, inv: Inventory) -> list[str]:

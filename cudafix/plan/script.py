@@ -312,6 +312,7 @@ def script_options(
         allow_broken_requirements=s.policy.allow_broken_requirements,
         offline=s.policy.offline or sources.offline,
         find_links=list(dict.fromkeys(links)),
+        fetched=sources.fetch,
         backend=backend or s.policy.backend,
     )
 

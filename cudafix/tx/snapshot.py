@@ -464,24 +464,40 @@ def new_names(prefix: Path, manifest: Manifest) -> list[str]:
 
 
 def verify(prefix: Path, manifest: Manifest) -> list[str]:
-    """Every way the live tree differs from the manifest (empty: byte-identical)."""
-    problems = [m for e in manifest.entries if (m := mismatch(prefix, e)) is not None]
+    """Every way the live tree differs from the manifest (empty: byte-identical).
+
+    Bytecode (``__pycache__``, ``*.pyc``) is derived data: Python writes it again on import,
+    and uv deletes it beside every ``.py`` it removes, also where the snapshot never held
+    it. Its absence is no difference; anything present is still compared."""
+    problems = [
+        m
+        for e in manifest.entries
+        if (m := mismatch(prefix, e)) is not None
+        and not (_derived(e.path) and m.endswith(": missing"))
+    ]
     for directory, before in manifest.listings.items():
         now = _listing(prefix, directory)
         if now is not None and now != before:
             extra = sorted(set(now) - set(before))
             if extra:
                 problems.append(f"{directory}: unexpected {', '.join(extra)}")
-            missing = sorted(set(before) - set(now))
+            missing = sorted(n for n in set(before) - set(now) if not _derived(n))
             if missing:
                 problems.append(f"{directory}: missing {', '.join(missing)}")
         if now is None:
-            problems.append(f"{directory}: missing directory")
+            if not _derived(directory):
+                problems.append(f"{directory}: missing directory")
         elif directory != ROOT and stat.S_IMODE(os.lstat(prefix / directory).st_mode) != _dir_mode(
             manifest, directory
         ):
             problems.append(f"{directory}: mode differs")
     return problems
+
+
+def _derived(path: str) -> bool:
+    """Bytecode: a ``__pycache__`` directory, anything in one, or a ``.pyc`` file."""
+    name = posixpath.basename(path)
+    return name == "__pycache__" or name.endswith(".pyc") or "/__pycache__/" in f"/{path}"
 
 
 def _dir_mode(manifest: Manifest, directory: str) -> int:

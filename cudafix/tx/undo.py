@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env.statedir import TxDir
-from cudafix.model.errors import DamagedState, StalePlan, UnsafeState, UsageError
+from cudafix.model.errors import DamagedState, StalePlan, UsageError
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import (
     DEFAULT_LOCK_TIMEOUT,
@@ -44,12 +44,8 @@ def preview(prefix: Path, txid: str) -> UndoPreview:
     try:
         post = _post_state(old)
         conflicts = tuple(_undo_conflicts(Path(prefix), old, post))
-    except PermissionError as exc:
-        raise UnsafeState(
-            f"the snapshot of {txid} is not readable by this user ({exc.strerror}); "
-            "nothing was changed",
-            hint="run cudafix as a user who can write the environment",
-        ) from exc
+    except PermissionError:
+        return UndoPreview(entry=done, paths=0, conflicts=(), readable=False)
     return UndoPreview(entry=done, paths=len(post), conflicts=conflicts)
 
 
