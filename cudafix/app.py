@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudafix.model.names import BackendName
 from cudafix.model.probe import DEFAULT_PROBE_TIMEOUT
-from cudafix.model.transaction import DEFAULT_KEEP, DEFAULT_LOCK_TIMEOUT, OnEvent
+from cudafix.model.transaction import DEFAULT_KEEP, DEFAULT_LOCK_TIMEOUT, OnEvent, Progress
 
 if TYPE_CHECKING:
     from cudafix.flows import (
@@ -108,11 +108,6 @@ def __getattr__(name: str) -> Any:
 
         return getattr(flows, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class Progress(str):
-    """An event that only says how far a flow got (the CLI shows it on a terminal), as
-    opposed to a warning, which is always shown."""
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def _plan(venv: Path, wheelhouse: Path, selector: str, **how: bool) -> Plan:
     [
         ("nvidia-*-cu13", {"keep_shared": True}),
         ("nvidia-*-cu13", {"repair": True}),
-        ("nvidia-nvtx-cu13", {}),  # passes as is: its shared nvidia/__init__.py just goes
+        ("nvidia-nvtx-cu13", {"keep_shared": True}),  # its shared nvidia/__init__.py stays
     ],
 )
 def test_keeping_and_deleting_backends_commit_the_same_post_state(

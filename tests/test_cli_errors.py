@@ -127,7 +127,16 @@ def test_a_read_only_environment_is_exit_2(venv: tuple[Path, Path], tmp_path: Pa
     try:
         subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True)
         proc = cudafix(
-            "remove", "pa", "--venv", ro, "--yes", "--offline", "--find-links", wheels, "--json"
+            "remove",
+            "pa",
+            "--venv",
+            ro,
+            "--yes",
+            "--repair",
+            "--offline",
+            "--find-links",
+            wheels,
+            "--json",
         )
         assert_one_line_error(proc, 2, "Read-only file system", ".cudafix")
         _no_bug(proc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 from clihelp import as_json, cudafix, uv_uninstall
 from conftest import ScenarioFactory
 from test_doctor_next_step import run_words, user_shell
@@ -105,3 +106,21 @@ def test_repair_with_nothing_to_do_prints_json(scenario: ScenarioFactory) -> Non
     done = cudafix("repair", "--dry-run", "--json", "--venv", built.venv)
     assert done.returncode == 0
     assert as_json(done)["state"] == "nothing-to-do"
+
+
+@pytest.mark.parametrize(
+    "name", ["incident", "incident-mirror", "incident-pip", "requires", "runtime", "shadowing"]
+)
+def test_every_problem_carries_its_fix_as_argv_and_reason(
+    scenario: ScenarioFactory, name: str
+) -> None:
+    """doctor --json: each error and warning of a broken scenario names the command that
+    fixes it as an argv (runnable as is) and, apart, why; no command hides in ``hint``."""
+    stage = "ready" if name == "shadowing" else "broken"
+    built = scenario(name, stage)
+    report = as_json(cudafix("doctor", "--venv", built.venv, "--json"))
+    problems = [f for f in report["findings"] if f["severity"] != "info"]
+    assert problems, name
+    for f in problems:
+        assert f["command"][:1] == ["cudafix"] and "--venv" in f["command"], f
+        assert f["reason"], f

@@ -37,3 +37,29 @@ def test_phases_show_on_a_terminal_and_under_verbose_only(scenario: ScenarioFact
     for flag in ("-q", "--json"):
         quiet = cudafix_tty(*args, flag)
         assert not any(p in quiet.output for p in PHASES), (flag, quiet.output)
+
+
+APPLY = ("snapshot: ", "probing the environment", "committed transaction")
+
+
+def test_a_transaction_reports_its_steps_as_progress_and_quiet_says_only_the_verdict(
+    scenario: ScenarioFactory,
+) -> None:
+    """The apply steps (snapshot, uninstalling, probing, committed) are progress: shown
+    under ``-v`` (and on a terminal), not off a terminal, and never under ``-q`` or
+    ``--json``; ``-q`` prints the verdict and what next, not the plan."""
+    built = scenario("clean")
+    args = ["remove", "nvidia-nvtx-cu12", "--venv", built.venv]
+    quiet = cudafix("-q", *args, "--dry-run")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout.startswith("Verdict: PASS") and "Remove:" not in quiet.stdout
+    for before, after in (([], ["--json"]), (["-q"], []), ([], [])):
+        done = cudafix(*before, *args, "--yes", *after)
+        assert done.returncode == 0, done.stderr
+        assert not any(step in done.stderr for step in APPLY), (before, after, done.stderr)
+        assert cudafix("undo", "last", "--venv", built.venv, "--yes").returncode == 0
+    told = cudafix("-v", *args, "--yes")
+    assert told.returncode == 0, told.stderr
+    assert all(step in told.stderr for step in (*APPLY, "uninstalling nvidia-nvtx-cu12")), (
+        told.stderr
+    )

@@ -437,7 +437,9 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
     if flags.as_json and flags.dry_run:
         click.echo(plan.model_dump_json(indent=2))
     elif not flags.as_json:
-        click.echo(render_plan(plan, stdout_style(), dry_run=flags.dry_run))
+        click.echo(
+            render_plan(plan, stdout_style(), dry_run=flags.dry_run, verbosity=OUTPUT.verbosity)
+        )
     if flags.dry_run:
         raise click.exceptions.Exit(ExitCode.OK if plan.verdict == "pass" else ExitCode.REFUSED)
     refuse_unless_allowed(plan, flags.run.force)

@@ -81,9 +81,19 @@ def _site(plan: Plan, path: str) -> str:
     return site_relative(path, plan.target.site_packages, plan.target.prefix)
 
 
-def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> str:
-    """The plan as sections: what goes, what comes back, what breaks, the verdict, what next."""
+def render_plan(
+    plan: Plan, style: Style = plain, *, dry_run: bool = True, verbosity: Verbosity = 0
+) -> str:
+    """The plan as sections: what goes, what comes back, what breaks, the verdict, what next
+    (under ``verbosity`` -1, ``--quiet``: the verdict, its reasons and what next only)."""
     plan = printable(plan)
+    verdict = _plan_verdict(plan, style, dry_run)
+    if verbosity < 0:
+        return "\n".join(verdict)
+    return "\n".join([*_plan_sections(plan, style), "", *verdict])
+
+
+def _plan_sections(plan: Plan, style: Style) -> list[str]:
     out: list[str] = [f"Environment: {plan.target.prefix}"]
     out += _section(
         "Remove",
@@ -158,7 +168,11 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
         [f"{r.distribution}: {r.entry!r} ({r.reason})" for r in plan.refused_paths],
     )
     out += _section("Warnings", [style("! ", fg="yellow") + w for w in plan.warnings])
-    out.append("")
+    return out
+
+
+def _plan_verdict(plan: Plan, style: Style, dry_run: bool) -> list[str]:
+    out: list[str] = []
     if plan.verdict == "pass":
         out.append(style("Verdict: PASS", fg="green", bold=True) + f"  ({_counts(plan)})")
         if dry_run:
@@ -182,7 +196,7 @@ def render_plan(plan: Plan, style: Style = plain, *, dry_run: bool = True) -> st
                 f"run fetches and compares them, from {where}):"
             )
             out += [f"  {shell_join(a.argv)}\n      # {a.summary}" for a in unchecked]
-    return "\n".join(out)
+    return out
 
 
 def _script_probes(plan: Plan) -> list[str]:
@@ -236,6 +250,10 @@ def _more(total: int, shown: int, what: str) -> list[str]:
     return [f"    ... and {total - shown} more {what}".rstrip()] if total > shown else []
 
 
+Verbosity = int
+"""-1 ``--quiet``: the verdict and the next command; 0: problems, one line per kind of
+information; 1 ``--verbose``: every finding."""
+
 _DETAILS = 8
 _MARK = {"error": ("x", "red"), "warning": ("!", "yellow"), "info": ("i", "blue")}
 _NOTES = {
@@ -248,10 +266,6 @@ _NOTES = {
     "unmanaged": "installs cudafix does not plan for",
     "relocated": "scripts whose shebang was rewritten for this location (a relocated venv)",
 }
-
-Verbosity = int
-"""-1 ``--quiet``: the verdict and the next command; 0: problems, one line per kind of
-information; 1 ``--verbose``: every finding."""
 
 
 def render_report(report: DoctorReport, style: Style = plain, verbosity: Verbosity = 0) -> str:

@@ -116,5 +116,10 @@ OnEvent = Callable[[str], None]
 """Where a run reports progress and warnings (the CLI sends them to stderr)."""
 
 
+class Progress(str):
+    """An event that only says how far a flow got (the CLI shows it on a terminal, or
+    under ``-v``), as opposed to a warning, which is always shown."""
+
+
 def quiet(_message: str) -> None:
     """The default ``on_event``: say nothing."""

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
+from packaging.requirements import Requirement
+
 from cudafix.env.inventory import Inventory, SharedPath
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
@@ -69,7 +71,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         *_unresolved(inv, chains.edges.values(), cmd, facts, wanted),
         *_mixed_cuda(facts, chains, cmd),
         *_shadowed(facts, chains.edges.values(), cmd),
-        *_requirements(facts, cmd, wanted),
+        *_requirements(facts, cmd, wanted, installs),
         *_unsafe(inv),
         *_unreadable(inv),
         *_bad_elf(facts),
@@ -272,6 +274,12 @@ def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> I
             paths=[s.path for s in paths],
             owners=list(owners),
             command=cmd.argv("remove", spare[-1], "--repair", "--dry-run") if differ else [],
+            reason=(
+                f"removes {spare[-1]} and reinstalls the other owners, so each path holds "
+                "its remaining owner's bytes"
+                if differ
+                else None
+            ),
             hint=(
                 "uninstalling any one of them with pip or uv deletes these files for all; "
                 + (
@@ -433,12 +441,16 @@ def _unresolved(
         claimants = _claimants(inv, e.need)
         severity: Severity = "error" if claimants or e.chains else "info"
         why = ""
-        step = _install_step(cmd, wanted, owner) if not claimants else None
-        hint = cmd("repair", "--dry-run") if claimants else None
+        step = (
+            _install_step(cmd, wanted, owner)
+            if not claimants
+            else _step(cmd.argv("repair", "--dry-run"), f"reinstalls {', '.join(claimants)}")
+        )
+        hint: str | None = None
         optional = facts.runtime.optional.get(e.requester)
         if not claimants and e.need in system:
             severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
-            hint = f"nothing to do unless this host should have {system[e.need]}"
+            step, hint = None, f"nothing to do unless this host should have {system[e.need]}"
         elif not claimants and optional is not None:
             severity = "info"
             why = f"; {optional.framework} imports it only if it can, and runs without it"
@@ -662,6 +674,10 @@ def _majors_finding(
         command=cmd.argv("remove", f"nvidia-*-cu{leftover[0]}", "--repair", "--dry-run")
         if len(by_major) == 1 and leftover
         else [],
+        reason=f"what import loads needs only cu{next(iter(by_major))}; the cu{leftover[0]} "
+        "wheels are leftovers no framework needs"
+        if len(by_major) == 1 and leftover
+        else None,
     )
 
 
@@ -785,7 +801,7 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
         for e, competing in wrong or contested[:1]:
             provider = e.provider or ""
             unwanted = next(iter(_owners_abs(inv, provider)), "NAME")
-            remove = cmd("remove", unwanted, "--dry-run")
+            remove = cmd("remove", unwanted, "--repair", "--dry-run")
             yield Finding(
                 kind="shadowed",
                 severity="warning" if wrong else "info",
@@ -806,7 +822,11 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
                 hint=f"remove the copy its distribution does not require: `{remove}`"
                 if wrong
                 else None,
-                command=cmd.argv("remove", unwanted, "--dry-run") if wrong else [],
+                command=cmd.argv("remove", unwanted, "--repair", "--dry-run") if wrong else [],
+                reason=f"removes {unwanted}, whose copy is found first, and reinstalls what "
+                "shares its paths"
+                if wrong
+                else None,
             )
 
 
@@ -857,11 +877,16 @@ def _show_env(inv: Inventory, path: str) -> str:
 
 
 def _requirements(
-    facts: Facts, cmd: _Commands, wanted: tuple[MissingRequirement, ...]
+    facts: Facts,
+    cmd: _Commands,
+    wanted: tuple[MissingRequirement, ...],
+    installs: Mapping[str, str],
 ) -> Iterable[Finding]:
     """Broken Requires-Dist; one that names a distribution not installed at all is fixed by
-    installing it as required (``cudafix install NAME==VERSION``, which ``repair`` also does)."""
+    installing it as required (``cudafix install NAME==VERSION``, which ``repair`` also does),
+    one that ``repair`` installs for a framework's extra (``installs``) by ``repair``."""
     missing = {(m.distribution, m.requirement): m for m in wanted}
+    repairable = {normalize_name(Requirement(spec).name) for spec in installs}
     for p in check_requirements(facts.inventory.distributions, facts.marker_env):
         gone = missing.get((p.distribution, p.requirement))
         step = (
@@ -870,6 +895,12 @@ def _requirements(
                 f"installs it as {p.distribution} requires",
             )
             if gone is not None
+            else _step(
+                cmd.argv("repair", "--dry-run"),
+                f"installs a version {p.requirement.split(';')[0].strip()} allows, as uv "
+                f"resolves it (or remove {p.distribution})",
+            )
+            if normalize_name(Requirement(p.requirement).name) in repairable
             else {
                 "hint": "install a matching version, or "
                 f"`{cmd('remove', p.distribution, '--dry-run')}`"

@@ -22,7 +22,13 @@ from cudafix.model.names import EnvPath
 from cudafix.model.plan import Plan, input_problems, refuse_unless_allowed
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
-from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, TransactionResult, quiet
+from cudafix.model.transaction import (
+    DEFAULT_LOCK_TIMEOUT,
+    OnEvent,
+    Progress,
+    TransactionResult,
+    quiet,
+)
 from cudafix.tx import files, journal, snapshot
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.journal import Event
@@ -203,7 +209,7 @@ class _Apply:
         if plan.remove:
             names = [r.name for r in plan.remove]
             journal.append(tx.journal, Event.UNINSTALL_BEGIN, {"names": names})
-            ctx.on_event(f"uninstalling {', '.join(names)}")
+            ctx.on_event(Progress(f"uninstalling {', '.join(names)}"))
             with ctx.backend_runs():
                 done = backend.uninstall(names)
             ctx.backend_step(tx, f"{opts.backend} uninstall", done)
@@ -228,7 +234,7 @@ class _Apply:
         ctx, tx, plan = self.ctx, self.tx, self.plan
         pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
         journal.append(tx.journal, Event.REINSTALL_BEGIN, {"pins": pins})
-        ctx.on_event(f"reinstalling {', '.join(pins)}")
+        ctx.on_event(Progress(f"reinstalling {', '.join(pins)}"))
         # Co-owners of one path in one backend call race for it: one call each, in order.
         for i, batch in enumerate([[p] for p in pins] if plan.holders_after else [pins]):
             for chosen, group in self._calls(backend, batch, i if plan.holders_after else 0):
@@ -241,7 +247,7 @@ class _Apply:
         ctx, tx, plan = self.ctx, self.tx, self.plan
         pins = [f"{i.name}=={i.version}" for i in plan.install]
         journal.append(tx.journal, Event.INSTALL_BEGIN, {"pins": pins})
-        ctx.on_event(f"installing {', '.join(pins)}")
+        ctx.on_event(Progress(f"installing {', '.join(pins)}"))
         for chosen, group in self._calls(backend, pins, len(plan.reinstall)):
             with ctx.backend_runs():
                 done = chosen.reinstall(group)

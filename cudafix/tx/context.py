@@ -23,7 +23,7 @@ from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import CudafixError, LockedError, RollbackIncomplete, TransactionFailed
 from cudafix.model.names import normalize_name, split_dist_info_name
 from cudafix.model.probe import ProbeSpec
-from cudafix.model.transaction import DEFAULT_KEEP, OnEvent
+from cudafix.model.transaction import DEFAULT_KEEP, OnEvent, Progress
 from cudafix.process import Completed
 from cudafix.tx import journal, snapshot
 from cudafix.tx.history import gc
@@ -124,7 +124,7 @@ class RunContext:
             if not isinstance(exc, OSError | CudafixError):
                 raise
             raise _not_snapshotted(self.prefix, exc) from exc
-        self.on_event(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}")
+        self.on_event(Progress(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}"))
         return manifest
 
     @staticmethod
@@ -156,7 +156,7 @@ class RunContext:
     def probe(self, tx: TxDir, python: Path, spec: ProbeSpec) -> tuple[str, ...]:
         """Run the probes; the labels that passed, or :class:`StepFailed`."""
         journal.append(tx.journal, Event.PROBE_BEGIN)
-        self.on_event("probing the environment")
+        self.on_event(Progress("probing the environment"))
         results = run_probes(self.prefix, python, spec, tx.root)
         journal.append(tx.journal, Event.PROBE_DONE, {"results": [r.__dict__ for r in results]})
         for note in (r.note for r in results if r.note):
@@ -176,7 +176,7 @@ class RunContext:
             narrowed = exc.restore if isinstance(exc, StepFailed) else None
             with interrupts_held():
                 self._fail(tx, _reason(exc), exc, narrowed or manifest)
-        self.on_event(f"committed transaction {tx.txid}")
+        self.on_event(Progress(f"committed transaction {tx.txid}"))
         with contextlib.suppress(OSError, CudafixError):
             gc(self.prefix, keep=DEFAULT_KEEP)
         return done

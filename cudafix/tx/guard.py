@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
 from cudafix.model.probe import ProbeSpec
-from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, quiet
+from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, Progress, quiet
 from cudafix.process import Completed, activated, run_live
 from cudafix.tx import journal, snapshot
 from cudafix.tx.context import RunContext, StepFailed
@@ -107,7 +107,7 @@ class _Guarded:
     def step(self) -> GuardedRun:
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
         journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(args.argv)})
-        ctx.on_event(f"running {shlex.join(args.argv)}")
+        ctx.on_event(Progress(f"running {shlex.join(args.argv)}"))
         pins = snapshot.pin(tx, self.manifest)
         try:
             done, intrusion = self._run()
