@@ -24,7 +24,7 @@ from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
-from cudafix.model.names import BackendName, DistName
+from cudafix.model.names import BackendName, DistName, EnvPath
 from cudafix.model.plan import Alternative, Options, Plan
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
@@ -435,10 +435,17 @@ def run_command(
         )
         return Judged(tuple(findings), spec)
 
+    dists, owned = facts.inventory.distributions, facts.inventory.owners
+
+    def owners(paths: Sequence[str]) -> list[str]:
+        names = {n for p in paths for n in owned.get(EnvPath(p), ())}
+        return sorted(f"{n}=={dists[n].version}" for n in names if n in dists)
+
     return run_guarded(
         target.prefix,
         argv,
         judge=judge,
+        owners=owners,
         accept=accept,
         timeout=live.timeout,
         echo=live.echo,

@@ -247,8 +247,10 @@ def _spawned(
     env: Mapping[str, str] | None,
     cwd: Path | None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """The wrapped command in its own process group; on leaving, the group is stopped."""
+    """The wrapped command in its own process group; on leaving, the group is stopped, and
+    so is whatever left it (``setsid``) and was handed to cudafix as its subreaper."""
     wrapper = [sys.executable, "-I", "-S", "-c", _WRAPPER, str(os.getpid()), *args]
+    _become_subreaper()
     proc = subprocess.Popen(
         wrapper,
         stdin=subprocess.DEVNULL,
@@ -263,6 +265,50 @@ def _spawned(
     finally:
         stop_group(proc, grace=GRACE if proc.poll() is None else 0.0)
         proc.wait()
+        stop_orphans()
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    """Make this process the subreaper of what it starts (prctl(2)): a descendant that
+    leaves the command's process group (``setsid``, a double fork) and outlives its parent
+    is then reparented here rather than to init, so :func:`stop_orphans` can find it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def stop_orphans(rounds: int = 50) -> None:
+    """SIGKILL and reap the children of this process outside its own process group: what a
+    command left running when it exited, which would otherwise go on changing the
+    environment after the transaction is judged. Killing one may hand over its own
+    children, hence the rounds."""
+    mine = os.getpgrp()
+    for _ in range(rounds):
+        orphans = [pid for pid, pgid in _children(os.getpid()) if pgid != mine]
+        if not orphans:
+            return
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in orphans:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _children(parent: int) -> list[tuple[int, int]]:
+    """(pid, process group) of the live children of ``parent``, read from ``/proc``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[1]) == parent:
+                found.append((int(entry.name), int(fields[2])))
+    return found
 
 
 def run_live(

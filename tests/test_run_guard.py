@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -241,6 +243,15 @@ def test_a_write_in_place_that_keeps_size_and_mtime_is_found(venv: Path) -> None
     assert target.read_bytes() == b"B = 1\n"  # what the command left, and cudafix says so
     said = json.dumps(show(venv, history(venv)[-1].txid).journal)
     assert "pa_mod.py" in said
+    # the way back it names runs as printed and brings pa's own bytes back
+    line = done.stderr.split("reinstall their distributions to bring them back: `")[1]
+    argv = shlex.split(line.split("`")[0])
+    assert argv[:2] == ["cudafix", "run"] and "pa==1.0" in argv
+    wheels = venv.parent / "wheels"
+    env = {"UV_FIND_LINKS": str(wheels), "UV_NO_INDEX": "1"}
+    fixed = cudafix(*argv[1:], env=env)
+    assert fixed.returncode == 0, fixed.stderr
+    assert target.read_bytes() == b"A = 1\n"
 
 
 # -- the target, resolved once ---------------------------------------------------------------
@@ -473,3 +484,16 @@ def test_a_command_that_mends_part_of_a_problem_is_no_new_problem(tmp_path: Path
     worse = cudafix("run", "--venv", prefix, "--no-probe", "--", "rm", str(pm / "m3.py"))
     assert worse.returncode == 1, worse.stderr
     assert "[missing-files]" in worse.stderr and (pm / "m3.py").is_file()
+
+
+def test_a_process_that_leaves_the_group_does_not_outlive_the_run(venv: Path) -> None:
+    """``setsid`` takes a descendant out of the command's process group, so stopping the
+    group misses it; cudafix is its subreaper, and stops it before judging, so it cannot
+    write into the environment after the transaction committed."""
+    late = venv / site_packages(venv) / "late_mod.py"
+    daemon = f"sleep 2; echo X = 1 > {late}"
+    script = f"setsid sh -c '{daemon}' </dev/null >/dev/null 2>&1 & echo ready"
+    done = cudafix("run", "--venv", venv, "--no-probe", "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    time.sleep(4)
+    assert not late.exists()

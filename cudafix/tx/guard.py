@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
+from cudafix.fetch.backend import UvBackend
+from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, Progress, quiet
 from cudafix.process import Completed, activated, run_live
@@ -40,6 +42,13 @@ class Judged:
 Judge = Callable[[], Judged]
 """What the environment looks like now: the problems the command introduced, the probes."""
 
+Owners = Callable[[Sequence[str]], list[str]]
+"""``NAME==VERSION`` of the distributions whose RECORD claims any of the paths."""
+
+
+def _no_owners(_paths: Sequence[str]) -> list[str]:
+    return []
+
 
 @dataclass(frozen=True)
 class GuardArgs:
@@ -51,6 +60,7 @@ class GuardArgs:
     timeout: float | None
     echo: tuple[int, int]
     """File descriptors the command's stdout and stderr are copied to."""
+    owners: Owners = _no_owners
 
 
 COPY_LIMIT = 1 << 20
@@ -79,13 +89,14 @@ def run_guarded(
     echo: tuple[int, int] = (1, 2),
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     command: Sequence[str] = (),
+    owners: Owners = _no_owners,
     on_event: OnEvent = quiet,
 ) -> GuardedRun:
     """Snapshot the whole environment, run ``argv`` (output copied live to ``echo``), then
     commit only when it succeeded, ``judge`` (what the environment looks like now) has
     nothing new and its probes pass; otherwise roll back and raise. ``accept`` commits
     despite ``judge``'s findings; ``timeout`` stops the command and rolls back."""
-    args = GuardArgs(tuple(argv), judge, accept, timeout, echo)
+    args = GuardArgs(tuple(argv), judge, accept, timeout, echo, owners)
     with RunContext.open(prefix, lock_timeout, on_event) as ctx:
         ctx.require_no_pending()
         tx = ctx.begin(journal.opening("run", command, argv=list(argv)))
@@ -93,6 +104,18 @@ def run_guarded(
         copy = _small_outside_site_packages
         manifest = ctx.snapshot(tx, roots, [], copy=copy, whole=True)
         return ctx.execute(tx, manifest, _Guarded(ctx, tx, manifest, args).step)
+
+
+def _reinstall_hint(prefix: Path, pins: Sequence[str]) -> str:
+    """What brings files rewritten in place back: reinstalling their distributions."""
+    if not pins:
+        return "no distribution claims them, so nothing can reinstall them"
+    # The bundled uv, with --no-cache: uv hard-links installed files from its cache, so a
+    # write in place may have gone through the link into the cached copy itself, which a
+    # reinstall (even with --refresh) would link back.
+    argv = UvBackend(prefix / "bin" / "python").reinstall_argv(pins, options=["--no-cache"])
+    line = cudafix_line("run", target=venv_flags(prefix), tail=["--", *argv])
+    return f"reinstall their distributions to bring them back: `{line}`"
 
 
 @dataclass(frozen=True)
@@ -123,11 +146,11 @@ class _Guarded:
         except StepFailed as failed:
             if not in_place:
                 raise
+            hint = _reinstall_hint(prefix, args.owners(in_place))
             raise StepFailed(
                 f"{failed}; {len(in_place)} file(s) were rewritten in place, so their "
                 f"snapshot (a hard link) changed too and they stay as the command left "
-                f"them: {', '.join(in_place[:5])}; after the rollback, `cudafix doctor "
-                f"--venv {shlex.quote(str(prefix))}` names their distributions to repair",
+                f"them: {', '.join(in_place[:5])}; {hint}",
                 restore=snapshot.forget(tx, self.manifest, in_place),
             ) from failed
         if in_place:  # committed with them: undo restores the rest and names these
