@@ -150,7 +150,12 @@ def _plan(facts: Facts, request: Request, sources: Sources, on_event: OnEvent = 
     pins = wheels_needed(facts, request)
     if pins and sources.fetch:
         names = ", ".join(f"{n}=={v}" for n, v in pins)
-        on_event(Progress(f"  fetching {len(pins)} wheel(s) to check them: {names}"))
+        on_event(
+            Progress(
+                f"  fetching {len(pins)} wheel(s) to check them: {names} (uv installs them "
+                "into a scratch directory outside the environment)"
+            )
+        )
     staged = with_staging(facts, _stage(facts, pins, sources))
     if staged.staging.wheels:
         on_event(Progress(f"  fetched {_fetched(staged)}"))

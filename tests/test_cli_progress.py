@@ -28,6 +28,9 @@ def test_phases_show_on_a_terminal_and_under_verbose_only(scenario: ScenarioFact
     assert shown.returncode == 0, shown.output
     at = [shown.output.find(p) for p in PHASES]
     assert -1 not in at and at == sorted(at), shown.output
+    # uv's own display (resolving, the progress bar, its summary) shows while it fetches
+    uv_said = shown.output.find("Resolved")
+    assert at[2] < uv_said < at[3], shown.output
     assert shown.output.index(PHASES[-1]) < shown.output.index("Verdict: PASS")
 
     piped = cudafix(*args)
@@ -37,6 +40,7 @@ def test_phases_show_on_a_terminal_and_under_verbose_only(scenario: ScenarioFact
     for flag in ("-q", "--json"):
         quiet = cudafix_tty(*args, flag)
         assert not any(p in quiet.output for p in PHASES), (flag, quiet.output)
+        assert "Resolved" not in quiet.output, (flag, quiet.output)
 
 
 APPLY = ("snapshot: ", "probing the environment", "committed transaction")

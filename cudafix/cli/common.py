@@ -340,6 +340,7 @@ def _plan_flags(**kw: Any) -> PlanFlags:
             fetch=not kw["no_fetch"],
             index_url=kw["index_url"] or None,
             extra_index_urls=tuple(kw["extra_index_urls"]),
+            progress_fd=sys.stderr.fileno() if _shows_progress() and sys.stderr.isatty() else None,
         ),
         backend=kw["backend"],
         backend_given=ctx.get_parameter_source("backend") == ParameterSource.COMMANDLINE,

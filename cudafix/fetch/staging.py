@@ -38,7 +38,7 @@ from cudafix.model.names import (
     split_dist_info_name,
 )
 from cudafix.model.sources import Sources
-from cudafix.process import run
+from cudafix.process import Completed, run, run_live
 from cudafix.tx.journal import crash_point
 
 STAGE_TIMEOUT = 1800.0
@@ -123,7 +123,7 @@ def _stage_together(
     the real install writes."""
     texts = [f"{n}=={v}" for n, v in pins]
     with scratch_dir() as tmp:
-        done = run(uv.stage_argv(texts, str(tmp)), timeout=STAGE_TIMEOUT)
+        done = _run_uv(uv.stage_argv(texts, str(tmp)), uv.sources.progress_fd)
         if done.returncode != 0:
             lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
             said = lines[-1] if lines else f"uv exited with status {done.returncode}"
@@ -139,6 +139,15 @@ def _stage_together(
         else:
             wheels[(name, version)] = wheel
     return wheels, problems
+
+
+def _run_uv(argv: Sequence[str], progress_fd: int | None) -> Completed:
+    """uv's staging call: captured, or with its progress display live on ``progress_fd``
+    (a first download of a GB-sized CUDA wheel is minutes), its tail still kept."""
+    if progress_fd is None:
+        return run(argv, timeout=STAGE_TIMEOUT)
+    with open(os.devnull, "wb") as sink:
+        return run_live(argv, echo=(sink.fileno(), progress_fd), timeout=STAGE_TIMEOUT)
 
 
 _MACHINE = re.compile(r"\(os error (28|122|30|13)\)|No space left on device|Read-only file system")

@@ -7,7 +7,7 @@ another node fetches from where it was planned.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PYPI = "https://pypi.org/simple"
 
@@ -25,6 +25,9 @@ class Sources:
     """The index in place of PyPI (``--index-url``, ``$UV_INDEX_URL``, ``$UV_DEFAULT_INDEX``)."""
     extra_index_urls: tuple[str, ...] = ()
     """Indexes searched besides it (``--extra-index-url``, ``$UV_EXTRA_INDEX_URL``)."""
+    progress_fd: int | None = field(default=None, compare=False)
+    """Where uv's own download progress is shown while it stages wheels (the user's
+    terminal); None: its output is captured. How to fetch, never where from: not saved."""
 
     def cli_args(self) -> list[str]:
         """The sources as cudafix's (and uv's) options, for a command printed to run next."""
