@@ -20,8 +20,11 @@ direction: plain ``uv pip uninstall`` of the four cu13 breaks ``import torch``; 
 exits 1 naming the clobbered cu12 paths; its printed command, run verbatim (then without
 ``--dry-run``, with ``--yes``) exits 0; torch reports the cu12 cuDNN; ``doctor`` exits 0. And
 ``cudafix remove 'nvidia-*-cu13'`` refuses, ``--repair --yes`` (wheels from PyPI) commits,
-torch reports the cu12 cuDNN, ``doctor`` exits 0. Last, cudafix's resolver against ``ldd`` on
-every ELF object of both built venvs.
+torch reports the cu12 cuDNN, ``doctor`` exits 0. A file of torch itself deleted: ``repair
+--yes`` reinstalls torch and commits, ``doctor`` exits 0. The opencv pair (``opencv``:
+``opencv-python`` and ``opencv-contrib-python`` 4.14.0.94, both shipping ``cv2/``): removing
+one is refused, ``--repair --yes`` commits, ``cv2.imread`` works, ``undo`` commits. Last,
+cudafix's resolver against ``ldd`` on every ELF object of both built venvs.
 
 Prints Markdown; writes ``bench-out/e2e-real-*.json``. Exit 0 only when every check holds.
 """
@@ -368,6 +371,52 @@ def seed_direction(run: Run, base: Path, work: Path, wheel_dir: Path | None) -> 
     shutil.rmtree(venv, ignore_errors=True)
 
 
+def torch_repair(run: Run, base: Path, work: Path, wheel_dir: Path | None) -> None:
+    """A file of torch itself goes: ``repair`` reinstalls torch and must commit (its probes
+    never dlopen ``torch/bin/torch_shm_manager``, a PIE executable)."""
+    venv = work / "torch-repair"
+    copy(base, venv)
+    (site_packages(venv) / "torch" / "lib" / "libtorch_global_deps.so").unlink()
+    links = ["--find-links", str(wheel_dir)] if wheel_dir else []
+    argv: list[str | Path] = [*cudafix_argv(), "repair", "--venv", venv, "--yes", *links]
+    done = run.step(f"torch: cudafix repair --yes {' '.join(links)} (reinstalls torch)", argv)
+    run.check(
+        "torch: repair reinstalling torch commits (exit 0)", done.returncode == 0, tail_line(done)
+    )
+    judge_doctor(run, "torch: doctor exits 0 after repair", "torch: doctor after repair", venv, ())
+    shutil.rmtree(venv, ignore_errors=True)
+
+
+OPENCV = ("opencv-python==4.14.0.94", "opencv-contrib-python==4.14.0.94")
+IMREAD = "import cv2; assert callable(cv2.imread); print(cv2.__version__)"
+
+
+def opencv_pair(run: Run, root: Path, work: Path, python3: str) -> None:
+    """Both ship ``cv2/``: removing one is refused, ``--repair`` commits with ``cv2`` probed
+    and working, and ``undo`` restores the tree."""
+    base = root / "opencv"
+    if not (base / "bin" / "python").exists():
+        run.step("opencv: python3 -m venv", [python3, "-m", "venv", base])
+        run.step(f"opencv: pip install {' '.join(OPENCV)}", [*pip(base), "install", *OPENCV])
+    venv = work / "opencv"
+    copy(base, venv)
+    argv: list[str | Path] = [*cudafix_argv(), "remove", "opencv-python", "--venv", venv]
+    done = run.step("opencv: cudafix remove opencv-python --dry-run", [*argv, "--dry-run"])
+    run.check(
+        "opencv: the plain removal is refused (exit 3)", done.returncode == 3, tail_line(done)
+    )
+    done = run.step(
+        "opencv: cudafix remove opencv-python --repair --yes", [*argv, "--repair", "--yes"]
+    )
+    run.check("opencv: --repair commits (exit 0)", done.returncode == 0, tail_line(done))
+    done = run.step("opencv: cv2.imread after --repair", [venv / "bin" / "python", "-c", IMREAD])
+    run.check("opencv: cv2.imread works after --repair", done.returncode == 0, tail_line(done))
+    undo: list[str | Path] = [*cudafix_argv(), "undo", "last", "--venv", venv, "--yes"]
+    done = run.step("opencv: cudafix undo last --yes", undo)
+    run.check("opencv: undo commits (exit 0)", done.returncode == 0, tail_line(done))
+    shutil.rmtree(venv, ignore_errors=True)
+
+
 def tail_line(done: Timed) -> str:
     lines = [ln for ln in (done.stdout + "\n" + done.stderr).splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("error: ")]
@@ -496,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
         "nvidia-cudnn-cu13 wheel found in pip's local index", wheel_dir is not None, str(wheel_dir)
     )
     seed_direction(run, seed, work, wheel_dir)
+    torch_repair(run, root / SEED.pristine, work, wheel_dir)
+    opencv_pair(run, root, work, args.python3)
     incident_plain(run, incident, work)
     incident_remove(run, incident, work)
     ldd: dict[str, tuple[Comparison, float]] = {}

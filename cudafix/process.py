@@ -228,16 +228,23 @@ def stop_group(proc: subprocess.Popen[bytes], grace: float = GRACE) -> None:
 def group_members(pgid: int) -> list[tuple[int, str]]:
     """Live processes of process group ``pgid`` (pid, command line), read from ``/proc``."""
     found = []
+    for pid, state, _ppid, group in _processes():
+        if state != "Z" and group == pgid:
+            with contextlib.suppress(OSError):
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                found.append((pid, cmd.decode(errors="replace").strip()))
+    return found
+
+
+def _processes() -> Iterator[tuple[int, str, int, int]]:
+    """(pid, state, parent pid, process group) of every process, from ``/proc/PID/stat``."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError, ValueError, IndexError):
             stat = (entry / "stat").read_text()
             fields = stat[stat.rindex(")") + 2 :].split()
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-                found.append((int(entry.name), cmd.decode(errors="replace").strip()))
-    return found
+            yield int(entry.name), fields[0], int(fields[1]), int(fields[2])
 
 
 @contextlib.contextmanager
@@ -286,7 +293,8 @@ def stop_orphans(rounds: int = 50) -> None:
     children, hence the rounds."""
     mine = os.getpgrp()
     for _ in range(rounds):
-        orphans = [pid for pid, pgid in _children(os.getpid()) if pgid != mine]
+        me = os.getpid()
+        orphans = [pid for pid, _, ppid, pgid in _processes() if ppid == me and pgid != mine]
         if not orphans:
             return
         for pid in orphans:
@@ -295,20 +303,6 @@ def stop_orphans(rounds: int = 50) -> None:
         for pid in orphans:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-
-
-def _children(parent: int) -> list[tuple[int, int]]:
-    """(pid, process group) of the live children of ``parent``, read from ``/proc``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[1]) == parent:
-                found.append((int(entry.name), int(fields[2])))
-    return found
 
 
 def run_live(
