@@ -12,11 +12,15 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
 from clihelp import as_json, assert_one_line_error, cudafix
 from conftest import ScenarioFactory
 from ptyhelp import cudafix_tty
 
 from cudafix import __version__
+
+pytestmark = pytest.mark.slow
+"""Runs the CLI on real venvs: left out of ``make test-fast``."""
 
 ESC = "\x1b["
 NO_ENV = {"VIRTUAL_ENV": "", "UV_PYTHON": "", "NO_COLOR": ""}

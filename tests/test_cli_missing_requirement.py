@@ -20,6 +20,9 @@ from test_doctor_next_step import run_words, user_shell
 from benchmarks.follow import applying, names_target, printed_next
 from scenarios import BuiltScenario
 
+pytestmark = pytest.mark.slow
+"""Runs the CLI on real venvs: left out of ``make test-fast``."""
+
 PIN = "nvidia-cudnn-cu12==9.10.2.21"
 
 

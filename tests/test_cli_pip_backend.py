@@ -11,9 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ScenarioFactory
 
 from scenarios.build import uv_binary
+
+pytestmark = pytest.mark.slow
+"""Runs the CLI on real venvs: left out of ``make test-fast``."""
 
 
 def _cudafix_without_pip(where: Path) -> Path:

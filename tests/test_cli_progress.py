@@ -7,9 +7,13 @@ installing the missing requirement takes, fetches two wheels and simulates.
 
 from __future__ import annotations
 
+import pytest
 from clihelp import cudafix, uv_uninstall
 from conftest import ScenarioFactory
 from ptyhelp import cudafix_tty
+
+pytestmark = pytest.mark.slow
+"""Runs the CLI on real venvs: left out of ``make test-fast``."""
 
 PHASES = (
     "reading distributions and ELF objects",

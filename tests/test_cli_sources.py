@@ -13,11 +13,15 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
 from clihelp import as_json, cudafix
 from conftest import ScenarioFactory
 
 from scenarios import BuiltScenario
 from scenarios.build import uv_binary
+
+pytestmark = pytest.mark.slow
+"""Runs the CLI on real venvs: left out of ``make test-fast``."""
 
 LIB = "nvidia/nvtx/lib/libnvToolsExt.so.1"
 

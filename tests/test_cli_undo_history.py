@@ -11,12 +11,16 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from clihelp import as_json, assert_one_line_error, cudafix, uv_uninstall
 from conftest import ScenarioFactory
 from ptyhelp import cudafix_tty
 
 from scenarios import BuiltScenario
 from scenarios.build import uv_binary
+
+pytestmark = pytest.mark.slow
+"""Runs the CLI on real venvs: left out of ``make test-fast``."""
 
 TIME = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b")
 

@@ -15,6 +15,9 @@ from test_doctor_next_step import run_words, user_shell
 
 from benchmarks.follow import applying, names_target, printed_next
 
+pytestmark = pytest.mark.slow
+"""Runs the CLI on real venvs: left out of ``make test-fast``."""
+
 BROKEN = ["incident", "incident-mirror", "incident-pip", "requires", "shadowing"]
 
 

@@ -23,6 +23,9 @@ from txhelp import UV, install, make_wheel, uv_env
 
 import cudafix as cudafix_package
 
+pytestmark = pytest.mark.slow
+"""Runs the CLI on real venvs: left out of ``make test-fast``."""
+
 USER = "cudafix-reader"
 ROOT = Path(cudafix_package.__file__).resolve().parent.parent
 SITE = next(p for p in map(Path, sys.path) if p.name == "site-packages" and (p / "click").is_dir())

@@ -25,6 +25,9 @@ from cudafix.tx.history import history, show
 from cudafix.tx.recovery import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
+pytestmark = pytest.mark.slow
+"""Runs the CLI on real venvs: left out of ``make test-fast``."""
+
 
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
