@@ -103,12 +103,41 @@ def run(
 # -- live commands -------------------------------------------------------------------------
 
 _WRAPPER = r"""
-import ctypes, os, signal, sys
+import ctypes, os, signal, sys, time
 parent, argv = int(sys.argv[1]), sys.argv[2:]
+me, group = os.getpid(), os.getpgrp()
+def others():
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            st = open(f"/proc/{d}/stat").read()
+            f = st[st.rindex(")") + 2 :].split()
+            if int(d) != me and f[0] != "Z" and (int(f[1]) == me or int(f[2]) == group):
+                found.append(int(d))
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
 def stop(*_):
+    for _ in range(200):
+        left = others()
+        if not left:
+            break
+        for p in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        time.sleep(0.005)
     os.killpg(0, signal.SIGKILL)
 signal.signal(signal.SIGTERM, stop)
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(1, signal.SIGTERM)
+libc.prctl(36, 1)
 if os.getppid() != parent:
     stop()
 pid = os.fork()
@@ -135,7 +164,9 @@ if code < 0:
 os._exit(code)
 """
 """The command's parent: it dies (killing the group) when cudafix dies, even by SIGKILL
-(``PR_SET_PDEATHSIG`` reaches only a direct child, not the command's own children)."""
+(``PR_SET_PDEATHSIG`` reaches only a direct child, not the command's own children). It is
+the subreaper of what the command starts, so a process that left the group (``setsid``)
+and lost its parent is its child, and is stopped with the group."""
 
 
 class _Tail:

@@ -187,6 +187,26 @@ def test_sigkill_of_cudafix_alone_kills_the_command(venv: Path) -> None:
     assert not diff_fingerprints(before, fingerprint(venv))
 
 
+def test_sigkill_of_cudafix_also_stops_what_left_the_group(venv: Path) -> None:
+    """A descendant that left the command's group (``setsid``) is the wrapper's child once
+    its parent dies (the wrapper is its subreaper), so it dies with cudafix too: it can no
+    longer write into the environment after ``recover`` rolled back."""
+    sp = venv / site_packages(venv)
+    late = sp / "late_mod.py"
+    daemon = f"sleep 3; echo X = 1 > {late}"
+    script = f"setsid sh -c '{daemon}' </dev/null >/dev/null 2>&1 & echo ready; sleep 600"
+    proc = _spawn("run", "--venv", venv, "--", "sh", "-c", script)
+    list(_lines_until(proc, "ready"))
+    pgid = _pgid(venv)
+    proc.kill()
+    proc.communicate(timeout=300)
+    _wait_gone(pgid)
+    done = cudafix("recover", "--venv", venv)
+    assert done.returncode == 0, done.stderr
+    time.sleep(5)
+    assert not late.exists()
+
+
 def test_recover_refuses_while_a_process_of_the_transaction_lives(venv: Path) -> None:
     """cudafix and the command's parent killed at once (an OOM kill): the command lives on,
     and recover says so instead of rolling back under it."""
