@@ -267,7 +267,8 @@ def test_a_copy_on_the_consumers_own_path_from_another_build_warns(tmp_path: Pat
     assert shadowed["need"] == "libcupti.so.13"
     assert shadowed["consumer"].endswith("torch/lib/libtorch_cuda.so")
     assert shadowed["provider"].endswith("triton/backends/nvidia/lib/cupti/libcupti.so.13")
-    assert f"cudafix remove triton --dry-run --venv {built.venv}" in shadowed["hint"]
+    # triton ships the nvidia/__init__.py the nvidia wheels claim too: --repair, not bare
+    assert f"cudafix remove triton --repair --dry-run --venv {built.venv}" in shadowed["hint"]
 
 
 def test_own_files_holding_another_builds_bytes_are_found_and_repair_fixes_them(
@@ -380,7 +381,9 @@ def test_the_shadowing_scenario_warns_and_names_the_copy_to_remove(
     assert shadowed["need"] == "libcusparseLt.so.0" and proc.returncode == 1
     assert shadowed["provider"].endswith("nvidia/cusparselt/lib/libcusparseLt.so.0")
     assert (
-        f"cudafix remove nvidia-cusparselt-cu12 --dry-run --venv {built.venv}" in (shadowed["hint"])
+        # it shares nvidia/__init__.py with the cu13 wheel: the bare removal is refused
+        f"cudafix remove nvidia-cusparselt-cu12 --repair --dry-run --venv {built.venv}"
+        in (shadowed["hint"])
     )
 
 

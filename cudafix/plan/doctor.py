@@ -15,7 +15,7 @@ from typing import TypedDict
 
 from packaging.requirements import Requirement
 
-from cudafix.env.inventory import Inventory, SharedPath
+from cudafix.env.inventory import Inventory, SharedPath, is_bytecode
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import (
@@ -801,7 +801,10 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
         for e, competing in wrong or contested[:1]:
             provider = e.provider or ""
             unwanted = next(iter(_owners_abs(inv, provider)), "NAME")
-            remove = cmd("remove", unwanted, "--repair", "--dry-run")
+            # --repair when the copy's distribution shares paths: removing it bare is refused
+            shares = any(unwanted in c.owners and not is_bytecode(c.path) for c in inv.shared)
+            words = [unwanted, *(["--repair"] if shares else []), "--dry-run"]
+            remove = cmd("remove", *words)
             yield Finding(
                 kind="shadowed",
                 severity="warning" if wrong else "info",
@@ -822,9 +825,9 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
                 hint=f"remove the copy its distribution does not require: `{remove}`"
                 if wrong
                 else None,
-                command=cmd.argv("remove", unwanted, "--repair", "--dry-run") if wrong else [],
-                reason=f"removes {unwanted}, whose copy is found first, and reinstalls what "
-                "shares its paths"
+                command=cmd.argv("remove", *words) if wrong else [],
+                reason=f"removes {unwanted}, whose copy is found first"
+                + (", and reinstalls what shares its paths" if shares else "")
                 if wrong
                 else None,
             )
