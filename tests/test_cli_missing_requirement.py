@@ -127,3 +127,35 @@ def test_every_problem_carries_its_fix_as_argv_and_reason(
     for f in problems:
         assert f["command"][:1] == ["cudafix"] and "--venv" in f["command"], f
         assert f["reason"], f
+
+
+def test_an_extra_none_of_whose_wheels_was_installed_is_no_error(tmp_path: Path) -> None:
+    """A pristine torch 2.14.1 cu130, in small: ``cuda-bindings[all]`` asks for
+    ``cuda-toolkit[nvvm]==13.*``, met by version alone, and no ``nvidia-nvvm`` was ever
+    installed. doctor exited 1 on it with a false ``[requirement]`` error; an extra with one
+    of its wheels left is still judged."""
+    from tests.support.venvs import install, new_venv
+    from tests.support.wheels import make_wheel
+
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "torch", "2.14.1", {"torch/__init__.py": b""},
+               requires=["cuda-toolkit[cublas,curand]==13.0.3"])  # fmt: skip
+    make_wheel(wheels, "cuda-bindings", "13.5.0", {"cuda/__init__.py": b""},
+               requires=['cuda-toolkit[nvvm]==13.*; extra == "all"'])  # fmt: skip
+    toolkit = [
+        'nvidia-nvvm==13.0.88; extra == "nvvm"',
+        'nvidia-cublas==13.1.1.3; extra == "cublas"',
+        'nvidia-curand==10.4.0.35; extra == "curand"',
+    ]
+    make_wheel(wheels, "cuda-toolkit", "13.0.3", {"cuda_toolkit.py": b""}, requires=toolkit)
+    make_wheel(wheels, "nvidia-cublas", "13.1.1.3", {"nvidia/cublas/x.py": b""})
+    make_wheel(wheels, "nvidia-curand", "10.4.0.35", {"nvidia/curand/x.py": b""})
+    prefix = new_venv(tmp_path / "venv")
+    install(prefix, wheels, "torch", "cuda-bindings", "cuda-toolkit", "nvidia-cublas",
+            "nvidia-curand", deps=False)  # fmt: skip
+    healthy = cudafix("doctor", "--venv", prefix, "--json")
+    assert healthy.returncode == 0, as_json(healthy)["findings"]
+    uv_uninstall(prefix / "bin" / "python", "nvidia-curand")
+    broken = as_json(cudafix("doctor", "--venv", prefix, "--json"))
+    said = [f["message"] for f in broken["findings"] if f["kind"] == "requirement"]
+    assert any("nvidia-curand" in m for m in said), said  # torch's own request still counts

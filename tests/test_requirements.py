@@ -163,29 +163,3 @@ def test_the_closure_follows_requested_extras_only() -> None:
         "nvidia-cufft-cu12",
     }
     assert requirement_closure(dists, ["jax"], LINUX_311, {}) == {"jax"}
-
-
-def test_an_extra_asking_for_extras_that_are_not_met_is_not_requested() -> None:
-    """A real torch 2.14.1 cu130 install: ``cuda-bindings[all]`` asks for
-    ``cuda-toolkit[nvfatbin,nvvm,...]==13.*``. An installed cuda-toolkit 13.0.3 meets the
-    version, not those extras (their wheels are absent), so ``[all]`` was not requested and
-    doctor must not call ``cuda-toolkit[nvvm]``'s missing wheel an error."""
-    toolkit = _dist(
-        "cuda-toolkit",
-        "13.0.3",
-        'nvidia-nvvm==13.0.88.*; extra == "nvvm"',
-        'nvidia-cublas==13.1.1.3; extra == "cublas"',
-    )
-    dists = {
-        d.name: d
-        for d in [
-            _dist("torch", "2.14.1", "cuda-toolkit[cublas]==13.0.3"),
-            _dist("cuda-bindings", "13.5.0", 'cuda-toolkit[nvvm]==13.*; extra == "all"'),
-            toolkit,
-            _dist("nvidia-cublas", "13.1.1.3"),
-        ]
-    }
-    assert requested_extras(dists, LINUX_311) == {"cuda-toolkit": frozenset({"cublas"})}
-    assert check_requirements(dists, LINUX_311, requested_extras(dists, LINUX_311)) == ()
-    with_nvvm = {**dists, "nvidia-nvvm": _dist("nvidia-nvvm", "13.0.88")}
-    assert requested_extras(with_nvvm, LINUX_311)["cuda-bindings"] == frozenset({"all"})

@@ -35,6 +35,7 @@ from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, s
 from cudafix.plan.facts import Facts, elf_providers, load_roots
 from cudafix.plan.requirements import (
     MissingRequirement,
+    applicable,
     check_requirements,
     extra_requirements,
     missing_requirements,
@@ -890,7 +891,11 @@ def _requirements(
     one that ``repair`` installs for a framework's extra (``installs``) by ``repair``."""
     missing = {(m.distribution, m.requirement): m for m in wanted}
     repairable = {normalize_name(Requirement(spec).name) for spec in installs}
+    asked = _asked_for(facts)
     for p in check_requirements(facts.inventory.distributions, facts.marker_env):
+        named = (p.distribution, p.extra)
+        if p.extra and named not in asked and not _partly_installed(facts, *named):
+            continue
         gone = missing.get((p.distribution, p.requirement))
         step = (
             _step(
@@ -916,6 +921,38 @@ def _requirements(
             message=f"{p.requested_as} requires {p.requirement}: {p.reason}",
             **step,
         )
+
+
+def _asked_for(facts: Facts) -> set[tuple[DistName, str]]:
+    """Extras an installed distribution's base requirements name, and what those extras'
+    own requirements name in turn: requested for certain (torch's
+    ``cuda-toolkit[cublas,...]``), unlike extras inferred from their requirements being met."""
+    dists, env = facts.inventory.distributions, facts.marker_env
+    asked: set[tuple[DistName, str]] = set()
+    todo: list[tuple[DistName, str]] = [(n, "") for n in dists]
+    while todo:
+        name, extra = todo.pop()
+        for req, which in applicable(dists[name], env, frozenset({extra} - {""})):
+            dep = normalize_name(req.name)
+            if which != extra or dep not in dists:
+                continue
+            for x in req.extras:
+                key = (dep, normalize_name(x))
+                if key not in asked:
+                    asked.add(key)
+                    todo.append(key)
+    return asked
+
+
+def _partly_installed(facts: Facts, name: DistName, extra: str) -> bool:
+    """Whether some requirement of ``name[extra]`` is installed: an extra counted as
+    requested only because an inferred one names it, none of whose wheels is there, was
+    never installed. A pristine torch cu130 has ``cuda-bindings[all]`` (inferred: its
+    requirements are met by version) ask for ``cuda-toolkit[nvvm]``, with no
+    ``nvidia-nvvm``: no error."""
+    dists = facts.inventory.distributions
+    reqs = extra_requirements(dists[name], extra, facts.marker_env)
+    return any(unmet(r, dists) is None for r in reqs)
 
 
 def _unsafe(inv: Inventory) -> Iterable[Finding]:

@@ -189,28 +189,8 @@ def _holds_for(
 def _all_met(
     dist: Declared, extra: str, distributions: Mapping[DistName, Declared], env: Mapping[str, str]
 ) -> bool:
-    """Whether ``extra``'s requirements are all met, each with the extras it names."""
     reqs = extra_requirements(dist, extra, env)
-    return bool(reqs) and all(_met(r, distributions, env) for r in reqs)
-
-
-def _met(
-    req: Requirement, distributions: Mapping[DistName, Declared], env: Mapping[str, str]
-) -> bool:
-    """``req`` is met, and each extra it names was installed: some requirement of that
-    extra is. ``cuda-bindings[all]`` asks for ``cuda-toolkit[nvvm,...]``; an installed
-    cuda-toolkit with no ``nvvm`` wheel never had that extra installed, so ``[all]`` was not
-    requested. ``jax-cuda12-plugin[with-cuda]`` with one of its wheels removed still was."""
-    if unmet(req, distributions) is not None:
-        return False
-    dep = distributions.get(normalize_name(req.name))
-    if dep is None:
-        return True
-    for extra in req.extras:
-        adds = extra_requirements(dep, normalize_name(extra), env)
-        if adds and all(unmet(r, distributions) is not None for r in adds):
-            return False
-    return True
+    return bool(reqs) and all(unmet(r, distributions) is None for r in reqs)
 
 
 def _unsatisfied(
