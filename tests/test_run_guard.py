@@ -172,18 +172,27 @@ def _wait_gone(pgid: int) -> None:
         os.sched_yield()
 
 
+def _killed_then_recovered(
+    venv: Path, proc: subprocess.Popen[str]
+) -> subprocess.CompletedProcess[str]:
+    """SIGKILL cudafix once its command said ``ready``, wait until the command's group is
+    gone too (it dies with cudafix; before, ``sleep`` lived on), then ``recover``."""
+    list(_lines_until(proc, "ready"))
+    pgid = _pgid(venv)
+    proc.kill()
+    proc.communicate(timeout=300)
+    _wait_gone(pgid)
+    done = cudafix("recover", "--venv", venv)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_sigkill_of_cudafix_alone_kills_the_command(venv: Path) -> None:
     before = fingerprint(venv)
     sp = venv / site_packages(venv)
     script = f"echo new > {sp}/new_mod.py; echo ready; sleep 600"
     proc = _spawn("run", "--venv", venv, "--", "sh", "-c", script)
-    list(_lines_until(proc, "ready"))
-    pgid = _pgid(venv)
-    proc.kill()
-    proc.communicate(timeout=300)
-    _wait_gone(pgid)  # the command died with cudafix; before, `sleep` lived on
-    done = cudafix("recover", "--venv", venv)
-    assert done.returncode == 0, done.stderr
+    _killed_then_recovered(venv, proc)  # the command died with cudafix
     assert not diff_fingerprints(before, fingerprint(venv))
 
 
@@ -196,13 +205,7 @@ def test_sigkill_of_cudafix_also_stops_what_left_the_group(venv: Path) -> None:
     daemon = f"sleep 3; echo X = 1 > {late}"
     script = f"setsid sh -c '{daemon}' </dev/null >/dev/null 2>&1 & echo ready; sleep 600"
     proc = _spawn("run", "--venv", venv, "--", "sh", "-c", script)
-    list(_lines_until(proc, "ready"))
-    pgid = _pgid(venv)
-    proc.kill()
-    proc.communicate(timeout=300)
-    _wait_gone(pgid)
-    done = cudafix("recover", "--venv", venv)
-    assert done.returncode == 0, done.stderr
+    _killed_then_recovered(venv, proc)
     time.sleep(5)
     assert not late.exists()
 
@@ -407,13 +410,7 @@ def test_recover_after_a_kill_names_a_write_in_place(venv: Path) -> None:
         "time.sleep(600)\n"
     )
     proc = _spawn("run", "--venv", venv, "--", venv / "bin" / "python", "-c", writer, target)
-    list(_lines_until(proc, "ready"))
-    pgid = _pgid(venv)
-    proc.kill()
-    proc.communicate(timeout=300)
-    _wait_gone(pgid)
-    done = cudafix("recover", "--venv", venv)
-    assert done.returncode == 0, done.stderr
+    done = _killed_then_recovered(venv, proc)
     assert "pa_mod.py was rewritten in place" in done.stderr
     assert target.read_bytes() == b"B = 1\n"
 
