@@ -322,9 +322,8 @@ def stop_orphans(rounds: int = 50) -> None:
     command left running when it exited, which would otherwise go on changing the
     environment after the transaction is judged. Killing one may hand over its own
     children, hence the rounds."""
-    mine = os.getpgrp()
+    me, mine = os.getpid(), os.getpgrp()
     for _ in range(rounds):
-        me = os.getpid()
         orphans = [pid for pid, _, ppid, pgid in _processes() if ppid == me and pgid != mine]
         if not orphans:
             return

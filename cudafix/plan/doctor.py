@@ -32,7 +32,7 @@ from cudafix.linker.runtime import RuntimeLoad
 from cudafix.model.commands import TargetFlags, cudafix_argv, shell_join
 from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
-from cudafix.plan.facts import Facts, elf_providers, load_roots
+from cudafix.plan.facts import Facts, Mismatches, load_roots
 from cudafix.plan.requirements import (
     MissingRequirement,
     applicable,
@@ -304,10 +304,6 @@ def _disagrees(inv: Inventory, s: SharedPath) -> bool:
     return any(o not in s.matching for o in hashed)
 
 
-Mismatches = dict[DistName, list[tuple[EnvPath, str]]]
-"""Per distribution, its files whose bytes are not their RECORD's, with how they differ."""
-
-
 def foreign_files(facts: Facts) -> Mismatches:
     """Single-owner files of ELF-providing distributions whose bytes are not their RECORD's.
 
@@ -319,7 +315,7 @@ def foreign_files(facts: Facts) -> Mismatches:
     """
     return {
         name: kept
-        for name, wrong in _mismatched(facts).items()
+        for name, wrong in facts.record_mismatches.items()
         if (kept := [(p, why) for p, why in wrong if p not in facts.shebangs])
     }
 
@@ -331,29 +327,13 @@ def script_problems(facts: Facts) -> tuple[Mismatches, Mismatches]:
     a relocated script is information, a script that cannot start is a problem."""
     relocated: Mismatches = {}
     broken: Mismatches = {}
-    for name, wrong in _mismatched(facts).items():
+    for name, wrong in facts.record_mismatches.items():
         for path, _ in wrong:
             if (shebang := facts.shebangs.get(path)) is not None:
                 (relocated if shebang.exists else broken).setdefault(name, []).append(
                     (path, shebang.interpreter)
                 )
     return relocated, broken
-
-
-def _mismatched(facts: Facts) -> Mismatches:
-    inv = facts.inventory
-    out: Mismatches = {}
-    for name in elf_providers(inv, facts.elf):
-        for e in inv.distributions[name].files:
-            st = inv.files.get(e.path)
-            single = len(inv.owners.get(e.path, ())) == 1
-            if st is None or st.kind != "file" or not e.sha256 or not single:
-                continue
-            if e.size is not None and e.size != st.size:
-                out.setdefault(name, []).append((e.path, f"{st.size} bytes, RECORD says {e.size}"))
-            elif e.path in facts.path_hashes and facts.path_hashes[e.path] != e.sha256:
-                out.setdefault(name, []).append((e.path, "sha256 differs from RECORD"))
-    return out
 
 
 def _foreign_bytes(

@@ -39,6 +39,9 @@ from cudafix.linker.runtime import BoundLoads, RuntimeTable, bind
 from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.plan.requirements import requested_extras
 
+Mismatches = dict[DistName, list[tuple[EnvPath, str]]]
+"""Per distribution, its files whose bytes are not their RECORD's, with how they differ."""
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -66,6 +69,27 @@ class Facts:
         """The extras each distribution was installed with (:func:`requested_extras`),
         derived once: doctor and the planner ask per finding."""
         return requested_extras(self.inventory.distributions, self.marker_env)
+
+    @cached_property
+    def record_mismatches(self) -> Mismatches:
+        """Single-owner files of ELF-providing distributions whose bytes are not their
+        RECORD's, with how they differ: a size that disagrees, or a hash where one was
+        taken (:data:`path_hashes`). Derived once: doctor's foreign-bytes, script and
+        repair judgements all read it."""
+        inv = self.inventory
+        out: Mismatches = {}
+        for name in elf_providers(inv, self.elf):
+            for e in inv.distributions[name].files:
+                st = inv.files.get(e.path)
+                single = len(inv.owners.get(e.path, ())) == 1
+                if st is None or st.kind != "file" or not e.sha256 or not single:
+                    continue
+                if e.size is not None and e.size != st.size:
+                    why = f"{st.size} bytes, RECORD says {e.size}"
+                    out.setdefault(name, []).append((e.path, why))
+                elif e.path in self.path_hashes and self.path_hashes[e.path] != e.sha256:
+                    out.setdefault(name, []).append((e.path, "sha256 differs from RECORD"))
+        return out
 
     shebangs: Mapping[EnvPath, Shebang] = field(default_factory=dict)
     """The ``#!`` line of the ``bin/`` scripts of ELF-providing distributions: a relocated
