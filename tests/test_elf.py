@@ -150,6 +150,36 @@ def test_ldso_help_gives_the_debug_search_order(tmp_path: Path) -> None:
     assert [t.rstrip("/") for t in tried] == list(hwcap_subdirs(host))
 
 
+_HASWELL_HELP = """\
+Shared library search path:
+  (libraries located via /etc/ld.so.cache)
+  /lib/x86_64-linux-gnu (system search path)
+
+Subdirectories of glibc-hwcaps directories, in priority order:
+  x86-64-v3 (supported, searched)
+
+Legacy HWCAP subdirectories under library search path directories:
+  haswell (AT_PLATFORM; supported, searched)
+  tls (supported, searched)
+  avx512_1 (supported, searched)
+  x86_64 (supported, searched)
+"""
+
+
+def test_the_platform_component_follows_tls_as_on_a_haswell_host() -> None:
+    """The order an LD_DEBUG=libs trace showed on a haswell/avx512_1 host (glibc 2.36)."""
+    host = parse_ldso_help(_HASWELL_HELP)
+    assert host is not None and host.platform == "haswell"
+    subdirs = hwcap_subdirs(host)
+    assert subdirs[:4] == (
+        "glibc-hwcaps/x86-64-v3",
+        "tls/haswell/avx512_1/x86_64",
+        "tls/haswell/avx512_1",
+        "tls/haswell/x86_64",
+    )
+    assert subdirs[-3:] == ("avx512_1", "x86_64", "")
+
+
 def test_an_extension_module_is_known_by_its_pyinit_export(tmp_path: Path) -> None:
     """``PyInit_<name>`` for the file's own name, whatever the suffix; a library is not one."""
     untagged = compile_shared(SharedObject(output=tmp_path / "_jax.so", python_module="_jax"))

@@ -160,7 +160,7 @@ class HostLoader:
     hwcaps: tuple[str, ...]
     """Supported glibc-hwcaps subdirectory names, best first (``x86-64-v3``)."""
     legacy: tuple[str, ...]
-    """Legacy HWCAP subdirectory components, ``tls`` and the platform first."""
+    """Legacy HWCAP subdirectory components in path order: ``tls``, the platform, the hwcaps."""
     platform: str | None
 
 
@@ -197,12 +197,14 @@ def parse_ldso_help(text: str) -> HostLoader | None:
     legacy_lines = sections.get(_LEGACY_HEADING) or []
     platform_lines = [i for i in legacy_lines if "AT_PLATFORM" in i]
     platform = platform_lines[0].split(" (")[0] if platform_lines else None
-    # glibc orders the components tls, then the hwcap names, then the platform; a hwcap may
-    # share the platform's name (x86_64 twice), so lines are told apart, not names.
+    # glibc 2.36 joins the components tls, then the platform, then the hwcap names from the
+    # highest bit down, which is the order --help lists them in (an LD_DEBUG=libs trace on a
+    # haswell/avx512_1 host: tls/haswell/avx512_1/x86_64 first). A hwcap may share the
+    # platform's name (x86_64 twice), so lines are told apart, not names.
     others = [i for i in legacy_lines if i not in platform_lines]
     ordered = [n for n in _searched(others) if n == "tls"]
-    ordered += [n for n in _searched(others) if n != "tls"]
     ordered += _searched(platform_lines)
+    ordered += [n for n in _searched(others) if n != "tls"]
     return HostLoader(tuple(dirs), tuple(hwcaps), tuple(ordered), platform)
 
 
