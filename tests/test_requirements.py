@@ -163,3 +163,48 @@ def test_the_closure_follows_requested_extras_only() -> None:
         "nvidia-cufft-cu12",
     }
     assert requirement_closure(dists, ["jax"], LINUX_311, {}) == {"jax"}
+
+
+def test_an_extra_naming_its_own_unmet_extras_is_not_requested() -> None:
+    """``etils[all]`` asks for ``etils[eapp]``; a bare etils does not meet that, so neither
+    extra is requested and ``simple-parsing`` is no missing requirement (a real GPU venv
+    reported 35 such false errors: etils, xarray, safetensors, tokenizers, transformers)."""
+    dists = (
+        _dist("etils", "1.13.0", 'etils[eapp]; extra == "all"', 'etils[epy]; extra == "all"',
+              'absl-py; extra == "eapp"', 'simple-parsing; extra == "eapp"',
+              'typing-extensions; extra == "epy"'),
+        _dist("absl-py", "2.3.1"),
+        _dist("typing-extensions", "4.15.0"),
+    )  # fmt: skip
+    by_name = {d.name: d for d in dists}
+    assert requested_extras(by_name, LINUX_311) == {"etils": frozenset({"epy"})}
+    assert _check(*dists) == ()
+
+
+def test_an_extra_whose_wheels_some_base_requirement_pulls_in_is_not_requested() -> None:
+    """``numpyro[tpu]`` is ``jax[tpu]``: jax is there for numpyro itself, so jax being
+    installed says nothing of the extra, and libtpu is not missing."""
+    dists = (
+        _dist("numpyro", "0.21.0", "jax>=0.4", 'jax[tpu]; extra == "tpu"'),
+        _dist("jax", "0.11.2", "jaxlib==0.11.2", 'libtpu==0.0.48.*; extra == "tpu"'),
+        _dist("jaxlib", "0.11.2"),
+    )
+    assert requested_extras({d.name: d for d in dists}, LINUX_311) == {}
+    assert _check(*dists) == ()
+
+
+def test_a_fully_met_sibling_extra_explains_the_plugin() -> None:
+    """``jax[cuda13-local]`` (the plugin alone) is fully met; ``jax[cuda13]`` also names the
+    plugin's ``with-cuda`` wheels, some absent: the plugin is explained, so the GPU build
+    using the host's CUDA is no broken requirement."""
+    dists = (
+        _dist("jax", "0.11.2", 'jax-cuda13-plugin[with-cuda]==0.11.2; extra == "cuda13"',
+              'jax-cuda13-plugin==0.11.2; extra == "cuda13-local"'),
+        _dist("jax-cuda13-plugin", "0.11.2", 'nvidia-cuda-nvcc>=13.0; extra == "with-cuda"',
+              'nvidia-cufft>=12.0; extra == "with-cuda"'),
+        _dist("nvidia-cufft", "12.0.0.61"),
+    )  # fmt: skip
+    assert requested_extras({d.name: d for d in dists}, LINUX_311) == {
+        "jax": frozenset({"cuda13-local"})
+    }
+    assert _check(*dists) == ()

@@ -10,6 +10,7 @@ like the base ones. Prereleases satisfy a specifier when they are what is instal
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -91,10 +92,18 @@ def missing_requirements(
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=16384)
+def parse_requirement(raw: str) -> Requirement:
+    """``Requirement(raw)``, parsed once per process: the same few thousand Requires-Dist
+    strings are read for every extra of every distribution (parsing dominated doctor's
+    requirement checks). Raises :class:`InvalidRequirement` like the constructor."""
+    return Requirement(raw)
+
+
 def _applicable(raw: str, marker_env: Mapping[str, str]) -> Requirement | None:
     """The parsed requirement when it applies here without an extra, else None."""
     try:
-        req = Requirement(raw)
+        req = parse_requirement(raw)
         return req if _holds_for(req, marker_env, frozenset()) == "" else None
     except (InvalidRequirement, *_MARKER_ERRORS):
         return None
@@ -127,11 +136,26 @@ def requested_extras(
     """The extras each distribution was installed with, as far as the set shows.
 
     An extra whose own requirements are all met was requested (pip and uv record none);
-    so is one a requested requirement names (``dep[x]``), transitively.
+    so is one a requested requirement names (``dep[x]``), transitively. A requirement that
+    names extras is met only when those extras are met too: ``etils[all]`` asks for
+    ``etils[eapp]``, which a bare ``etils`` does not meet, so ``all`` (and through it every
+    extra it names) is not taken as requested on a venv that merely holds etils.
+
+    One exception keeps a partly removed extra in sight: an extra met by version alone
+    (``jax[cuda12]`` once a wheel of ``jax-cuda12-plugin[with-cuda]`` is gone) is requested
+    when it is the only reason some installed distribution is there (no base requirement
+    names ``jax-cuda12-plugin``) and no fully met sibling extra explains it
+    (``jax[cuda12-local]``).
     """
-    wanted: dict[DistName, set[str]] = {
-        name: {e for e in extras_of(dist) if _all_met(dist, e, distributions, marker_env)}
-        for name, dist in distributions.items()
+    met = _ExtrasMet(distributions, marker_env)
+    based = frozenset(
+        normalize_name(r.name)
+        for d in distributions.values()
+        for r, which in applicable(d, marker_env, frozenset())
+        if which == ""
+    )
+    wanted = {
+        name: _requested_own(name, distributions, marker_env, met, based) for name in distributions
     }
     todo = list(distributions)
     while todo:
@@ -166,7 +190,7 @@ def applicable(
     with the extra it holds for (``""``: base)."""
     for raw in dist.requires:
         try:
-            req = Requirement(raw)
+            req = parse_requirement(raw)
             which = _holds_for(req, marker_env, extras)
         except (InvalidRequirement, *_MARKER_ERRORS):
             continue
@@ -186,11 +210,64 @@ def _holds_for(
     )
 
 
+def _requested_own(
+    name: DistName,
+    distributions: Mapping[DistName, Declared],
+    env: Mapping[str, str],
+    met: _ExtrasMet,
+    based: frozenset[DistName],
+) -> set[str]:
+    """``name``'s extras requested on their own evidence (before any other names them);
+    ``based``: the distributions some base requirement names."""
+    dist = distributions[name]
+    chosen = {e for e in extras_of(dist) if met(name, e)}
+
+    def only_for(extra: str) -> set[DistName]:
+        named = {normalize_name(r.name) for r in extra_requirements(dist, extra, env)}
+        return {d for d in named if d in distributions and d != name and d not in based}
+
+    explained = {d for e in chosen for d in only_for(e)}
+    return chosen | {
+        extra
+        for extra in extras_of(dist)
+        if extra not in chosen
+        and _all_met(dist, extra, distributions, env)
+        and only_for(extra) - explained
+    }
+
+
 def _all_met(
     dist: Declared, extra: str, distributions: Mapping[DistName, Declared], env: Mapping[str, str]
 ) -> bool:
+    """Every requirement the extra adds is met by version (the extras they name aside)."""
     reqs = extra_requirements(dist, extra, env)
     return bool(reqs) and all(unmet(r, distributions) is None for r in reqs)
+
+
+class _ExtrasMet:
+    """Whether every requirement an extra adds is met, the extras those requirements name
+    included (memoised; an extra met only through a cycle back to itself counts as met)."""
+
+    def __init__(self, distributions: Mapping[DistName, Declared], env: Mapping[str, str]):
+        self._dists = distributions
+        self._env = env
+        self._memo: dict[tuple[DistName, str], bool] = {}
+
+    def __call__(self, name: DistName, extra: str) -> bool:
+        key = (name, extra)
+        if key not in self._memo:
+            self._memo[key] = True  # in progress: a cycle does not refute itself
+            reqs = extra_requirements(self._dists[name], extra, self._env)
+            self._memo[key] = bool(reqs) and all(self._met(r) for r in reqs)
+        return self._memo[key]
+
+    def _met(self, req: Requirement) -> bool:
+        if unmet(req, self._dists) is not None:
+            return False
+        dep = normalize_name(req.name)
+        declared = extras_of(self._dists[dep])
+        named = (normalize_name(x) for x in req.extras)
+        return all(self(dep, x) for x in named if x in declared)
 
 
 def _unsatisfied(
@@ -201,7 +278,7 @@ def _unsatisfied(
 ) -> tuple[str, str] | None:
     """(reason, extra) when ``raw`` applies and is not met; None when it is or does not apply."""
     try:
-        req = Requirement(raw)
+        req = parse_requirement(raw)
     except InvalidRequirement as e:
         return f"unparsable requirement: {e}", ""
     try:
