@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cudafix.linker.loader import DlopenTable, SearchConfig, Step, expand_entry, resolve
-from cudafix.linker.runtime import RuntimeTable, bind
-from cudafix.model.names import EnvPath, Soname
+from cudafix.linker.runtime import BoundLoads, RuntimeTable, bind
+from cudafix.model.names import DistName, EnvPath, Soname
 from scenarios.cc import CompileError, SharedObject, compile_shared
 from tests.support.loadertree import cudafix_tree, ldd, lib, loaded_maps, parse_ldd, real, view_of
 
@@ -330,11 +330,16 @@ def test_run_time_rows_bind_to_the_objects_they_name() -> None:
     )
     site = "lib/python3.11/site-packages"
     ext = EnvPath(f"{site}/cupy_backends/cuda/libs/curand.cpython-311-x86_64-linux-gnu.so")
-    bound = bind(table, "/v", [EnvPath(site)], [ext, EnvPath(f"{site}/other.so")])
+    bound = bind(table, "/v", [EnvPath(site)], [ext, EnvPath(f"{site}/other.so")], {})
     lib_path = f"/v/{site}/nvidia/curand/lib/libcurand.so.10"
     assert bound.paths == {f"/v/{ext}": (lib_path,)} and not bound.sonames
     row = bound.row(f"/v/{ext}", lib_path)
     assert row is not None and row.requested_as == "cuda-toolkit[curand]"
+    # the same object name shipped by another framework (cupy-cuda13x) is not bound
+    owned = {ext: (DistName("cupy-cuda13x"),)}
+    assert bind(table, "/v", [EnvPath(site)], [ext], owned) == BoundLoads()
+    mine = {ext: (DistName("cupy-cuda12x"),)}
+    assert bind(table, "/v", [EnvPath(site)], [ext], mine).paths == bound.paths
     with pytest.raises(ValueError, match="inside site-packages"):
         RuntimeTable.from_data(
             {"load": [{"framework": "x", "objects": ["a.so"], "paths": ["../x"]}]}

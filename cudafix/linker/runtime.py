@@ -168,12 +168,18 @@ class BoundLoads:
 
 
 def bind(
-    table: RuntimeTable, prefix: str, site_packages: Iterable[str], objects: Iterable[EnvPath]
+    table: RuntimeTable,
+    prefix: str,
+    site_packages: Iterable[str],
+    objects: Iterable[EnvPath],
+    owners: Mapping[EnvPath, tuple[DistName, ...]],
 ) -> BoundLoads:
     """Match every row against the environment's ELF objects (pure).
 
     ``objects`` are EnvPaths; rows' globs and paths are relative to a site-packages dir, so
-    each is tried under each of ``site_packages``.
+    each is tried under each of ``site_packages``. A row binds only objects its framework
+    owns (``owners``: the RECORD index), or that no RECORD claims: ``cupy-cuda13x`` ships
+    the same ``cupy/cuda/cufft*.so`` names as ``cupy-cuda12x`` but loads other files.
     """
     sites = tuple(site_packages)
     sonames: dict[str, tuple[Soname, ...]] = {}
@@ -186,7 +192,10 @@ def bind(
             continue
         rel = obj[len(site) + 1 :]
         absolute = f"{prefix}/{obj}"
+        claimed = owners.get(obj, ())
         for row in table.rows:
+            if claimed and row.framework not in claimed:
+                continue
             if not any(fnmatch.fnmatchcase(rel, g) for g in row.objects):
                 continue
             if row.optional:
