@@ -26,7 +26,7 @@ from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
 from cudafix.model.names import BackendName, DistName, EnvPath
 from cudafix.model.plan import Alternative, Options, Plan
-from cudafix.model.probe import ProbeSpec
+from cudafix.model.probe import ProbeSpec, probe_spec
 from cudafix.model.sources import Sources
 from cudafix.model.transaction import (
     GuardedRun,
@@ -44,7 +44,7 @@ from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from cudafix.plan.preconditions import assumed_paths, check, quick_differences, retarget
 from cudafix.plan.requirements import missing_requirements
-from cudafix.plan.script import load_script, probe_spec, script_options, script_request
+from cudafix.plan.script import load_script, script_options, script_request
 from cudafix.plan.select import select
 from cudafix.tx import history as tx_history
 from cudafix.tx import undo as tx_undo

@@ -30,6 +30,7 @@ from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
 from cudafix.model.commands import cudafix_argv, venv_flags
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
+from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.plan import install
 from cudafix.plan.facts import Facts, load_roots
 from cudafix.plan.preconditions import record_digest
@@ -48,7 +49,7 @@ class Request:
     """Distributions to reinstall whatever the options say, with the reason (``cudafix repair``)."""
     installs: tuple[Pin, ...] = ()
     """Exact pins installed ``--no-deps`` after removals and reinstalls (cleanup scripts)."""
-    probes: P.Probes = field(default_factory=P.Probes)
+    probes: Probes = field(default_factory=Probes)
     source: str | None = None
     """The script the request came from, if any."""
 
@@ -330,7 +331,7 @@ def _linkage(
     wheels: Sequence[StagedWheel] = (),
     clobbers: Sequence[P.OverwrittenPath] = (),
     removed: Iterable[DistName] = (),
-) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath], list[P.RunTimeProbe]]:
+) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath], list[RunTimeProbe]]:
     """Needs lost and switched, the remaining objects whose providers change on disk, and
     the run-time loads to probe.
 
@@ -413,7 +414,7 @@ def _run_time_probes(
     after: Mapping[EdgeKey, Edge],
     changed: frozenset[EnvPath],
     gone: frozenset[EnvPath],
-) -> list[P.RunTimeProbe]:
+) -> list[RunTimeProbe]:
     """Every run-time load of each remaining framework object one of whose run-time loads
     the plan changes: found elsewhere, found again (a repair), or its file rewritten."""
     prefix = str(facts.inventory.prefix)
@@ -430,7 +431,7 @@ def _run_time_probes(
         obj for obj, need in loads if moved((obj, need)) and to_env_path(prefix, obj) not in gone
     }
     return [
-        P.RunTimeProbe(
+        RunTimeProbe(
             object=_display(prefix, obj),
             need=_display(prefix, need),
             framework=row.framework,
