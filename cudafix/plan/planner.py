@@ -23,6 +23,7 @@ from cudafix.linker.linkage import (
     EdgeKey,
     diff_edges,
     env_objects,
+    in_env,
     resolve_chains,
     to_env_path,
 )
@@ -353,10 +354,10 @@ def _linkage(
     claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
     lost = [
         P.LostNeed(
-            consumer=_display(prefix, old.requester),
+            consumer=in_env(prefix, old.requester),
             consumer_distribution=_owner(inv, prefix, old.requester),
-            need=_display(prefix, old.need),
-            resolved_before=_display(prefix, old.provider or ""),
+            need=in_env(prefix, old.need),
+            resolved_before=in_env(prefix, old.provider or ""),
             lost_file_owners=list(_owners(inv, prefix, old.provider or "")),
             searched=list(new.searched),
             run_time_load=row.requested_as
@@ -367,19 +368,19 @@ def _linkage(
     ]
     switches = [
         P.ProviderSwitch(
-            consumer=_display(prefix, old.requester),
+            consumer=in_env(prefix, old.requester),
             consumer_distribution=_owner(inv, prefix, old.requester),
             need=old.need,
-            before=_display(prefix, old.provider or ""),
-            after=_display(prefix, new.provider or ""),
+            before=in_env(prefix, old.provider or ""),
+            after=in_env(prefix, new.provider or ""),
             before_owners=list(_owners(inv, prefix, old.provider or "")),
-            after_owners=list(claims.get(EnvPath(_display(prefix, new.provider or "")), ())),
+            after_owners=list(claims.get(EnvPath(in_env(prefix, new.provider or "")), ())),
         )
         for old, new in diff.switched
     ]
     switches += [
         P.ProviderSwitch(
-            consumer=_display(prefix, edge.requester),
+            consumer=in_env(prefix, edge.requester),
             consumer_distribution=_owner(inv, prefix, edge.requester),
             need=edge.need,
             before=clobber.path,
@@ -432,10 +433,10 @@ def _run_time_probes(
     }
     return [
         RunTimeProbe(
-            object=_display(prefix, obj),
-            need=_display(prefix, need),
+            object=in_env(prefix, obj),
+            need=in_env(prefix, need),
             framework=row.framework,
-            search=[] if "/" in need else [_display(prefix, d) for d in _own_search(facts, obj)],
+            search=[] if "/" in need else [in_env(prefix, d) for d in _own_search(facts, obj)],
         )
         for obj, need in sorted(loads)
         if obj in objects and (row := facts.runtime.row(obj, need)) is not None
@@ -445,7 +446,7 @@ def _run_time_probes(
 def _own_search(facts: Facts, obj: str) -> list[str]:
     """``obj``'s own RPATH (void under RUNPATH) then RUNPATH, expanded: where a dlopen() it
     makes looks before the system's paths."""
-    info = facts.elf.objects.get(EnvPath(_display(str(facts.inventory.prefix), obj)))
+    info = facts.elf.objects.get(EnvPath(in_env(str(facts.inventory.prefix), obj)))
     if info is None:
         return []
     origin = posixpath.dirname(obj)
@@ -465,10 +466,6 @@ def _probe_modules(
     names = {o for path in touched for o in inv.owners.get(path, ()) if o in remaining}
     names |= {DistName(n) for n in also}
     return sorted({m for n in names for m in remaining[n].top_level})
-
-
-def _display(prefix: str, path: str) -> str:
-    return to_env_path(prefix, path) or path
 
 
 def _owners(inv: Inventory, prefix: str, path: str) -> tuple[DistName, ...]:
