@@ -15,6 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from cudafix.app import FactArgs, InstallArgs, LiveArgs, Progress, RemoveArgs, RunArgs, TargetArgs
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, locate_target
@@ -25,7 +27,7 @@ from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv
 from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
 from cudafix.model.names import BackendName, DistName, EnvPath
-from cudafix.model.plan import Alternative, Options, Plan
+from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan, input_problems
 from cudafix.model.probe import ProbeSpec, probe_spec
 from cudafix.model.sources import Sources
 from cudafix.model.transaction import (
@@ -338,6 +340,32 @@ def plan_script(
     _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     sources = replace(options.sources, fetch=sources.fetch)
     return _plan(facts, script_request(loaded, facts, options), sources, on_event)
+
+
+def read_plan(file: Path, text: str) -> Plan:
+    """Parse a plan file, or raise :class:`InputError` (exit 2) saying what is wrong."""
+    try:
+        plan = Plan.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "plan"
+        raise InputError(
+            f"{file}: not a cudafix plan ({exc.error_count()} problem(s)); {where}: {first['msg']}",
+            hint="write one with: cudafix remove ... --dry-run --out plan.json",
+        ) from exc
+    if plan.schema_version != PLAN_SCHEMA_VERSION:
+        raise InputError(
+            f"{file}: plan schema {plan.schema_version}; this cudafix reads {PLAN_SCHEMA_VERSION}"
+        )
+    problems = input_problems(plan)
+    if problems:
+        raise InputError(
+            f"{file}: refused, {len(problems)} field(s) are not what they claim; {problems[0]}",
+            context=problems[1:],
+            hint="a plan names distributions, versions, modules and paths, never options; "
+            "write a new one with --dry-run --out",
+        )
+    return plan
 
 
 def plan_saved(

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cudafix.model.transaction import DEFAULT_PROBE_TIMEOUT
+
 if TYPE_CHECKING:
     from cudafix.model.plan import Plan
-
-DEFAULT_PROBE_TIMEOUT = 60.0
-"""Seconds each probe may run before it counts as failed (``--probe-timeout``)."""
 
 
 class _Frozen(BaseModel):
