@@ -23,6 +23,7 @@ from cudafix.env.target import TargetEnv, locate_target
 from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
+from cudafix.gather import gather, live_differences, with_hashes, with_staging
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
@@ -41,10 +42,10 @@ from cudafix.model.transaction import (
     quiet,
 )
 from cudafix.plan.doctor import diagnose, repair_candidates, runtime_installs
-from cudafix.plan.facts import Facts, gather, with_hashes, with_staging
+from cudafix.plan.facts import Facts
 from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
-from cudafix.plan.preconditions import assumed_paths, check, quick_differences, retarget
+from cudafix.plan.preconditions import assumed_paths, check, retarget
 from cudafix.plan.requirements import missing_requirements
 from cudafix.plan.script import load_script, script_options, script_request
 from cudafix.plan.select import select
@@ -415,7 +416,7 @@ def execute(plan: Plan, run: RunArgs, on_event: OnEvent = quiet) -> TransactionR
         force=run.force,
         command=run.command,
         on_event=on_event,
-        precondition=functools.partial(quick_differences, plan),
+        precondition=functools.partial(live_differences, plan),
     )
 
 

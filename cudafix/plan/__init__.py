@@ -1,5 +1,5 @@
 """Deciding what to do: selectors, the planner, doctor's findings, preconditions and scripts.
 
-Functions of gathered facts. Two modules here read: ``facts`` gathers the environment and
-``staging`` fetches wheels into a scratch directory outside it; neither writes the venv.
+Pure functions of gathered facts (:mod:`cudafix.gather` reads them before planning); the one
+file read here is a cleanup script (``script``), never the environment.
 """
