@@ -329,14 +329,16 @@ def _install_plan(
 def plan_script(
     args: FactArgs,
     file: Path,
+    text: str,
     sources: Sources,
     backend: BackendName | None,
     *,
     mutating: bool,
     on_event: OnEvent = quiet,
 ) -> Plan:
-    """A cleanup script (TOML) compiled into one plan; ``backend`` None keeps the script's."""
-    loaded = load_script(file)
+    """A cleanup script (TOML, ``text`` read from ``file``) compiled into one plan;
+    ``backend`` None keeps the script's."""
+    loaded = load_script(file, text)
     options = script_options(loaded, sources, backend)
     _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     sources = replace(options.sources, fetch=sources.fetch)

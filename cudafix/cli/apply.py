@@ -92,5 +92,5 @@ def _plan_for(file: Path, flags: PlanFlags) -> Plan:
             flags.facts, saved, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
         )
     return app.plan_script(
-        flags.facts, file, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
+        flags.facts, file, text, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
     )

@@ -211,12 +211,9 @@ class LoadedScript:
 # -- loading -------------------------------------------------------------------------------
 
 
-def load_script(path: Path) -> LoadedScript:
-    """Read and validate ``path``; every problem is reported at once, each with its line."""
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read cleanup script {path}: {exc}") from exc
+def load_script(path: Path, source: str) -> LoadedScript:
+    """Validate ``source``, the text the caller read from ``path``; every problem is
+    reported at once, each with its line."""
     return LoadedScript(path, source, parse_script(source, path))
 
 
