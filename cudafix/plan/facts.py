@@ -14,10 +14,7 @@ from functools import cached_property
 
 from cudafix.env.inventory import Inventory
 from cudafix.env.scripts import Shebang
-from cudafix.env.target import (
-    InterpreterInfo,
-    guess_extension_suffixes,
-)
+from cudafix.env.target import InterpreterInfo, guess_extension_suffixes
 from cudafix.fetch.staging import Staging
 from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.linkage import Root, entry_roots
@@ -83,7 +80,7 @@ class Facts:
     venv rewrites them (:mod:`cudafix.env.scripts`)."""
 
     hashed_files: int = field(default=0, compare=False)
-    """Files :func:`gather` read whole to hash them (0 when the hash cache answered)."""
+    """Files :func:`cudafix.gather.gather` read whole to hash them (0: the hash cache answered)."""
 
 
 def load_roots(facts: Facts, gone: frozenset[EnvPath] = frozenset()) -> tuple[Root, ...]:
