@@ -38,7 +38,7 @@ def walk_and_sniff(prefix: Path) -> dict[str, Any]:
 
 def _gather(venv: Path) -> Any:
     from cudafix.env.target import locate_target
-    from cudafix.plan.facts import gather
+    from cudafix.gather import gather
 
     return gather(locate_target(None, str(venv), os.environ, Path.cwd()))
 
@@ -71,6 +71,7 @@ def _facts_summary(facts: Any) -> dict[str, Any]:
 
 
 def _import_cudafix() -> None:
+    import cudafix.gather
     import cudafix.plan.doctor
     import cudafix.plan.facts
     import cudafix.plan.planner

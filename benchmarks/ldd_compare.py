@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudafix.env.target import locate_target
+from cudafix.gather import gather
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.loader import DlopenTable, LoadTree, resolve
-from cudafix.plan.facts import gather
 
 _LINE = re.compile(r"^\s*(\S+)\s+=>\s+(not found|\S+)")
 _INTERP = re.compile(r"^\s*(/\S+)\s+\(0x[0-9a-f]+\)$")

@@ -7,18 +7,25 @@ holds no logic of its own. Nothing here prints: events go to an ``on_event`` cal
 
 This module is the CLI's one lazy-import boundary: the argument values are defined here
 (cheap, so ``--help`` imports nothing heavy), and the flows (:mod:`cudafix.flows`, which
-imports the planner and the transaction) load on the first flow called.
+imports the planner and the transaction) load on the first flow called. The CLI imports
+nothing else lazily: what it needs of the plan (pydantic) comes through here too.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudafix.model.names import BackendName
-from cudafix.model.probe import DEFAULT_PROBE_TIMEOUT
-from cudafix.model.transaction import DEFAULT_KEEP, DEFAULT_LOCK_TIMEOUT, OnEvent, Progress
+from cudafix.model.transaction import (
+    DEFAULT_KEEP,
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_PROBE_TIMEOUT,
+    OnEvent,
+    Progress,
+)
 
 if TYPE_CHECKING:
     from cudafix.flows import (
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
         plan_saved,
         plan_script,
         read_facts,
+        read_plan,
         recover,
         run_command,
         show,
@@ -42,30 +50,32 @@ if TYPE_CHECKING:
         undo,
         undo_preview,
     )
+    from cudafix.model.plan import refuse_unless_allowed
 
-_FLOWS = frozenset(
-    {
-        "locate",
-        "target_flags",
-        "check_pending",
-        "open_target",
-        "read_facts",
-        "doctor",
-        "plan_remove",
-        "plan_repair",
-        "plan_install",
-        "plan_script",
-        "plan_saved",
-        "execute",
-        "run_command",
-        "recover",
-        "history",
-        "show",
-        "undo",
-        "undo_preview",
-        "gc",
-    }
+_FLOWS = (
+    "locate",
+    "target_flags",
+    "check_pending",
+    "open_target",
+    "read_facts",
+    "doctor",
+    "plan_remove",
+    "plan_repair",
+    "plan_install",
+    "plan_script",
+    "plan_saved",
+    "read_plan",
+    "execute",
+    "run_command",
+    "recover",
+    "history",
+    "show",
+    "undo",
+    "undo_preview",
+    "gc",
 )
+_LAZY = {**dict.fromkeys(_FLOWS, "cudafix.flows"), "refuse_unless_allowed": "cudafix.model.plan"}
+"""Each name the boundary serves -> the module it comes from, imported on first use."""
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -92,7 +102,9 @@ __all__ = [
     "plan_saved",
     "plan_script",
     "read_facts",
+    "read_plan",
     "recover",
+    "refuse_unless_allowed",
     "run_command",
     "show",
     "target_flags",
@@ -102,12 +114,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The boundary: a flow is imported from :mod:`cudafix.flows` when first asked for."""
-    if name in _FLOWS:
-        from cudafix import flows
-
-        return getattr(flows, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """The boundary: a flow (or the plan's refusal check) is imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from cudafix.app import FactArgs, InstallArgs, LiveArgs, Progress, RemoveArgs, RunArgs, TargetArgs
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, locate_target
 from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
+from cudafix.gather import gather, live_differences, with_hashes, with_staging
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
 from cudafix.model.names import BackendName, DistName, EnvPath
-from cudafix.model.plan import Alternative, Options, Plan
-from cudafix.model.probe import ProbeSpec
+from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan, input_problems
+from cudafix.model.probe import ProbeSpec, probe_spec
 from cudafix.model.sources import Sources
 from cudafix.model.transaction import (
     GuardedRun,
@@ -39,12 +42,12 @@ from cudafix.model.transaction import (
     quiet,
 )
 from cudafix.plan.doctor import diagnose, repair_candidates, runtime_installs
-from cudafix.plan.facts import Facts, gather, with_hashes, with_staging
+from cudafix.plan.facts import Facts
 from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
-from cudafix.plan.preconditions import assumed_paths, check, quick_differences, retarget
+from cudafix.plan.preconditions import assumed_paths, check, retarget
 from cudafix.plan.requirements import missing_requirements
-from cudafix.plan.script import load_script, probe_spec, script_options, script_request
+from cudafix.plan.script import load_script, script_options, script_request
 from cudafix.plan.select import select
 from cudafix.tx import history as tx_history
 from cudafix.tx import undo as tx_undo
@@ -326,18 +329,46 @@ def _install_plan(
 def plan_script(
     args: FactArgs,
     file: Path,
+    text: str,
     sources: Sources,
     backend: BackendName | None,
     *,
     mutating: bool,
     on_event: OnEvent = quiet,
 ) -> Plan:
-    """A cleanup script (TOML) compiled into one plan; ``backend`` None keeps the script's."""
-    loaded = load_script(file)
+    """A cleanup script (TOML, ``text`` read from ``file``) compiled into one plan;
+    ``backend`` None keeps the script's."""
+    loaded = load_script(file, text)
     options = script_options(loaded, sources, backend)
     _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     sources = replace(options.sources, fetch=sources.fetch)
     return _plan(facts, script_request(loaded, facts, options), sources, on_event)
+
+
+def read_plan(file: Path, text: str) -> Plan:
+    """Parse a plan file, or raise :class:`InputError` (exit 2) saying what is wrong."""
+    try:
+        plan = Plan.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "plan"
+        raise InputError(
+            f"{file}: not a cudafix plan ({exc.error_count()} problem(s)); {where}: {first['msg']}",
+            hint="write one with: cudafix remove ... --dry-run --out plan.json",
+        ) from exc
+    if plan.schema_version != PLAN_SCHEMA_VERSION:
+        raise InputError(
+            f"{file}: plan schema {plan.schema_version}; this cudafix reads {PLAN_SCHEMA_VERSION}"
+        )
+    problems = input_problems(plan)
+    if problems:
+        raise InputError(
+            f"{file}: refused, {len(problems)} field(s) are not what they claim; {problems[0]}",
+            context=problems[1:],
+            hint="a plan names distributions, versions, modules and paths, never options; "
+            "write a new one with --dry-run --out",
+        )
+    return plan
 
 
 def plan_saved(
@@ -387,7 +418,7 @@ def execute(plan: Plan, run: RunArgs, on_event: OnEvent = quiet) -> TransactionR
         force=run.force,
         command=run.command,
         on_event=on_event,
-        precondition=functools.partial(quick_differences, plan),
+        precondition=functools.partial(live_differences, plan),
     )
 
 

@@ -13,11 +13,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clihelp import as_json, assert_one_line_error, cudafix
 from conftest import ScenarioFactory
-from ptyhelp import cudafix_tty
 
 from cudafix import __version__
+from tests.support.cli import as_json, assert_one_line_error, cudafix
+from tests.support.tty import cudafix_tty
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""

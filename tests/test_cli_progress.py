@@ -8,9 +8,10 @@ installing the missing requirement takes, fetches two wheels and simulates.
 from __future__ import annotations
 
 import pytest
-from clihelp import cudafix, uv_uninstall
 from conftest import ScenarioFactory
-from ptyhelp import cudafix_tty
+
+from tests.support.cli import cudafix, uv_uninstall
+from tests.support.tty import cudafix_tty
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""

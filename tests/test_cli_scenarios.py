@@ -13,7 +13,7 @@ import pytest
 from conftest import ScenarioFactory
 
 from cudafix.env.target import locate_target
-from cudafix.plan.facts import gather
+from cudafix.gather import gather
 from scenarios import load_scenario
 from scenarios.catalog import scenario_names
 from scenarios.fingerprint import diff_fingerprints, fingerprint

@@ -12,12 +12,12 @@ import re
 from pathlib import Path
 
 import pytest
-from clihelp import as_json, assert_one_line_error, cudafix, uv_uninstall
 from conftest import ScenarioFactory
-from ptyhelp import cudafix_tty
 
 from scenarios import BuiltScenario
 from scenarios.build import uv_binary
+from tests.support.cli import as_json, assert_one_line_error, cudafix, uv_uninstall
+from tests.support.tty import cudafix_tty
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""

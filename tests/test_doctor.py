@@ -14,8 +14,8 @@ import pytest
 from conftest import ScenarioFactory
 
 from cudafix.env.target import locate_target
+from cudafix.gather import gather
 from cudafix.model.probe import ProbeSpec
-from cudafix.plan.facts import gather
 from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario

@@ -15,12 +15,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clihelp import as_json, assert_one_line_error, cudafix
 from test_faults import tmpfs as tmpfs
-from txhelp import A_BYTES, B_BYTES, UV, install, make_venv, make_wheel, shared_pair, uv_env
 
 from cudafix.tx.journal import CRASH_ENV
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import as_json, assert_one_line_error, cudafix
+from tests.support.tx import A_BYTES, B_BYTES, shared_pair
+from tests.support.venvs import UV, install, uv_env, venv_with
+from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""
@@ -105,8 +107,8 @@ def _nested_pair(tmp: Path) -> tuple[Path, Path]:
     wheels = tmp / "wheels"
     make_wheel(wheels, "pa", "1.0", {"nvidia/pa/liba.so": A_BYTES, "pa_mod.py": b"A = 1\n"})
     make_wheel(wheels, "pb", "1.0", {"nvidia/pb/libb.so": B_BYTES, "pb_mod.py": b"B = 1\n"})
-    prefix = make_venv(tmp / "venv", wheels, ["pa==1.0"])
-    install(prefix, wheels, ["pb==1.0"])
+    prefix = venv_with(tmp / "venv", wheels, "pa==1.0")
+    install(prefix, wheels, "pb==1.0", deps=False)
     return prefix, wheels
 
 
@@ -382,7 +384,7 @@ def test_a_data_file_over_another_distributions_file_is_a_clobber(tmp_path: Path
 def test_repair_of_a_distribution_with_data_files_is_not_another_build(tmp_path: Path) -> None:
     prefix, wheels = shared_pair(tmp_path)
     make_wheel(wheels, "pd", "1.0", DATA_WHEEL)
-    install(prefix, wheels, ["pd==1.0"])
+    install(prefix, wheels, "pd==1.0", deps=False)
     (prefix / "share" / "pd" / "x.txt").unlink()
     done = cudafix("repair", "--venv", prefix, *_sources(wheels), "--yes")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clihelp import cudafix
-from txhelp import UV, install, make_wheel, uv_env
 
 import cudafix as cudafix_package
+from tests.support.cli import cudafix
+from tests.support.venvs import UV, install, uv_env
+from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""
@@ -65,7 +66,7 @@ def shared_venv(reader: str) -> Iterator[Path]:
         make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
         venv = top / "venv"
         subprocess.run([UV, "venv", "-q", "--python", reader, str(venv)], check=True, env=uv_env())
-        install(venv, wheels, ["pa==1.0"])
+        install(venv, wheels, "pa==1.0", deps=False)
         done = cudafix("run", "--venv", venv, "--", "true")
         assert done.returncode == 0, done.stderr
         yield venv

@@ -24,7 +24,7 @@ from tests.support.cli import (
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
 def test_every_example_validates(example: Path) -> None:
-    script = load_script(example).script
+    script = load_script(example, example.read_text(encoding="utf-8")).script
     assert script.steps and script.description
 
 

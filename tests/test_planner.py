@@ -11,10 +11,11 @@ from conftest import ScenarioFactory
 
 from cudafix.env.target import locate_target
 from cudafix.fetch.staging import Staging
+from cudafix.gather import gather, own_dependencies
 from cudafix.model.errors import UsageError
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options
-from cudafix.plan.facts import Facts, gather, own_dependencies
+from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request, build_plan
 from cudafix.plan.select import select
 from cudafix.tx.verify import compare

@@ -17,13 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clihelp import as_json, cudafix
-from txhelp import make_venv, make_wheel, site_packages
 
 from cudafix.process import group_members
 from cudafix.tx.history import history, show
 from cudafix.tx.recovery import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.cli import as_json, cudafix
+from tests.support.venvs import UV, site_dir, site_rel, uv_env, venv_with
+from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.slow
 def venv(tmp_path: Path) -> Path:
     wheels = tmp_path / "wheels"
     make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
-    return make_venv(tmp_path / "venv", wheels, ["pa==1.0"])
+    return venv_with(tmp_path / "venv", wheels, "pa==1.0")
 
 
 def _journal(prefix: Path) -> list[dict[str, object]]:
@@ -130,7 +131,7 @@ def test_the_journal_keeps_a_bounded_tail(venv: Path) -> None:
 
 def test_timeout_stops_the_command_and_rolls_back(venv: Path) -> None:
     before = fingerprint(venv)
-    sp = venv / site_packages(venv)
+    sp = site_dir(venv)
     script = f"echo new > {sp}/new_mod.py; sleep 600"
     done = cudafix("run", "--venv", venv, "--timeout", "2", "--", "sh", "-c", script)
     assert done.returncode == 1, done.stderr
@@ -153,7 +154,7 @@ def test_a_signal_to_cudafix_stops_the_command_and_rolls_back(
     venv: Path, sig: signal.Signals, code: int
 ) -> None:
     before = fingerprint(venv)
-    sp = venv / site_packages(venv)
+    sp = site_dir(venv)
     script = f"echo new > {sp}/new_mod.py; echo ready; sleep 600"
     proc = _spawn("run", "--venv", venv, "--", "sh", "-c", script)
     list(_lines_until(proc, "ready"))
@@ -189,7 +190,7 @@ def _killed_then_recovered(
 
 def test_sigkill_of_cudafix_alone_kills_the_command(venv: Path) -> None:
     before = fingerprint(venv)
-    sp = venv / site_packages(venv)
+    sp = site_dir(venv)
     script = f"echo new > {sp}/new_mod.py; echo ready; sleep 600"
     proc = _spawn("run", "--venv", venv, "--", "sh", "-c", script)
     _killed_then_recovered(venv, proc)  # the command died with cudafix
@@ -200,7 +201,7 @@ def test_sigkill_of_cudafix_also_stops_what_left_the_group(venv: Path) -> None:
     """A descendant that left the command's group (``setsid``) is the wrapper's child once
     its parent dies (the wrapper is its subreaper), so it dies with cudafix too: it can no
     longer write into the environment after ``recover`` rolled back."""
-    sp = venv / site_packages(venv)
+    sp = site_dir(venv)
     late = sp / "late_mod.py"
     daemon = f"sleep 3; echo X = 1 > {late}"
     script = f"setsid sh -c '{daemon}' </dev/null >/dev/null 2>&1 & echo ready; sleep 600"
@@ -253,7 +254,7 @@ def test_the_whole_prefix_is_restored(venv: Path) -> None:
 
 
 def test_a_write_in_place_that_keeps_size_and_mtime_is_found(venv: Path) -> None:
-    sp = venv / site_packages(venv)
+    sp = site_dir(venv)
     target = sp / "pa_mod.py"
     writer = (
         "import os, sys\n"
@@ -289,12 +290,12 @@ def test_a_venv_link_swapped_during_the_run_does_not_redirect_the_rollback(
     wheels = tmp_path / "wheels"
     make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
     make_wheel(wheels, "pb", "1.0", {"pb_mod.py": b"B = 1\n"})
-    real = make_venv(tmp_path / "real", wheels, ["pa==1.0"])
-    other = make_venv(tmp_path / "other", wheels, ["pb==1.0"])
+    real = venv_with(tmp_path / "real", wheels, "pa==1.0")
+    other = venv_with(tmp_path / "other", wheels, "pb==1.0")
     link = tmp_path / "link"
     link.symlink_to(real)
     before_real, before_other = fingerprint(real), fingerprint(other)
-    sp = site_packages(real)
+    sp = site_rel(real)
     script = f"ln -sfn {other} {link}; echo new > {real / sp}/new_mod.py; exit 1"
     done = cudafix("run", "--venv", link, "--", "sh", "-c", script)
     assert done.returncode == 1, done.stderr
@@ -307,7 +308,7 @@ def test_a_venv_link_swapped_during_the_run_does_not_redirect_the_rollback(
 
 
 def test_a_socket_in_the_environment_is_named(venv: Path) -> None:
-    sp = venv / site_packages(venv)
+    sp = site_dir(venv)
     bind = (
         "import os, socket; os.chdir(os.sys.argv[1]); socket.socket(socket.AF_UNIX).bind('d.sock')"
     )
@@ -319,7 +320,7 @@ def test_a_socket_in_the_environment_is_named(venv: Path) -> None:
 
 
 def test_undo_after_a_run_that_made_a_directory_a_symlink(venv: Path, tmp_path: Path) -> None:
-    sp = venv / site_packages(venv)
+    sp = site_dir(venv)
     (sp / "pkgdir").mkdir()
     (sp / "pkgdir" / "x.py").write_text("x = 1\n")
     before = fingerprint(venv)
@@ -362,7 +363,7 @@ def test_an_outside_process_that_gets_uvs_lock_inside_the_run_is_named(
 
     before = fingerprint(venv)
     lock, go, done_mark = venv / ".lock", tmp_path / "go", tmp_path / "go-outside"
-    intruder_file = venv / site_packages(venv) / "outsider_mod.py"
+    intruder_file = site_dir(venv) / "outsider_mod.py"
     py = sys.executable
     ours = _spawn("run", "--venv", venv, "--", py, "-c", _FLOCK, lock, "-", go)
     list(_lines_until(ours, "holding"))  # the run's own command has uv's lock
@@ -383,7 +384,7 @@ def test_an_outside_process_that_gets_uvs_lock_inside_the_run_is_named(
 
 
 def test_undo_of_a_run_that_wrote_in_place_works_as_printed(venv: Path) -> None:
-    sp = venv / site_packages(venv)
+    sp = site_dir(venv)
     before = fingerprint(venv)
     script = f"echo more >> {sp}/pa_mod.py; echo new > {sp}/new_mod.py"
     done = cudafix("run", "--venv", venv, "--accept", "--", "sh", "-c", script)
@@ -395,11 +396,11 @@ def test_undo_of_a_run_that_wrote_in_place_works_as_printed(venv: Path) -> None:
     assert undone.returncode == 0, undone.stderr
     assert not (sp / "new_mod.py").exists()
     left = diff_fingerprints(before, fingerprint(venv))
-    assert [line.split()[1] for line in left] == [f"{site_packages(venv)}/pa_mod.py"]
+    assert [line.split()[1] for line in left] == [f"{site_rel(venv)}/pa_mod.py"]
 
 
 def test_recover_after_a_kill_names_a_write_in_place(venv: Path) -> None:
-    target = venv / site_packages(venv) / "pa_mod.py"
+    target = site_dir(venv) / "pa_mod.py"
     writer = (
         "import os, sys, time\n"
         "p = sys.argv[1]\n"
@@ -419,8 +420,6 @@ def test_recover_after_a_kill_names_a_write_in_place(venv: Path) -> None:
 
 
 def test_a_command_that_clears_the_venv_is_rolled_back_from_held_state(venv: Path) -> None:
-    from txhelp import UV
-
     before = fingerprint(venv)
     done = cudafix("run", "--venv", venv, "--", UV, "venv", "--clear", venv)
     assert done.returncode == 1, done.stderr
@@ -434,7 +433,7 @@ def test_a_command_that_replaces_the_state_with_a_symlink(venv: Path, tmp_path: 
     before = fingerprint(venv)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    sp = venv / site_packages(venv)
+    sp = site_dir(venv)
     script = f"echo x > {sp}/new_mod.py; rm -rf {venv}/.cudafix; ln -s {elsewhere} {venv}/.cudafix"
     done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 1, done.stderr
@@ -465,12 +464,10 @@ def test_on_a_terminal_the_command_gets_a_terminal(venv: Path) -> None:
 
 
 def test_what_the_command_installed_is_imported_unless_no_probe(tmp_path: Path) -> None:
-    from txhelp import UV, uv_env
-
     wheels = tmp_path / "wheels"
     make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
     make_wheel(wheels, "pbad", "1.0", {"pbad_mod.py": b"raise ImportError('broken build')\n"})
-    venv = make_venv(tmp_path / "venv", wheels, ["pa==1.0"])
+    venv = venv_with(tmp_path / "venv", wheels, "pa==1.0")
     before = fingerprint(venv)
     uv_install = [
         UV, "pip", "install", "--python", venv / "bin" / "python", "--offline", "--no-index",
@@ -482,7 +479,7 @@ def test_what_the_command_installed_is_imported_unless_no_probe(tmp_path: Path) 
     assert not diff_fingerprints(before, fingerprint(venv))
     unprobed = cudafix("run", "--venv", venv, "--no-probe", "--", *uv_install, env=uv_env())
     assert unprobed.returncode == 0, unprobed.stderr
-    assert (venv / site_packages(venv) / "pbad_mod.py").exists()
+    assert (site_dir(venv) / "pbad_mod.py").exists()
 
 
 def test_a_command_that_mends_part_of_a_problem_is_no_new_problem(tmp_path: Path) -> None:
@@ -492,8 +489,8 @@ def test_a_command_that_mends_part_of_a_problem_is_no_new_problem(tmp_path: Path
     wheels = tmp_path / "wheels"
     files = {f"pm/m{i}.py": f"X = {i}\n".encode() for i in range(4)}
     make_wheel(wheels, "pm", "1.0", {"pm/__init__.py": b"", **files})
-    prefix = make_venv(tmp_path / "venv", wheels, ["pm==1.0"])
-    pm = prefix / site_packages(prefix) / "pm"
+    prefix = venv_with(tmp_path / "venv", wheels, "pm==1.0")
+    pm = site_dir(prefix) / "pm"
     saved = {n: (pm / n).read_bytes() for n in ("m0.py", "m1.py")}
     for n in ("m0.py", "m1.py", "m2.py"):
         (pm / n).unlink()
@@ -510,7 +507,7 @@ def test_a_process_that_leaves_the_group_does_not_outlive_the_run(venv: Path) ->
     """``setsid`` takes a descendant out of the command's process group, so stopping the
     group misses it; cudafix is its subreaper, and stops it before judging, so it cannot
     write into the environment after the transaction committed."""
-    late = venv / site_packages(venv) / "late_mod.py"
+    late = site_dir(venv) / "late_mod.py"
     daemon = f"sleep 2; echo X = 1 > {late}"
     script = f"setsid sh -c '{daemon}' </dev/null >/dev/null 2>&1 & echo ready"
     done = cudafix("run", "--venv", venv, "--no-probe", "--", "sh", "-c", script)

@@ -16,7 +16,8 @@ import uv
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import locate_target
 from cudafix.env.treecache import RACY_NS, TreeCache
-from cudafix.plan.facts import Facts, gather
+from cudafix.gather import gather
+from cudafix.plan.facts import Facts
 from scenarios import BuiltScenario
 from tests.support.cli import cudafix, dlopen_table
 from tests.support.wheels import make_wheel

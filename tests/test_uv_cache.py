@@ -19,8 +19,10 @@ from hashlib import sha256
 from pathlib import Path
 
 import pytest
-from clihelp import cudafix
-from wheelhelp import UV, make_venv, make_wheel, site_packages
+
+from tests.support.cli import cudafix
+from tests.support.venvs import UV, new_venv, site_dir
+from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 """Runs repair dry runs on real venvs: left out of ``make test-fast``."""
@@ -54,13 +56,13 @@ def _unpacked(cache: Path) -> int:
 
 def test_repeated_repair_dry_runs_unpack_each_wheel_once(tmp_path: Path, index: str) -> None:
     cache = tmp_path / "uv-cache"
-    venv = make_venv(tmp_path / "venv", cache)
+    venv = new_venv(tmp_path / "venv", cache=cache)
     py = venv / "bin" / "python"
     argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
     subprocess.run(
         argv, check=True, capture_output=True, env={**os.environ, "UV_CACHE_DIR": str(cache)}
     )
-    (site_packages(venv) / "leafpkg" / "__init__.py").unlink()
+    (site_dir(venv) / "leafpkg" / "__init__.py").unlink()
     env = {"UV_CACHE_DIR": str(cache), "UV_DEFAULT_INDEX": index}
     counts = []
     for _ in range(3):

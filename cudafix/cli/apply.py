@@ -87,40 +87,10 @@ def _plan_for(file: Path, flags: PlanFlags) -> Plan:
         raise InputError(f"cannot read {file}: {exc}") from exc
     backend = flags.backend if flags.backend_given else None
     if file_kind(file, text) == "plan":
-        saved = read_plan(file, text)
+        saved = app.read_plan(file, text)
         return app.plan_saved(
             flags.facts, saved, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
         )
     return app.plan_script(
-        flags.facts, file, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
+        flags.facts, file, text, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
     )
-
-
-def read_plan(file: Path, text: str) -> Plan:
-    """Parse a plan file, or raise :class:`InputError` (exit 2) saying what is wrong."""
-    from pydantic import ValidationError
-
-    from cudafix.model.plan import PLAN_SCHEMA_VERSION, Plan, input_problems
-
-    try:
-        plan = Plan.model_validate_json(text)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "plan"
-        raise InputError(
-            f"{file}: not a cudafix plan ({exc.error_count()} problem(s)); {where}: {first['msg']}",
-            hint="write one with: cudafix remove ... --dry-run --out plan.json",
-        ) from exc
-    if plan.schema_version != PLAN_SCHEMA_VERSION:
-        raise InputError(
-            f"{file}: plan schema {plan.schema_version}; this cudafix reads {PLAN_SCHEMA_VERSION}"
-        )
-    problems = input_problems(plan)
-    if problems:
-        raise InputError(
-            f"{file}: refused, {len(problems)} field(s) are not what they claim; {problems[0]}",
-            context=problems[1:],
-            hint="a plan names distributions, versions, modules and paths, never options; "
-            "write a new one with --dry-run --out",
-        )
-    return plan

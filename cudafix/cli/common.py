@@ -20,7 +20,7 @@ import click
 from click.core import ParameterSource
 
 from cudafix import app
-from cudafix.cli.render import plain, shown
+from cudafix.cli.render import plain, render_plan, shown
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import (
     CudafixError,
@@ -32,8 +32,8 @@ from cudafix.model.errors import (
     TransactionFailed,
     UsageError,
 )
-from cudafix.model.probe import DEFAULT_PROBE_TIMEOUT
 from cudafix.model.sources import Sources
+from cudafix.model.transaction import DEFAULT_PROBE_TIMEOUT
 
 if TYPE_CHECKING:
     from cudafix.model.plan import Plan
@@ -427,9 +427,6 @@ def plan_options(func: F) -> F:
 
 def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
     """Render (or emit) the plan; unless it is a dry run, confirm and run the transaction."""
-    from cudafix.cli.render import render_plan
-    from cudafix.model.plan import refuse_unless_allowed
-
     if flags.out:
         try:
             flags.out.write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
@@ -443,7 +440,7 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
         )
     if flags.dry_run:
         raise click.exceptions.Exit(ExitCode.OK if plan.verdict == "pass" else ExitCode.REFUSED)
-    refuse_unless_allowed(plan, flags.run.force)
+    app.refuse_unless_allowed(plan, flags.run.force)
     confirm(flags.yes)
     result = app.execute(plan, flags.run, on_event=echo_err)
     if flags.as_json:

@@ -41,7 +41,15 @@ from cudafix.cli.common import (
 )
 from cudafix.cli.install import install as install_command
 from cudafix.cli.install import run_command
-from cudafix.cli.render import shown
+from cudafix.cli.render import (
+    render_detail,
+    render_error,
+    render_history,
+    render_report,
+    render_undo_preview,
+    shown,
+    size_text,
+)
 from cudafix.model.errors import (
     CudafixError,
     EnvironmentFault,
@@ -95,8 +103,6 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
     Errors first, then warnings, then one line per kind of information (-v lists it all;
     -q says only the verdict and the command to run next).
     """
-    from cudafix.cli.render import render_report
-
     try:
         report = app.doctor(facts, on_event=echo_err)
     except CudafixError as err:
@@ -195,8 +201,6 @@ def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Every transaction, every field.")
 def history(target: app.TargetArgs, as_json: bool) -> None:
     """List transactions: id, time, kind, outcome, what changed, command."""
-    from cudafix.cli.render import render_history
-
     prefix, entries = app.history(target)
     if as_json:
         click.echo(json.dumps([e.__dict__ for e in entries], indent=2, default=list))
@@ -210,8 +214,6 @@ def history(target: app.TargetArgs, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Everything: its journal, every path.")
 def show(txid: str, target: app.TargetArgs, as_json: bool) -> None:
     """Show one transaction (TXID: its id, a unique start of it, or `last`)."""
-    from cudafix.cli.render import render_detail
-
     detail = app.show(target, txid)
     if not as_json:
         echo_out(render_detail(detail, stdout_style()))
@@ -253,8 +255,6 @@ def undo(
     TXID is its id, a unique start of it, or `last`. The undo is shown first; it is probed
     and compared with doctor's findings before like any other transaction.
     """
-    from cudafix.cli.render import render_undo_preview
-
     preview = app.undo_preview(facts.target, txid)
     if as_json and dry_run:
         click.echo(json.dumps(undo_json(preview), indent=2, default=list))
@@ -301,8 +301,6 @@ def undo(
 )
 def gc(target: app.TargetArgs, keep: int) -> None:
     """Delete old snapshots, keeping the newest KEEP committed ones."""
-    from cudafix.cli.render import size_text
-
     gone, freed = app.gc(target, keep)
     click.echo(f"Deleted {len(gone)} snapshot(s), freeing {size_text(freed)}.")
 
@@ -330,8 +328,6 @@ def _fail(err: CudafixError, as_json: bool) -> NoReturn:
 
     A run interrupted by Ctrl-C or SIGTERM that rolled back exits as interrupted (130, 143).
     """
-    from cudafix.cli.render import render_error
-
     if as_json and not err.json_emitted:
         emit_json_error(err)
     click.echo(render_error(err, style_for(sys.stderr.isatty())), err=True)  # escapes its values

@@ -6,6 +6,7 @@ Rendering only formats values; it decides nothing. Colour is applied by the call
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -378,8 +379,6 @@ def render_error(err: CudafixError, style: Style = plain) -> str:
 
 
 def _when(t: float) -> str:
-    import time
-
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 

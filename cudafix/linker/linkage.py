@@ -213,6 +213,12 @@ def to_env_path(prefix: str, path: str) -> EnvPath | None:
     return EnvPath(rel.replace(os.sep, "/"))
 
 
+def in_env(prefix: str, path: str) -> str:
+    """A path as plans and findings record it: the EnvPath of one inside ``prefix``, any other
+    (a system library) as it is."""
+    return to_env_path(prefix, path) or path
+
+
 @dataclass(frozen=True)
 class LinkDiff:
     """What a change does to resolution: needs lost, and needs that now find another file."""

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cudafix.model.errors import PlanRefused
 from cudafix.model.names import BackendName, is_dist_name, is_env_path, is_module_name
+from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.model.sources import Sources
 
 PLAN_SCHEMA_VERSION = 1
@@ -100,21 +101,6 @@ class RequirementBreak(_Frozen):
         return f"{self.distribution}[{self.extra}]" if self.extra else self.distribution
 
 
-class RunTimeProbe(_Frozen):
-    """A framework object's run-time load, exercised after applying: the soname dlopen()ed
-    through the object's own RPATH/RUNPATH, or the library loaded by its full path."""
-
-    object: str
-    """EnvPath of the framework object that loads it."""
-    need: str
-    """A soname, or the EnvPath of a library the framework loads by full path."""
-    framework: str
-    """The distribution owning ``object`` (for messages)."""
-    search: list[str] = Field(default_factory=list)
-    """For a soname: the object's RPATH then RUNPATH, expanded (``$ORIGIN``), in the order
-    ld.so tries them; the probe loads the first copy there, else asks the system loader."""
-
-
 class _Pinned(_Frozen):
     """The local wheel file a reinstall or install was staged from, when it was one."""
 
@@ -194,28 +180,6 @@ class OverwrittenPath(_Frozen):
     """The distribution whose wheel writes it."""
     same_bytes: bool
     """The wheel's bytes equal those on disk (harmless now; a later uninstall still deletes it)."""
-
-
-class ExpectProbe(_Frozen):
-    """Python code or a shell command whose output must contain ``output``."""
-
-    python: str | None = None
-    command: str | None = None
-    output: str
-
-
-class Probes(_Frozen):
-    """Probes the plan carries (from a cleanup script), run after applying, before commit."""
-
-    imports: list[str] = Field(default_factory=list)
-    python: list[str] = Field(default_factory=list)
-    """Python snippets run by the target interpreter; each must exit 0."""
-    commands: list[str] = Field(default_factory=list)
-    """Shell commands run with the environment's bin/ first on PATH; each must exit 0."""
-    expect: list[ExpectProbe] = Field(default_factory=list)
-    auto: bool = True
-    """Also run the import/dlopen probes the planner chose (probe_modules, probe_libraries)."""
-    timeout: float | None = None
 
 
 class Options(_Frozen):

@@ -20,6 +20,9 @@ DEFAULT_KEEP = 5
 DEFAULT_LOCK_TIMEOUT = 60.0
 """Seconds a run waits for the environment's locks (cudafix's, then uv's)."""
 
+DEFAULT_PROBE_TIMEOUT = 60.0
+"""Seconds each probe may run before it counts as failed (``--probe-timeout``)."""
+
 
 @dataclass(frozen=True)
 class TransactionResult:

@@ -1,5 +1,5 @@
 """Deciding what to do: selectors, the planner, doctor's findings, preconditions and scripts.
 
-Functions of gathered facts. Two modules here read: ``facts`` gathers the environment and
-``staging`` fetches wheels into a scratch directory outside it; neither writes the venv.
+Pure functions of data: the facts :mod:`cudafix.gather` reads before planning, and a
+cleanup script's text its caller read. Nothing here reads a file or runs a process.
 """

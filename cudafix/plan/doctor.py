@@ -24,6 +24,7 @@ from cudafix.linker.linkage import (
     Root,
     RootKind,
     env_objects,
+    in_env,
     resolve_chains,
     to_env_path,
 )
@@ -128,7 +129,7 @@ def _imported(facts: Facts, chains: Chains) -> set[EnvPath]:
 def _roots_by_kind(inv: Inventory, chains: Chains) -> dict[str, list[str]]:
     out: dict[str, list[str]] = defaultdict(list)
     for root in chains.roots:
-        out[root.kind].append(_show_env(inv, root.path))
+        out[root.kind].append(in_env(str(inv.prefix), root.path))
     return dict(out)
 
 
@@ -195,8 +196,8 @@ def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[
         for spec in _unmet_specs(facts, row):
             out.setdefault(
                 spec,
-                f"{row.requested_as} requires it; {_show_abs(inv, e.requester)} loads "
-                f"{_show_abs(inv, e.need)} at run time",
+                f"{row.requested_as} requires it; {_show(inv, e.requester)} loads "
+                f"{_show(inv, e.need)} at run time",
             )
     return out
 
@@ -362,7 +363,7 @@ def _scripts(inv: Inventory, facts: Facts, cmd: _Commands) -> Iterable[Finding]:
                 severity="info",
                 distribution=name,
                 paths=[path],
-                message=f"{_show_abs(inv, path)} of {name}: relocated, its shebang points at "
+                message=f"{_show(inv, path)} of {name}: relocated, its shebang points at "
                 f"{interpreter} (its RECORD hash covers the old shebang, so the rest of the "
                 "script was not compared)",
             )
@@ -375,7 +376,7 @@ def _scripts(inv: Inventory, facts: Facts, cmd: _Commands) -> Iterable[Finding]:
             paths=[path for path, _ in scripts],
             message=f"{len(scripts)} script(s) of {name} {dist.version} name an interpreter "
             "that does not exist, so they cannot start",
-            details=[f"{_show_abs(inv, path)}: #!{interp}" for path, interp in scripts],
+            details=[f"{_show(inv, path)}: #!{interp}" for path, interp in scripts],
             **_step(cmd.argv("repair", "--dry-run"), f"reinstalls {name}=={dist.version}"),
         )
 
@@ -444,7 +445,7 @@ def _unresolved(
             hint = _where_else(inv, e.need, elsewhere.get(e.need, []))
         chains = (
             [f"fails on each of the {e.chains} load chain(s) through it, "
-             f"e.g. from {_show_abs(inv, e.root)}"]
+             f"e.g. from {_show(inv, e.root)}"]
             if e.chains else []
         )  # fmt: skip
         yield Finding(
@@ -488,12 +489,12 @@ def _run_time_unresolved(facts: Facts, e: Edge, row: RuntimeLoad, cmd: _Commands
         kind="unresolved",
         severity="error" if installed else "info",
         distribution=owner[0] if owner else None,
-        message=f"{_show_abs(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
-        f"loads {_show_abs(inv, e.need)} at run time (for {row.requested_as}), which is not "
+        message=f"{_show(inv, e.requester)} ({', '.join(owner) or 'no distribution'}) "
+        f"loads {_show(inv, e.need)} at run time (for {row.requested_as}), which is not "
         f"found{why}",
-        details=[f"searched {_show_abs(inv, d)}" for d in dict.fromkeys(e.searched)]
+        details=[f"searched {_show(inv, d)}" for d in dict.fromkeys(e.searched)]
         + [f"evidence: {row.source}"],
-        consumer=_show_env(inv, e.requester),
+        consumer=in_env(str(inv.prefix), e.requester),
         need=e.need,
         owners=[row.framework],
         command=cmd.argv("repair", "--dry-run") if mine else [],
@@ -527,10 +528,10 @@ class _Searched:
         return [f"searched {self.show(d)}" for d in dict.fromkeys(e.searched)]
 
     def show(self, path: str) -> str:
-        """:func:`_show_abs`, memoised: the same objects and directories recur per need."""
+        """:func:`_show`, memoised: the same objects and directories recur per need."""
         shell_join = self._shown.get(path)
         if shell_join is None:
-            shell_join = self._shown[path] = _show_abs(self._inv, path)
+            shell_join = self._shown[path] = _show(self._inv, path)
         return shell_join
 
     def env_path(self, path: str) -> EnvPath | None:
@@ -732,10 +733,10 @@ def _mixed_sonames(inv: Inventory, trees: Iterable[LoadTree]) -> Iterable[Findin
             yield Finding(
                 kind="mixed-cuda",
                 severity="warning",
-                message=f"loading {_show_abs(inv, tree.root)} maps {' and '.join(key)}",
+                message=f"loading {_show(inv, tree.root)} maps {' and '.join(key)}",
                 details=[
-                    f"{_show_abs(inv, needs[n].requester)} needs {n} "
-                    f"({_show_abs(inv, needs[n].provider or '')})"
+                    f"{_show(inv, needs[n].requester)} needs {n} "
+                    f"({_show(inv, needs[n].provider or '')})"
                     for n in key
                 ],
                 hint="two majors of one library in one process: one of them is a leftover build",
@@ -766,7 +767,7 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
     for need, uses in sorted(by_need.items()):
         places = sorted(copies[need])
         contested = [(e, c) for e, c in uses if len(c) > 1]
-        listing = [f"{_show_abs(inv, p)} ({_owned_by(inv, p)})" for p in places]
+        listing = [f"{_show(inv, p)} ({_owned_by(inv, p)})" for p in places]
         if not contested:
             yield Finding(
                 kind="duplicate-soname",
@@ -775,7 +776,7 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
                 "path holds two of them; a process that loads both by path gets two copies",
                 details=listing,
                 need=need,
-                paths=[_show_env(inv, p) for p in places],
+                paths=[in_env(str(inv.prefix), p) for p in places],
             )
             continue
         wrong = [(e, c) for e, c in contested if _wrong_pick(facts, e)]
@@ -790,18 +791,18 @@ def _shadowed(facts: Facts, edges: Iterable[Edge], cmd: _Commands) -> Iterable[F
                 kind="shadowed",
                 severity="warning" if wrong else "info",
                 distribution=next(iter(_owners_abs(inv, e.requester)), None),
-                message=f"{_show_abs(inv, e.requester)} finds {need} at "
-                f"{_show_abs(inv, provider)} ({_owned_by(inv, provider)})"
+                message=f"{_show(inv, e.requester)} finds {need} at "
+                f"{_show(inv, provider)} ({_owned_by(inv, provider)})"
                 f" first, of {len(competing)} on its search path"
                 + ("; that copy is not of the build its distribution requires" if wrong else ""),
                 details=[
                     *listing,
-                    f"searched first: {', '.join(_show_abs(inv, d) for d in e.searched[:4])}",
+                    f"searched first: {', '.join(_show(inv, d) for d in e.searched[:4])}",
                 ],
-                consumer=_show_env(inv, e.requester),
+                consumer=in_env(str(inv.prefix), e.requester),
                 need=need,
-                provider=_show_env(inv, e.provider or ""),
-                paths=[_show_env(inv, p) for p in competing],
+                provider=in_env(str(inv.prefix), e.provider or ""),
+                paths=[in_env(str(inv.prefix), p) for p in competing],
                 owners=sorted({o for p in competing for o in _owners_abs(inv, p)}),
                 hint=f"remove the copy its distribution does not require: `{remove}`"
                 if wrong
@@ -853,11 +854,6 @@ def _owners_abs(inv: Inventory, path: str) -> list[DistName]:
 
 def _owned_by(inv: Inventory, path: str) -> str:
     return ", ".join(_owners_abs(inv, path)) or "unowned"
-
-
-def _show_env(inv: Inventory, path: str) -> str:
-    """An EnvPath for a path inside the venv (absolute ones outside stay absolute)."""
-    return to_env_path(str(inv.prefix), path) or path
 
 
 def _requirements(
@@ -990,8 +986,6 @@ def _unmanaged(inv: Inventory) -> Iterable[Finding]:
 
 
 def _show(inv: Inventory, path: str) -> str:
-    return site_relative(path, inv.site_packages)
-
-
-def _show_abs(inv: Inventory, path: str) -> str:
+    """A path for people: an EnvPath, or an absolute path inside the environment, relative to
+    its site-packages dir."""
     return site_relative(path, inv.site_packages, str(inv.prefix))

@@ -23,6 +23,7 @@ from cudafix.linker.linkage import (
     EdgeKey,
     diff_edges,
     env_objects,
+    in_env,
     resolve_chains,
     to_env_path,
 )
@@ -30,6 +31,7 @@ from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
 from cudafix.model.commands import cudafix_argv, venv_flags
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
+from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.plan import install
 from cudafix.plan.facts import Facts, load_roots
 from cudafix.plan.preconditions import record_digest
@@ -48,7 +50,7 @@ class Request:
     """Distributions to reinstall whatever the options say, with the reason (``cudafix repair``)."""
     installs: tuple[Pin, ...] = ()
     """Exact pins installed ``--no-deps`` after removals and reinstalls (cleanup scripts)."""
-    probes: P.Probes = field(default_factory=P.Probes)
+    probes: Probes = field(default_factory=Probes)
     source: str | None = None
     """The script the request came from, if any."""
 
@@ -330,7 +332,7 @@ def _linkage(
     wheels: Sequence[StagedWheel] = (),
     clobbers: Sequence[P.OverwrittenPath] = (),
     removed: Iterable[DistName] = (),
-) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath], list[P.RunTimeProbe]]:
+) -> tuple[list[P.LostNeed], list[P.ProviderSwitch], set[EnvPath], list[RunTimeProbe]]:
     """Needs lost and switched, the remaining objects whose providers change on disk, and
     the run-time loads to probe.
 
@@ -352,10 +354,10 @@ def _linkage(
     claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
     lost = [
         P.LostNeed(
-            consumer=_display(prefix, old.requester),
+            consumer=in_env(prefix, old.requester),
             consumer_distribution=_owner(inv, prefix, old.requester),
-            need=_display(prefix, old.need),
-            resolved_before=_display(prefix, old.provider or ""),
+            need=in_env(prefix, old.need),
+            resolved_before=in_env(prefix, old.provider or ""),
             lost_file_owners=list(_owners(inv, prefix, old.provider or "")),
             searched=list(new.searched),
             run_time_load=row.requested_as
@@ -366,19 +368,19 @@ def _linkage(
     ]
     switches = [
         P.ProviderSwitch(
-            consumer=_display(prefix, old.requester),
+            consumer=in_env(prefix, old.requester),
             consumer_distribution=_owner(inv, prefix, old.requester),
             need=old.need,
-            before=_display(prefix, old.provider or ""),
-            after=_display(prefix, new.provider or ""),
+            before=in_env(prefix, old.provider or ""),
+            after=in_env(prefix, new.provider or ""),
             before_owners=list(_owners(inv, prefix, old.provider or "")),
-            after_owners=list(claims.get(EnvPath(_display(prefix, new.provider or "")), ())),
+            after_owners=list(claims.get(EnvPath(in_env(prefix, new.provider or "")), ())),
         )
         for old, new in diff.switched
     ]
     switches += [
         P.ProviderSwitch(
-            consumer=_display(prefix, edge.requester),
+            consumer=in_env(prefix, edge.requester),
             consumer_distribution=_owner(inv, prefix, edge.requester),
             need=edge.need,
             before=clobber.path,
@@ -413,7 +415,7 @@ def _run_time_probes(
     after: Mapping[EdgeKey, Edge],
     changed: frozenset[EnvPath],
     gone: frozenset[EnvPath],
-) -> list[P.RunTimeProbe]:
+) -> list[RunTimeProbe]:
     """Every run-time load of each remaining framework object one of whose run-time loads
     the plan changes: found elsewhere, found again (a repair), or its file rewritten."""
     prefix = str(facts.inventory.prefix)
@@ -430,11 +432,11 @@ def _run_time_probes(
         obj for obj, need in loads if moved((obj, need)) and to_env_path(prefix, obj) not in gone
     }
     return [
-        P.RunTimeProbe(
-            object=_display(prefix, obj),
-            need=_display(prefix, need),
+        RunTimeProbe(
+            object=in_env(prefix, obj),
+            need=in_env(prefix, need),
             framework=row.framework,
-            search=[] if "/" in need else [_display(prefix, d) for d in _own_search(facts, obj)],
+            search=[] if "/" in need else [in_env(prefix, d) for d in _own_search(facts, obj)],
         )
         for obj, need in sorted(loads)
         if obj in objects and (row := facts.runtime.row(obj, need)) is not None
@@ -444,7 +446,7 @@ def _run_time_probes(
 def _own_search(facts: Facts, obj: str) -> list[str]:
     """``obj``'s own RPATH (void under RUNPATH) then RUNPATH, expanded: where a dlopen() it
     makes looks before the system's paths."""
-    info = facts.elf.objects.get(EnvPath(_display(str(facts.inventory.prefix), obj)))
+    info = facts.elf.objects.get(EnvPath(in_env(str(facts.inventory.prefix), obj)))
     if info is None:
         return []
     origin = posixpath.dirname(obj)
@@ -464,10 +466,6 @@ def _probe_modules(
     names = {o for path in touched for o in inv.owners.get(path, ()) if o in remaining}
     names |= {DistName(n) for n in also}
     return sorted({m for n in names for m in remaining[n].top_level})
-
-
-def _display(prefix: str, path: str) -> str:
-    return to_env_path(prefix, path) or path
 
 
 def _owners(inv: Inventory, prefix: str, path: str) -> tuple[DistName, ...]:

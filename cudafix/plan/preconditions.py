@@ -12,20 +12,14 @@ and again, cheaply (:func:`quick_differences`), under the transaction lock.
 from __future__ import annotations
 
 import hashlib
-import posixpath
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cudafix.env.distinfo import is_installer_file
-from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import (
     Distribution,
-    find_dist_info,
-    installed_versions,
-    read_distribution,
 )
-from cudafix.env.statedir import StateDir
-from cudafix.model.errors import CudafixError, StalePlan
+from cudafix.model.errors import StalePlan
 from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Plan, Target
 from cudafix.plan.facts import Facts
@@ -41,21 +35,8 @@ def record_digest(dist: Distribution) -> str:
     return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 
-def _live_record_digest(prefix: Path, plan: Plan, name: str) -> str | None:
-    """The RECORD digest of installed ``name`` read from disk now (None: no such RECORD)."""
-    want = plan.preconditions.distributions.get(DistName(name))
-    info = find_dist_info(prefix, plan.target.site_packages, name, want) if want else None
-    if info is None:
-        return None
-    try:
-        dist = read_distribution(prefix, EnvPath(posixpath.dirname(info)), info)
-    except CudafixError:
-        return None
-    return record_digest(dist) if dist is not None else None
-
-
 def assumed_paths(plan: Plan) -> list[EnvPath]:
-    """Paths whose bytes ``plan`` assumes: hash them (:func:`cudafix.plan.facts.with_hashes`)
+    """Paths whose bytes ``plan`` assumes: hash them (:func:`cudafix.gather.with_hashes`)
     before :func:`check`."""
     return [EnvPath(p) for p in plan.preconditions.path_hashes]
 
@@ -71,25 +52,25 @@ def differences(plan: Plan, facts: Facts) -> list[str]:
     ]
 
 
-def quick_differences(plan: Plan) -> list[str]:
-    """Versions, shared-path hashes and RECORD digests, read without a full walk.
+def quick_differences(
+    plan: Plan,
+    versions: Mapping[DistName, str],
+    hash_of: Callable[[EnvPath], str | None],
+    records: Mapping[str, str | None],
+) -> list[str]:
+    """Versions, shared-path hashes and RECORD digests (``records``: name -> the digest of
+    its installed RECORD, None when there is none) against what ``plan`` assumed.
 
-    Run under the transaction lock just before applying: cheap enough to always do, and
-    it catches another run having changed the environment since planning.
+    Cheap enough to always run under the transaction lock just before applying
+    (:func:`cudafix.gather.live_differences` reads its inputs): it catches another run
+    having changed the environment since planning.
     """
-    prefix = Path(plan.target.prefix)
-    sites = [EnvPath(s) for s in plan.target.site_packages]
-    hashes = HashCache.load(prefix, StateDir(prefix).hash_cache)
-    records = [
+    changed = [
         f"{n}: its RECORD changed since the plan was made"
         for n, want in sorted(plan.preconditions.records.items())
-        if _live_record_digest(prefix, plan, n) != want
+        if records.get(n) != want
     ]
-    return [
-        *_distributions(plan, installed_versions(prefix, sites)),
-        *_hashes(plan, hashes),
-        *records,
-    ]
+    return [*_distributions(plan, versions), *_hashes(plan, hash_of), *changed]
 
 
 def _layout(plan: Plan, facts: Facts) -> list[str]:

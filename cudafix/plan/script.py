@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
 from cudafix.model.names import BackendName, DistName, is_dist_name, is_selector, normalize_name
-from cudafix.model.probe import DEFAULT_PROBE_TIMEOUT, ProbeSpec
+from cudafix.model.probe import ExpectProbe, Probes
 from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request
@@ -211,12 +211,9 @@ class LoadedScript:
 # -- loading -------------------------------------------------------------------------------
 
 
-def load_script(path: Path) -> LoadedScript:
-    """Read and validate ``path``; every problem is reported at once, each with its line."""
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read cleanup script {path}: {exc}") from exc
+def load_script(path: Path, source: str) -> LoadedScript:
+    """Validate ``source``, the text the caller read from ``path``; every problem is
+    reported at once, each with its line."""
     return LoadedScript(path, source, parse_script(source, path))
 
 
@@ -370,73 +367,13 @@ def _reinstalls(loaded: LoadedScript, facts: Facts, removed: set[DistName]) -> d
 # -- probes --------------------------------------------------------------------------------
 
 
-def _probes(script: Script) -> P.Probes:
+def _probes(script: Script) -> Probes:
     p = script.probes
-    return P.Probes(
+    return Probes(
         imports=list(p.imports),
         python=list(p.python),
         commands=list(p.commands),
-        expect=[P.ExpectProbe(**e.model_dump()) for e in p.expect],
+        expect=[ExpectProbe(**e.model_dump()) for e in p.expect],
         auto=p.auto,
         timeout=p.timeout,
-    )
-
-
-_EXPECT = """\
-# cudafix expect-probe: {label}
-import subprocess, sys
-want, label = {want!r}, {label!r}
-p = subprocess.run({argv}, capture_output=True, text=True, errors="replace")
-out = p.stdout + p.stderr
-sys.stdout.write(p.stdout); sys.stderr.write(p.stderr)
-if p.returncode:
-    sys.exit(p.returncode)
-if want not in out:
-    sys.exit("expected " + repr(want) + " in the output of " + label + ", got " + repr(out[-200:]))
-"""
-
-
-def expect_code(expect: P.ExpectProbe) -> str:
-    """Python, run by the target interpreter, that checks a probe's output for a substring."""
-    if expect.python is not None:
-        argv = f"[sys.executable, '-B', '-s', '-c', {expect.python!r}]"
-        label = f"python {expect.python[:40]!r}"
-    else:
-        argv = f"['/bin/sh', '-c', {expect.command!r}]"
-        label = f"command {str(expect.command)[:40]!r}"
-    return _EXPECT.format(argv=argv, want=expect.output, label=label)
-
-
-def _absolute(prefix: Path, path: str) -> str:
-    """An EnvPath (or soname) of the plan as the probe needs it: absolute, sonames as they are."""
-    return str(prefix / path) if "/" in path and not path.startswith("/") else path
-
-
-def probe_spec(
-    plan: P.Plan,
-    *,
-    auto: bool = True,
-    code: Sequence[str] = (),
-    commands: Sequence[str] = (),
-    timeout: float = DEFAULT_PROBE_TIMEOUT,
-) -> ProbeSpec:
-    """The probes to run: the planner's (unless disabled), the plan's own, and the CLI's."""
-    p = plan.probes
-    use_auto = auto and p.auto
-    prefix = Path(plan.target.prefix)
-    modules = [*(plan.probe_modules if use_auto else ()), *p.imports]
-    return ProbeSpec(
-        modules=tuple(dict.fromkeys(modules)),
-        libraries=tuple(str(prefix / lib) for lib in plan.probe_libraries) if use_auto else (),
-        run_time=tuple(
-            (
-                f"{r.need} by {r.object}",
-                _absolute(prefix, r.need),
-                tuple(_absolute(prefix, d) for d in r.search),
-            )
-            for r in (plan.probe_run_time if use_auto else ())
-        ),
-        code=(*p.python, *(expect_code(e) for e in p.expect), *code),
-        commands=(*p.commands, *commands),
-        timeout=p.timeout or timeout,
     )

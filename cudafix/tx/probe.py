@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.linker.hostdeps import provided_by_system
-from cudafix.model.probe import ProbeSpec
+from cudafix.model.probe import ProbeResult, ProbeSpec
 from cudafix.process import Completed, activated, run
 
 _LOAD = """\
@@ -36,17 +35,6 @@ for label, need, dirs in json.loads(sys.argv[1]):
 """Each soname from the first of the object's own dirs that holds it, as the object's dlopen()
 finds it (then the system's paths, as ld.so goes on); a full path as it is."""
 _NOT_FOUND = re.compile(r"^(?P<soname>[^\s:/]+): cannot open shared object file")
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """One probe's outcome."""
-
-    label: str
-    ok: bool
-    error: str
-    note: str = ""
-    """Why a passing probe is not a clean pass (a load skipped for a driver need)."""
 
 
 def _env(prefix: Path) -> dict[str, str]:

@@ -6,4 +6,5 @@
 ``cli``         the CLI run as a user runs it, and its one-line-error contract
 ``facts``       planner facts made by hand (no venv)
 ``loadertree``  trees of real shared objects, ``ldd`` and cudafix's loader side by side
+``tty``         the CLI on a real terminal (a pty)
 """

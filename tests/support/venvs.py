@@ -63,3 +63,10 @@ def site_dir(prefix: Path) -> Path:
 def site_rel(prefix: Path) -> str:
     """The same directory as an EnvPath (relative to ``prefix``), as plans spell it."""
     return site_dir(prefix).relative_to(prefix).as_posix()
+
+
+def venv_with(prefix: Path, wheelhouse: Path, *names: str, cache: Path | None = None) -> Path:
+    """A new venv at ``prefix`` holding ``names`` alone (no dependencies); returns ``prefix``."""
+    new_venv(prefix, cache=cache)
+    install(prefix, wheelhouse, *names, cache=cache, deps=False)
+    return prefix

@@ -1,0 +1,168 @@
+"""Read everything the planner and doctor need, once, into their facts (``plan.facts.Facts``).
+
+The one read-side orchestration above ``env/`` and ``linker/``, so ``plan/`` stays pure:
+the target's interpreter is asked once, the tree is walked once, ELF objects and hashes
+come from caches under ``.cudafix/`` when unchanged, and the process-wide host cache is
+bound to the target's (``host``). What a plan needs besides (hashes for preconditions,
+what staging found, the live state under the lock) is read here too, and handed over as data.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from cudafix.env.distinfo import direct_url
+from cudafix.env.hashing import HashCache
+from cudafix.env.inventory import (
+    changed_since_record,
+    find_dist_info,
+    installed_versions,
+    read_distribution,
+    read_inventory,
+)
+from cudafix.env.scripts import read_shebangs
+from cudafix.env.statedir import StateDir
+from cudafix.env.target import TargetEnv, query_interpreter
+from cudafix.env.treecache import TreeCache
+from cudafix.fetch.staging import Staging
+from cudafix.linker.elfindex import index_environment
+from cudafix.linker.hostcache import HOST, HostCache
+from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
+from cudafix.linker.runtime import RuntimeTable, bind
+from cudafix.model.errors import CudafixError
+from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.model.plan import Plan
+from cudafix.plan.facts import Facts, elf_providers, scripts_of
+from cudafix.plan.preconditions import quick_differences, record_digest
+
+
+def gather(
+    target: TargetEnv,
+    *,
+    dlopen_tables: Sequence[Path] = (),
+    ld_library_path: str | None = None,
+    host: HostCache = HOST,
+) -> Facts:
+    """Read the target; caches are saved only where cudafix may write (``.cudafix/``).
+
+    ``host`` is the memo of host facts the ELF index and the loader consult (process-wide
+    by default: host facts are the same for every environment); it is bound to this
+    target's cache file.
+    """
+    state = StateDir(target.prefix)
+    host.use(state.host_cache)
+    info = query_interpreter(target)
+    hashes = HashCache.load(target.prefix, state.hash_cache)
+    tree = TreeCache.load(state.tree_cache)
+    inventory = read_inventory(
+        target.prefix, info.site_packages, target.python, hasher=hashes, cache=tree
+    )
+    elf = index_environment(target.prefix, inventory.files, state.elf_cache)
+    tree.watch([*elf.objects, *elf.problems])  # an in-place overwrite keeps the dir's mtime
+    tree.save(state.tree_cache)
+    suspects = changed_since_record(inventory, elf_providers(inventory, elf))
+    path_hashes = {p: hashes(p) for p in [*(s.path for s in inventory.shared), *suspects]}
+    hashes.save(state.hash_cache)
+    table, runtime = DlopenTable.default(), RuntimeTable.default()
+    for extra in dlopen_tables:
+        table = table.merged(DlopenTable.load(extra))
+        runtime = runtime.merged(RuntimeTable.load(extra))
+    objects = [p for p in elf.objects if p not in elf.foreign]
+    loads = bind(runtime, str(inventory.prefix), inventory.site_packages, objects, inventory.owners)
+    table = table.merged(DlopenTable(by_object=loads.sonames, preload=loads.paths))
+    lib_path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
+    return Facts(
+        inventory=inventory,
+        elf=elf,
+        search=SearchConfig.for_host(split_ld_library_path(lib_path)),
+        dlopen=table,
+        marker_env=dict(info.marker_env),
+        self_dependencies=own_dependencies(target.prefix),
+        path_hashes=path_hashes,
+        interpreter=info,
+        runtime=loads,
+        shebangs=read_shebangs(target.prefix, scripts_of(inventory, elf)),
+        hashed_files=hashes.hashed,
+    )
+
+
+def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:
+    """``facts`` that also know the sha256 of ``paths`` (cached by stat under ``.cudafix/``)."""
+    wanted = [p for p in paths if p not in facts.path_hashes]
+    if not wanted:
+        return facts
+    prefix = facts.inventory.prefix
+    cache = StateDir(prefix).hash_cache
+    hashes = HashCache.load(prefix, cache)
+    known = {**facts.path_hashes, **{p: hashes(p) for p in wanted}}
+    hashes.save(cache)
+    return replace(facts, path_hashes=known)
+
+
+def with_staging(facts: Facts, staging: Staging) -> Facts:
+    """``facts`` with what staging found (:func:`cudafix.fetch.staging.stage`, run by the
+    caller) and the paths the staged wheels would overwrite hashed, for the preconditions."""
+    inv = facts.inventory
+    recorded = {
+        name: url
+        for name, _ in {*staging.wheels, *staging.problems}
+        if (dist := inv.distributions.get(name)) is not None
+        and (url := direct_url(inv.prefix, dist.dist_info)) is not None
+    }
+    staging = replace(staging, recorded=recorded)
+    overwritten = [p for w in staging.wheels.values() for p in w.files if p in inv.files]
+    return replace(with_hashes(facts, overwritten), staging=staging)
+
+
+def own_dependencies(prefix: Path) -> frozenset[DistName]:
+    """cudafix and everything it imports, when it runs from inside the target."""
+    if Path(sys.prefix).resolve() != prefix.resolve():
+        return frozenset()
+    seen: set[DistName] = set()
+    todo = ["cudafix"]
+    while todo:
+        name = normalize_name(todo.pop())
+        if name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        seen.add(name)
+        for raw in dist.requires or []:
+            req = Requirement(raw)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return frozenset(seen)
+
+
+def live_differences(plan: Plan) -> list[str]:
+    """:func:`~cudafix.plan.preconditions.quick_differences` over the environment as it is
+    now: versions, shared-path hashes and RECORD digests, read without a full walk (under
+    the transaction lock, just before applying)."""
+    prefix = Path(plan.target.prefix)
+    sites = [EnvPath(s) for s in plan.target.site_packages]
+    hashes = HashCache.load(prefix, StateDir(prefix).hash_cache)
+    records = {n: _live_record_digest(prefix, plan, n) for n in plan.preconditions.records}
+    return quick_differences(plan, installed_versions(prefix, sites), hashes, records)
+
+
+def _live_record_digest(prefix: Path, plan: Plan, name: str) -> str | None:
+    """The RECORD digest of installed ``name`` read from disk now (None: no such RECORD)."""
+    want = plan.preconditions.distributions.get(DistName(name))
+    info = find_dist_info(prefix, plan.target.site_packages, name, want) if want else None
+    if info is None:
+        return None
+    try:
+        dist = read_distribution(prefix, EnvPath(posixpath.dirname(info)), info)
+    except CudafixError:
+        return None
+    return record_digest(dist) if dist is not None else None
