@@ -11,7 +11,7 @@ import pytest
 
 from cudafix.linker.loader import DlopenTable, SearchConfig, Step, expand_entry, resolve
 from cudafix.linker.runtime import RuntimeTable, bind
-from cudafix.model.names import EnvPath, Soname
+from cudafix.model.names import DistName, EnvPath, Soname
 from scenarios.cc import CompileError, SharedObject, compile_shared
 from tests.support.loadertree import cudafix_tree, ldd, lib, loaded_maps, parse_ldd, real, view_of
 
@@ -309,6 +309,7 @@ def test_a_by_path_preload_meets_the_roots_needs_first(tmp_path: Path) -> None:
 def test_every_shipped_run_time_row_says_where_it_was_read() -> None:
     rows = RuntimeTable.default().rows
     assert {r.framework for r in rows} >= {"jax-cuda12-plugin", "tensorflow", "cupy-cuda12x"}
+    assert {r.framework for r in rows} >= {"jax-cuda13-plugin", "jax-cuda13-pjrt", "cupy-cuda13x"}
     for row in rows:
         assert row.objects and (row.sonames or row.paths or row.optional), row
         assert len(row.source) > 40, row  # names the loader code or the trace it was read from
@@ -335,6 +336,10 @@ def test_run_time_rows_bind_to_the_objects_they_name() -> None:
     assert bound.paths == {f"/v/{ext}": (lib_path,)} and not bound.sonames
     row = bound.row(f"/v/{ext}", lib_path)
     assert row is not None and row.requested_as == "cuda-toolkit[curand]"
+    # cupy-cuda13x ships the same file names: the cupy-cuda12x row is not its load
+    owners = {ext: (DistName("cupy-cuda13x"),)}
+    assert not bind(table, "/v", [EnvPath(site)], [ext], owners).objects
+    assert bind(table, "/v", [EnvPath(site)], [ext], {ext: (DistName("cupy-cuda12x"),)}).paths
     with pytest.raises(ValueError, match="inside site-packages"):
         RuntimeTable.from_data(
             {"load": [{"framework": "x", "objects": ["a.so"], "paths": ["../x"]}]}

@@ -168,12 +168,18 @@ class BoundLoads:
 
 
 def bind(
-    table: RuntimeTable, prefix: str, site_packages: Iterable[str], objects: Iterable[EnvPath]
+    table: RuntimeTable,
+    prefix: str,
+    site_packages: Iterable[str],
+    objects: Iterable[EnvPath],
+    owners: Mapping[EnvPath, tuple[DistName, ...]] | None = None,
 ) -> BoundLoads:
     """Match every row against the environment's ELF objects (pure).
 
     ``objects`` are EnvPaths; rows' globs and paths are relative to a site-packages dir, so
-    each is tried under each of ``site_packages``.
+    each is tried under each of ``site_packages``. A row binds only to objects its framework
+    owns (by ``owners``, when given): cupy-cuda12x and cupy-cuda13x ship the same file names
+    and load different libraries. An object no RECORD lists is matched by its path alone.
     """
     sites = tuple(site_packages)
     sonames: dict[str, tuple[Soname, ...]] = {}
@@ -186,7 +192,10 @@ def bind(
             continue
         rel = obj[len(site) + 1 :]
         absolute = f"{prefix}/{obj}"
+        held = owners.get(obj, ()) if owners is not None else ()
         for row in table.rows:
+            if held and row.framework not in held:
+                continue
             if not any(fnmatch.fnmatchcase(rel, g) for g in row.objects):
                 continue
             if row.optional:

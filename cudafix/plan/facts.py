@@ -125,7 +125,7 @@ def gather(
         table = table.merged(DlopenTable.load(extra))
         runtime = runtime.merged(RuntimeTable.load(extra))
     objects = [p for p in elf.objects if p not in elf.foreign]
-    loads = bind(runtime, str(inventory.prefix), inventory.site_packages, objects)
+    loads = bind(runtime, str(inventory.prefix), inventory.site_packages, objects, inventory.owners)
     table = table.merged(DlopenTable(by_object=loads.sonames, preload=loads.paths))
     lib_path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
     return Facts(
