@@ -162,3 +162,17 @@ def test_a_run_time_load_probe_fails_where_the_objects_search_path_holds_nothing
     (result,) = run_probes(Path(sys.prefix), Path(sys.executable), spec, tmp_path)
     assert not result.ok
     assert "libcudafix_absent.so.1" in result.error
+
+
+def test_two_frameworks_sharing_cudnn_are_not_told_to_remove_what_one_requires(
+    scenario: ScenarioFactory,
+) -> None:
+    """torch cu13 + jax[cuda12]: cudnn-cu12 and -cu13 clobber each other's files, and each is
+    required by a framework; doctor warns but offers no removal, naming both requirements."""
+    built = scenario("torch-jax")
+    report = as_json(cudafix("doctor", "--venv", built.venv, "--json"))
+    (clobber,) = [f for f in report["findings"] if f["kind"] == "clobbered"]
+    assert clobber["owners"] == ["nvidia-cudnn-cu12", "nvidia-cudnn-cu13"]
+    assert clobber["command"] == [] and report["next_command"] == []
+    assert "jax-cuda12-plugin requires nvidia-cudnn-cu12" in clobber["hint"]
+    assert "torch requires nvidia-cudnn-cu13" in clobber["hint"]
