@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -219,6 +220,13 @@ def torch_and_jax(run: Run, root: Path, name: str, specs: tuple[str, ...], pytho
         and any(c["action"] == "keep-all" for c in mixed[0]["choices"]),
         mixed[0]["message"] if mixed else "no mixed-cuda finding",
     )
+    offered = [c for f in mixed for c in f["choices"] if c["action"] == "remove-framework"]
+    for choice in offered:
+        argv = [*cudafix_argv(), *shlex.split(choice["command"])[1:], "--no-fetch"]
+        who = ", ".join(choice["frameworks"])
+        done = run.step(f"{name}: offered removal of {who} --dry-run", argv, env=user_env())
+        run.check(f"{name}: doctor's offered removal of {who} passes as printed",
+                  done.returncode == 0, tail(done))  # fmt: skip
     for lib, who in (("nvidia-cudnn-cu12", "jax_cuda12_plugin/_versions.so"),
                      ("nvidia-cudnn-cu13", "torch requires nvidia-cudnn-cu13")):  # fmt: skip
         plan = cudafix(run, f"{name}: cudafix remove {lib} --dry-run", "remove", lib,

@@ -736,6 +736,7 @@ def _remove_framework(
         {n for f in frameworks for n in needs[f] if cuda_major(n) in (major, None)} - kept
     )
     removed = [f for f in frameworks if f not in kept]
+    removed += _dependents(facts, set(removed), kept)
     names: list[str] = [*removed, *libs]
     return Choice(
         action="remove-framework",
@@ -744,6 +745,23 @@ def _remove_framework(
         distributions=names,
         command=cmd("remove", *names, "--repair", "--dry-run") if names else None,
     )
+
+
+def _dependents(facts: Facts, frameworks: set[DistName], kept: set[DistName]) -> list[DistName]:
+    """What must go with ``frameworks`` for their removal to break nothing: the installed
+    distributions that require them (``jax``, whose requested extra ``cuda12`` asks for
+    ``jax-cuda12-plugin``), and those owning objects whose run-time loads a removed
+    framework's extra brings (``jax-cuda12-pjrt``); none that ``kept`` needs."""
+    inv = facts.inventory
+    out = {
+        name
+        for name in inv.distributions
+        if name not in frameworks | kept and _closure(facts, {name}) & frameworks
+    }
+    for (obj, _need), row in facts.runtime.rows.items():
+        if row.provider in frameworks:
+            out |= {o for o in _owners_abs(inv, obj) if o not in frameworks | kept}
+    return sorted(out)
 
 
 def _mixed_sonames(inv: Inventory, trees: Iterable[LoadTree]) -> Iterable[Finding]:
