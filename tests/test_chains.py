@@ -427,8 +427,8 @@ def test_cu12_needs_behind_a_requested_extra_are_a_frameworks_not_leftovers(
 ) -> None:
     """``jax[cuda12]`` asks for ``jax-cuda12-plugin[with-cuda]``, the only place its cu12
     wheels are required: they are the plugin's, so doctor offers the two-framework choices,
-    never ``remove 'nvidia-*-cu12'``; each choice's plan passes or is refused naming what
-    it would break."""
+    never ``remove 'nvidia-*-cu12'``; the plugin's removal takes jax with it (jax[cuda12]
+    asks for the plugin), so each choice's plan passes as printed."""
     built = _build(TWO_FRAMEWORKS_EXTRA, tmp_path / "venv")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     report = as_json(proc)
@@ -451,15 +451,11 @@ def test_cu12_needs_behind_a_requested_extra_are_a_frameworks_not_leftovers(
     }
     assert choices[("remove-framework", (12,))]["distributions"] == [
         "jax-cuda12-plugin",
+        "jax",
         *JAX_CU12,
     ]
     for command in _commands(mixed):
         words = command.split()
         planned = cudafix(*words[1:], "--json", "--offline", "--find-links", built.wheelhouse)
         plan = as_json(planned)
-        if plan["verdict"] == "refused":  # only for what the removal really breaks: jax[cuda12]
-            assert planned.returncode == 3, planned.stderr
-            breaks = [(b["distribution"], b["extra"]) for b in plan["requirement_breaks"]]
-            assert breaks == [("jax", "cuda12")] and not plan["lost"], plan["reasons"]
-        else:
-            assert (plan["verdict"], planned.returncode) == ("pass", 0), plan["reasons"]
+        assert (plan["verdict"], planned.returncode) == ("pass", 0), plan["reasons"]

@@ -309,6 +309,7 @@ def test_a_by_path_preload_meets_the_roots_needs_first(tmp_path: Path) -> None:
 def test_every_shipped_run_time_row_says_where_it_was_read() -> None:
     rows = RuntimeTable.default().rows
     assert {r.framework for r in rows} >= {"jax-cuda12-plugin", "tensorflow", "cupy-cuda12x"}
+    assert {r.framework for r in rows} >= {"jax-cuda13-plugin", "jax-cuda13-pjrt", "cupy-cuda13x"}
     for row in rows:
         assert row.objects and (row.sonames or row.paths or row.optional), row
         assert len(row.source) > 40, row  # names the loader code or the trace it was read from

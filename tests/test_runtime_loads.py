@@ -10,6 +10,7 @@ sees the requirements behind the extras. The oracle is the real loader: the plug
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,31 @@ def test_a_run_time_load_probe_fails_where_the_objects_search_path_holds_nothing
     (result,) = run_probes(Path(sys.prefix), Path(sys.executable), spec, tmp_path)
     assert not result.ok
     assert "libcudafix_absent.so.1" in result.error
+
+
+def test_two_frameworks_sharing_cudnn_are_not_told_to_remove_what_one_requires(
+    scenario: ScenarioFactory,
+) -> None:
+    """torch cu13 + jax[cuda12]: cudnn-cu12 and -cu13 clobber each other's files, and each is
+    required by a framework; doctor warns but offers no removal, naming both requirements."""
+    built = scenario("torch-jax")
+    report = as_json(cudafix("doctor", "--venv", built.venv, "--json"))
+    (clobber,) = [f for f in report["findings"] if f["kind"] == "clobbered"]
+    assert clobber["owners"] == ["nvidia-cudnn-cu12", "nvidia-cudnn-cu13"]
+    assert clobber["command"] == [] and report["next_command"] == []
+    assert "jax-cuda12-plugin requires nvidia-cudnn-cu12" in clobber["hint"]
+    assert "torch requires nvidia-cudnn-cu13" in clobber["hint"]
+
+
+def test_each_offered_framework_removal_passes_as_printed(scenario: ScenarioFactory) -> None:
+    """Removing jax's CUDA plugin must take jax with it (jax[cuda12] asks for the plugin), or
+    the printed command is refused on the requirement it breaks."""
+    built = scenario("torch-jax")
+    report = as_json(cudafix("doctor", "--venv", built.venv, "--json"))
+    (mixed,) = [f for f in report["findings"] if f["kind"] == "mixed-cuda"]
+    offered = [c for c in mixed["choices"] if c["action"] == "remove-framework"]
+    assert [c["frameworks"] for c in offered] == [["jax-cuda12-plugin", "jax"], ["torch"]]
+    for choice in offered:
+        argv = shlex.split(choice["command"])[1:]
+        done = cudafix(*argv, "--no-fetch", "--offline", "--find-links", built.wheelhouse)
+        assert done.returncode == 0, done.stdout + done.stderr

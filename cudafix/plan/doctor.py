@@ -67,7 +67,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     installs = runtime_installs(facts, chains.edges.values())
     findings = [
         *_missing(inv, cmd),
-        *_clobbered(inv, loaded, cmd),
+        *_clobbered(inv, loaded, _needed_by(facts, chains), cmd),
         *_foreign_bytes(inv, foreign, cmd),
         *_scripts(inv, facts, cmd),
         *_unresolved(inv, chains.edges.values(), cmd, facts, wanted),
@@ -253,20 +253,31 @@ def _step(argv: list[str], reason: str) -> _Step:
     return {"command": argv, "reason": reason, "hint": f"{shell_join(argv)}  ({reason})"}
 
 
-def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> Iterable[Finding]:
+def _clobbered(
+    inv: Inventory,
+    loaded: frozenset[DistName],
+    needed_by: Mapping[DistName, list[DistName]],
+    cmd: _Commands,
+) -> Iterable[Finding]:
     """Shared paths, grouped by owners; a warning where bytes differ from an owner's RECORD.
 
     Paths whose bytes every owner's RECORD matches (the empty ``nvidia/__init__.py`` of
     every nvidia wheel) are information: uninstalling one owner still deletes them. Owners
     whose RECORD row has no hash (pip's rows for the ``.pyc`` it compiled) cannot disagree.
     The owner the hint removes is one that what ``import`` loads does not require (``loaded``).
+    When a framework requires each owner (torch cu13's cudnn-cu13 and jax's cudnn-cu12 share
+    ``nvidia/cudnn/lib``) no removal is offered: it would break the other framework, and the
+    choice is between frameworks (the mixed-cuda finding's).
     """
     groups: dict[tuple[DistName, ...], list[SharedPath]] = defaultdict(list)
     for s in inv.shared:
         groups[s.owners].append(s)
     for owners, paths in sorted(groups.items()):
         differ = [s for s in paths if _disagrees(inv, s)]
-        spare = [o for o in owners if o not in loaded] or [owners[-1]]
+        spare = [o for o in owners if o not in loaded]
+        if not spare and not all(needed_by.get(o) for o in owners):
+            spare = [owners[-1]]
+        offer = bool(differ and spare)
         yield Finding(
             kind="clobbered" if differ else "shared",
             severity="warning" if differ else "info",
@@ -275,22 +286,46 @@ def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> I
             details=[f"{_show(inv, s.path)}: {_holds(inv, s)}" for s in paths],
             paths=[s.path for s in paths],
             owners=list(owners),
-            command=cmd.argv("remove", spare[-1], "--repair", "--dry-run") if differ else [],
+            command=cmd.argv("remove", spare[-1], "--repair", "--dry-run") if offer else [],
             reason=(
                 f"removes {spare[-1]} and reinstalls the other owners, so each path holds "
                 "its remaining owner's bytes"
-                if differ
+                if offer
                 else None
             ),
-            hint=(
-                "uninstalling any one of them with pip or uv deletes these files for all; "
-                + (
-                    f"remove one with `{cmd('remove', spare[-1], '--repair', '--dry-run')}`"
-                    if differ
-                    else "`cudafix remove` plans for that (it reinstalls or keeps them)"
-                )
-            ),
+            hint=_clobbered_hint(owners, spare, bool(differ), needed_by, cmd),
         )
+
+
+def _clobbered_hint(
+    owners: tuple[DistName, ...],
+    spare: list[DistName],
+    differ: bool,
+    needed_by: Mapping[DistName, list[DistName]],
+    cmd: _Commands,
+) -> str:
+    head = "uninstalling any one of them with pip or uv deletes these files for all; "
+    if not differ:
+        return head + "`cudafix remove` plans for that (it reinstalls or keeps them)"
+    if spare:
+        return head + f"remove one with `{cmd('remove', spare[-1], '--repair', '--dry-run')}`"
+    needs = "; ".join(
+        f"{', '.join(needed_by[o])} require{'s' if len(needed_by[o]) == 1 else ''} {o}"
+        for o in owners
+    )
+    return (
+        f"{needs}: removing either breaks a framework; keep both (one framework loads the "
+        "other's bytes), or remove one framework with its libraries (see mixed-cuda)"
+    )
+
+
+def _needed_by(facts: Facts, chains: Chains) -> dict[DistName, list[DistName]]:
+    """Per CUDA library, the frameworks whose requirement closure holds it."""
+    out: dict[DistName, list[DistName]] = defaultdict(list)
+    for framework, libs in sorted(framework_cuda_needs(facts, chains).items()):
+        for lib in sorted(libs):
+            out[lib].append(framework)
+    return dict(out)
 
 
 def _disagrees(inv: Inventory, s: SharedPath) -> bool:
@@ -702,6 +737,7 @@ def _remove_framework(
         {n for f in frameworks for n in needs[f] if cuda_major(n) in (major, None)} - kept
     )
     removed = [f for f in frameworks if f not in kept]
+    removed += _dependents(facts, set(removed), kept)
     names: list[str] = [*removed, *libs]
     return Choice(
         action="remove-framework",
@@ -710,6 +746,23 @@ def _remove_framework(
         distributions=names,
         command=cmd("remove", *names, "--repair", "--dry-run") if names else None,
     )
+
+
+def _dependents(facts: Facts, frameworks: set[DistName], kept: set[DistName]) -> list[DistName]:
+    """What must go with ``frameworks`` for their removal to break nothing: the installed
+    distributions that require them (``jax``, whose requested extra ``cuda12`` asks for
+    ``jax-cuda12-plugin``), and those owning objects whose run-time loads a removed
+    framework's extra brings (``jax-cuda12-pjrt``); none that ``kept`` needs."""
+    inv = facts.inventory
+    out = {
+        name
+        for name in inv.distributions
+        if name not in frameworks | kept and _closure(facts, {name}) & frameworks
+    }
+    for (obj, _need), row in facts.runtime.rows.items():
+        if row.provider in frameworks:
+            out |= {o for o in _owners_abs(inv, obj) if o not in frameworks | kept}
+    return sorted(out)
 
 
 def _mixed_sonames(inv: Inventory, trees: Iterable[LoadTree]) -> Iterable[Finding]:
