@@ -104,3 +104,27 @@ def test_repairs_fetch_the_wheel_once_and_unpack_it_once(tmp_path: Path, index: 
         counts.append(_unpacked(cache))
     assert gets == [1, 1, 1]  # in all: the first repair fetched it, the others not at all
     assert counts == [1, 1, 1]
+
+
+def test_a_saved_plan_whose_wheel_left_the_cache_fetches_it(tmp_path: Path, index: str) -> None:
+    """The cache-first reinstall falls back to the index when uv's cache no longer holds the
+    wheel (a plan saved on one node, applied with another cache)."""
+    setup = tmp_path / "setup-cache"
+    venv = make_venv(tmp_path / "venv", setup)
+    py = venv / "bin" / "python"
+    argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
+    subprocess.run(
+        argv, check=True, capture_output=True, env={**os.environ, "UV_CACHE_DIR": str(setup)}
+    )
+    source = site_packages(venv) / "leafpkg" / "__init__.py"
+    source.unlink()
+    plan = tmp_path / "plan.json"
+    planned = {"UV_CACHE_DIR": str(tmp_path / "plan-cache"), "UV_DEFAULT_INDEX": index}
+    proc = cudafix("repair", "--dry-run", "--out", plan, "--venv", venv, env=planned)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    WHEEL_GETS.clear()
+    applied = {"UV_CACHE_DIR": str(tmp_path / "empty-cache"), "UV_DEFAULT_INDEX": index}
+    proc = cudafix("apply", plan, "--yes", "--no-probe", env=applied)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert source.read_bytes() == b"x = 1\n"
+    assert len(WHEEL_GETS) == 1
