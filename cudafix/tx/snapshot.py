@@ -605,13 +605,26 @@ class Pins:
         self.fds.clear()
 
 
+FD_RESERVE = 256
+"""Descriptors :func:`pin` leaves free for the run itself (the lock, the journal, the
+command's pipes, uv and the probes): a snapshot larger than the open-file limit allows is
+pinned in part, never to the last descriptor."""
+
+
 def pin(tx: TxDir, manifest: Manifest) -> Pins:
-    """Hold the snapshot open (the soft open-file limit raised to the hard one)."""
+    """Hold the snapshot open (the soft open-file limit raised to the hard one), keeping
+    :data:`FD_RESERVE` descriptors free; the files beyond that are counted as ``missed``."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     files = [e.path for e in manifest.entries if e.kind == "file"]
-    if soft < hard and len(files) + 256 > soft:
+    if soft < hard and len(files) + FD_RESERVE > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    pins = Pins({}, manifest, read_bytes(tx.journal))
+        soft = hard
+    if soft != resource.RLIM_INFINITY:
+        room = max(0, soft - FD_RESERVE - _open_fds())
+        files, skipped = files[:room], len(files[room:])
+    else:
+        skipped = 0
+    pins = Pins({}, manifest, read_bytes(tx.journal), missed=skipped)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     for path in files:
         try:
@@ -619,6 +632,14 @@ def pin(tx: TxDir, manifest: Manifest) -> Pins:
         except OSError:
             pins.missed += 1
     return pins
+
+
+def _open_fds() -> int:
+    """Descriptors this process holds now (``/proc/self/fd``; a guess of 64 elsewhere)."""
+    try:
+        return sum(1 for _ in Path("/proc/self/fd").iterdir())
+    except OSError:
+        return 64
 
 
 def state_lost(tx: TxDir, pins: Pins) -> bool:
