@@ -277,12 +277,13 @@ def take(
     Files ``copy`` picks are copied, so even a write in place can be undone. ``whole``:
     ``paths`` are every entry of the prefix, so what appears beside them goes on restore."""
     # A path below a symlink is the symlink's (its entry restores it); never followed.
-    wanted = [p for p in expand(prefix, paths) if check_path(prefix, p) is None]
+    wanted = _acceptable(prefix, expand(prefix, paths))
     every = sorted(set(wanted) | ancestors(wanted))
     rewritten = set(detach)
-    statedir.ensure_dir(tx.snapshot, mode=0o700)
+    store = tx.snapshot
+    statedir.ensure_dir(store, mode=0o700)
     made = {""}
-    entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten, made, copy) for p in every)
+    entries = tuple(_snap_one(prefix, store, p, p in rewritten, made, copy) for p in every)
     listings = {
         e.path: names
         for e in entries
@@ -293,6 +294,28 @@ def take(
     manifest = Manifest(entries, listings)
     write_json(tx.manifest, manifest.to_json())
     return manifest
+
+
+def _acceptable(prefix: Path, paths: Iterable[str]) -> list[str]:
+    """``paths`` that :func:`check_path` accepts, each ancestor directory asked once (a
+    whole-venv snapshot names 24k paths below a few thousand directories)."""
+    base = str(prefix)
+    through: dict[str, bool] = {}
+    out = []
+    for path in paths:
+        if path_syntax(path) is not None:
+            continue
+        cut = path.find("/")
+        while cut != -1:
+            parent = path[:cut]
+            if parent not in through:
+                through[parent] = os.path.islink(f"{base}/{parent}")  # noqa: PTH114 - hot path
+            if through[parent]:
+                break
+            cut = path.find("/", cut + 1)
+        else:
+            out.append(path)
+    return out
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -626,9 +649,10 @@ def pin(tx: TxDir, manifest: Manifest) -> Pins:
         skipped = 0
     pins = Pins({}, manifest, read_bytes(tx.journal), missed=skipped)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    store = tx.snapshot
     for path in files:
         try:
-            pins.fds[path] = os.open(tx.snapshot / path, flags)
+            pins.fds[path] = os.open(f"{store}/{path}", flags)
         except OSError:
             pins.missed += 1
     return pins
@@ -647,8 +671,9 @@ def state_lost(tx: TxDir, pins: Pins) -> bool:
     try:
         read_bytes(tx.manifest)
         read_bytes(tx.journal)
+        store = tx.snapshot
         for path, fd in pins.fds.items():
-            live, held = os.lstat(tx.snapshot / path), os.fstat(fd)
+            live, held = os.lstat(f"{store}/{path}"), os.fstat(fd)
             if (live.st_dev, live.st_ino) != (held.st_dev, held.st_ino):
                 return True
     except (OSError, UnsafeState):
