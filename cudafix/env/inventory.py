@@ -607,10 +607,11 @@ def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, .
     index: dict[EnvPath, tuple[DistName, ...]] = {}
     for dist in dists:
         name = dist.name
+        alone = (name,)  # one tuple per distribution, not one per RECORD row
         for e in dist.files:
             have = index.get(e.path)
             if have is None:
-                index[e.path] = (name,)
+                index[e.path] = alone
             elif name not in have:  # rare: only shared paths sort their owners
                 index[e.path] = tuple(sorted((*have, name)))
     return dict(sorted(index.items()))
