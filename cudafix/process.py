@@ -228,7 +228,10 @@ def _pump(channels: list[_Channel], wait: float) -> None:
     if not channels:
         time.sleep(wait)
         return
-    ready, _, _ = select.select([c.parent for c in channels], [], [], wait)
+    poller = select.poll()  # not select(): a held snapshot puts pipes above fd 1024
+    for c in channels:
+        poller.register(c.parent, select.POLLIN)
+    ready = {fd for fd, _ in poller.poll(int(wait * 1000))}
     for c in [c for c in channels if c.parent in ready]:
         try:
             chunk = os.read(c.parent, 65536)

@@ -389,6 +389,34 @@ def test_hash_cache_roundtrip_corrupt_and_unwritable(tmp_path: Path) -> None:
     assert not first.save(tmp_path / "blocker" / "sub" / "hash-cache.json")
 
 
+def test_hash_cache_reads_no_bytes_when_only_ctime_moved(tmp_path: Path) -> None:
+    """A hard link or a chmod moves ctime and no byte: no re-read. A write that moves mtime
+    or size is read again."""
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"A" * 4096)
+    cache_file = tmp_path / ".cudafix" / "hash-cache.json"
+    first = HashCache(tmp_path)
+    digest = first(EnvPath("lib.so"))
+    assert first.save(cache_file)
+    before = lib.stat().st_ctime_ns
+    os.link(lib, tmp_path / "copy.so")
+    lib.chmod(0o600)
+    assert lib.stat().st_ctime_ns != before
+    again = HashCache.load(tmp_path, cache_file)
+    assert again(EnvPath("lib.so")) == digest
+    assert again.hashed == 0
+    st = lib.stat()
+    with lib.open("r+b") as fh:  # same size, new bytes, mtime moved
+        fh.write(b"B")
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert again(EnvPath("lib.so")) != digest
+    assert again.hashed == 1
+    lib.write_bytes(b"A" * 4097)  # size moved
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert again(EnvPath("lib.so")) not in (None, digest)
+    assert again.hashed == 2
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -514,3 +514,30 @@ def test_a_process_that_leaves_the_group_does_not_outlive_the_run(venv: Path) ->
     assert done.returncode == 0, done.stderr
     time.sleep(4)
     assert not late.exists()
+
+
+@pytest.mark.parametrize(("files", "limit"), [(400, 384), (1200, 1600)])
+def test_a_snapshot_larger_than_the_open_file_limit_still_commits(
+    tmp_path: Path, files: int, limit: int
+) -> None:
+    """The snapshot is held open file by file; past the open-file limit it is held in part,
+    leaving descriptors for the run itself (it took every one, and the run then failed on
+    its own lock with "Too many open files"), and the command's output is read from pipes
+    above descriptor 1024 (``select()`` refused those)."""
+    wheels = tmp_path / "wheels"
+    many = {f"pa_many/m{i}.py": b"A = 1\n" for i in range(files)}
+    make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n", **many})
+    prefix = make_venv(tmp_path / "venv", wheels, ["pa==1.0"])
+
+    def low_limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    argv = [sys.executable, "-m", "cudafix", "run", "--venv", str(prefix), "--", "echo", "hi"]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, preexec_fn=low_limit
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Too many open files" not in done.stderr
+    assert done.stdout.splitlines()[0] == "hi"

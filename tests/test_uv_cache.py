@@ -1,4 +1,4 @@
-"""Repeated dry runs of one plan add nothing to uv's cache.
+"""Repeated dry runs and applies of one plan add nothing to uv's cache; one fetch per wheel.
 
 uv keeps one unpacked copy of every wheel it fetched from an index under ``archive-v0``;
 ``--reinstall`` implies ``--refresh``, so a staging that passed it unpacked the wheel anew on
@@ -28,18 +28,29 @@ pytestmark = pytest.mark.slow
 """Runs repair dry runs on real venvs: left out of ``make test-fast``."""
 
 
+WHEEL_GETS: list[str] = []
+"""Request paths of wheel files the index served (one list per test: cleared by ``index``)."""
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        if self.command == "GET" and self.path.endswith(".whl"):
+            WHEEL_GETS.append(self.path)
+
+
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[str]:
-    """A PEP 503 simple index on 127.0.0.1 holding one wheel, ``leafpkg 1.0``."""
+    """A PEP 503 simple index on 127.0.0.1 holding one wheel, ``leafpkg 1.0``; every GET of
+    the wheel file is counted in :data:`WHEEL_GETS`."""
+    WHEEL_GETS.clear()
     root = tmp_path / "index"
     wheel = make_wheel(root / "files", "leafpkg", "1.0", {"leafpkg/__init__.py": b"x = 1\n"})
     digest = sha256(wheel.read_bytes()).hexdigest()
     page = root / "simple" / "leafpkg" / "index.html"
     page.parent.mkdir(parents=True)
     page.write_text(f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>\n')
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler = functools.partial(_Handler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.RequestHandlerClass.log_message = lambda *a: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -71,3 +82,51 @@ def test_repeated_repair_dry_runs_unpack_each_wheel_once(tmp_path: Path, index: 
         assert "leafpkg" in proc.stdout
         counts.append(_unpacked(cache))
     assert counts == [1, 1, 1]
+
+
+def test_repairs_fetch_the_wheel_once_and_unpack_it_once(tmp_path: Path, index: str) -> None:
+    """A repair stages the wheel (one fetch, one unpacked copy) and its reinstall takes that
+    copy from uv's cache: ``--reinstall`` online would fetch and unpack it again each time."""
+    venv = make_venv(tmp_path / "venv", tmp_path / "setup-cache")
+    py = venv / "bin" / "python"
+    argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
+    setup = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "setup-cache")}
+    subprocess.run(argv, check=True, capture_output=True, env=setup)
+    WHEEL_GETS.clear()
+    cache = tmp_path / "uv-cache"
+    env = {"UV_CACHE_DIR": str(cache), "UV_DEFAULT_INDEX": index}
+    source = site_packages(venv) / "leafpkg" / "__init__.py"
+    gets, counts = [], []
+    for _ in range(3):
+        source.unlink()
+        proc = cudafix("repair", "--yes", "--no-probe", "--venv", venv, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert source.read_bytes() == b"x = 1\n"
+        gets.append(len(WHEEL_GETS))
+        counts.append(_unpacked(cache))
+    assert gets == [1, 1, 1]  # in all: the first repair fetched it, the others not at all
+    assert counts == [1, 1, 1]
+
+
+def test_a_saved_plan_whose_wheel_left_the_cache_fetches_it(tmp_path: Path, index: str) -> None:
+    """The cache-first reinstall falls back to the index when uv's cache no longer holds the
+    wheel (a plan saved on one node, applied with another cache)."""
+    setup = tmp_path / "setup-cache"
+    venv = make_venv(tmp_path / "venv", setup)
+    py = venv / "bin" / "python"
+    argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
+    subprocess.run(
+        argv, check=True, capture_output=True, env={**os.environ, "UV_CACHE_DIR": str(setup)}
+    )
+    source = site_packages(venv) / "leafpkg" / "__init__.py"
+    source.unlink()
+    plan = tmp_path / "plan.json"
+    planned = {"UV_CACHE_DIR": str(tmp_path / "plan-cache"), "UV_DEFAULT_INDEX": index}
+    proc = cudafix("repair", "--dry-run", "--out", plan, "--venv", venv, env=planned)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    WHEEL_GETS.clear()
+    applied = {"UV_CACHE_DIR": str(tmp_path / "empty-cache"), "UV_DEFAULT_INDEX": index}
+    proc = cudafix("apply", plan, "--yes", "--no-probe", env=applied)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert source.read_bytes() == b"x = 1\n"
+    assert len(WHEEL_GETS) == 1

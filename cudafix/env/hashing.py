@@ -1,7 +1,7 @@
 """RECORD-style sha256 of files in the environment, with a stat-keyed cache.
 
 CUDA libraries are hundreds of megabytes each, so a file is hashed in chunks and only
-once per (dev, ino, size, mtime_ns, ctime_ns); the cache survives runs in
+once per (dev, ino, size, mtime_ns); the cache survives runs in
 ``<prefix>/.cudafix/hash-cache.json``. A symlink is followed only when its target stays
 inside the environment.
 """
@@ -21,10 +21,13 @@ from cudafix.model.names import EnvPath
 
 CHUNK = 1 << 20
 CACHE_FORMAT = "cudafix-hash-cache"
-CACHE_VERSION = 2
-"""2: ctime joined the key (a write that restores size and mtime still moves ctime)."""
+CACHE_VERSION = 3
+"""3: ctime left the key again. A hard link (``cp -al``, a transaction's snapshot) or a
+chmod moves it without touching a byte, and with it in the key every run after a snapshot or
+on a linked copy re-read gigabytes. Installers write new inodes or move mtime; a write in
+place that puts size and mtime back goes unseen, as in ``changed_since_record``."""
 
-StatKey = tuple[int, int, int, int, int]
+StatKey = tuple[int, int, int, int]
 
 
 def encode_digest(raw: bytes) -> str:
@@ -58,7 +61,7 @@ def hash_path(path: Path) -> str | None:
 
 
 def _key(st: os.stat_result) -> StatKey:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class HashCache:
@@ -138,7 +141,7 @@ def _decode_entries(data: dict[str, Any] | None) -> dict[StatKey, str]:
         return {}
     out: dict[StatKey, str] = {}
     for k, v in data["entries"].items():
-        dev, ino, size, mtime, ctime = (int(x) for x in k.split(":"))
+        dev, ino, size, mtime = (int(x) for x in k.split(":"))
         if isinstance(v, str):
-            out[(dev, ino, size, mtime, ctime)] = v
+            out[(dev, ino, size, mtime)] = v
     return out

@@ -11,7 +11,7 @@ import functools
 import os
 import posixpath
 import stat
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -303,7 +303,7 @@ def read_inventory(
     tree = cache if cache is not None else TreeCache()
     files = walk_files(prefix, tree)
     read = _read_distributions(prefix, sites, files, tree)
-    _refuse_directory_rows(prefix, read, files)
+    absent = _refuse_directory_rows(prefix, read, files)
     owners = _ownership(read.distributions.values())
     tree.watch(p for p, o in owners.items() if len(o) > 1)  # a shared path's holder can change
     inv = Inventory(
@@ -316,7 +316,7 @@ def read_inventory(
         files=files,
         owners=owners,
         shared=(),
-        missing=_missing(prefix, read.distributions.values(), files),
+        missing=_missing(prefix, read.distributions.values(), files, absent),
         record_issues=tuple(read.issues),
         unreadable=tuple(read.unreadable),
     )
@@ -411,22 +411,33 @@ def find_dist_info(
     return None
 
 
-def _refuse_directory_rows(prefix: Path, read: _Read, files: Mapping[EnvPath, FileStat]) -> None:
+def _refuse_directory_rows(
+    prefix: Path, read: _Read, files: Mapping[EnvPath, FileStat]
+) -> set[EnvPath]:
     """Move rows naming a directory on disk (``nvidia/cudnn,,``) from the files to the unsafe
     entries: uv deletes such a row's whole tree. Decided on the disk as it is now, never
     cached with the dist-info: a file's path may become a directory behind cudafix's back.
-    ``files`` (the walk) settles most rows without a system call."""
+    ``files`` (the walk) settles most rows without a system call. Returns the rows' paths
+    found absent, so :func:`_missing` need not ask the disk about them again."""
+    base = f"{prefix}/"  # str, not Path: this runs once per RECORD row the walk did not see
+    absent: set[EnvPath] = set()
     for name, dist in read.distributions.items():
-        dirs = [e for e in dist.files if e.path not in files and _is_dir(prefix / e.path)]
+        dirs = [e for e in dist.files if e.path not in files and _is_dir(base, e.path, absent)]
         if dirs:
             keep = tuple(e for e in dist.files if e not in dirs)
             read.distributions[name] = replace(dist, files=keep)
             read.unsafe.extend(UnsafeEntry(name, e.raw, NAMES_A_DIRECTORY) for e in dirs)
+    return absent
 
 
-def _is_dir(path: Path) -> bool:
+def _is_dir(base: str, path: EnvPath, absent: set[EnvPath]) -> bool:
+    """Whether ``base + path`` is a directory (never followed); adds ``path`` to ``absent``
+    when nothing is there."""
     try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
+        return stat.S_ISDIR(os.lstat(base + path).st_mode)
+    except FileNotFoundError:
+        absent.add(path)
+        return False
     except OSError:
         return False
 
@@ -596,19 +607,24 @@ def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, .
     index: dict[EnvPath, tuple[DistName, ...]] = {}
     for dist in dists:
         name = dist.name
+        alone = (name,)  # one tuple per distribution, not one per RECORD row
         for e in dist.files:
             have = index.get(e.path)
             if have is None:
-                index[e.path] = (name,)
+                index[e.path] = alone
             elif name not in have:  # rare: only shared paths sort their owners
                 index[e.path] = tuple(sorted((*have, name)))
     return dict(sorted(index.items()))
 
 
 def _missing(
-    prefix: Path, dists: Iterable[Distribution], files: Mapping[EnvPath, FileStat]
+    prefix: Path,
+    dists: Iterable[Distribution],
+    files: Mapping[EnvPath, FileStat],
+    absent: Collection[EnvPath] = frozenset(),
 ) -> dict[DistName, tuple[EnvPath, ...]]:
-    """RECORD paths absent from disk (``lexists`` settles paths the walk could not see).
+    """RECORD paths absent from disk (``absent``: found so already; ``lexists`` settles the
+    other paths the walk could not see).
 
     Bytecode is derived data, not missing files: pip lists the ``.pyc`` it compiled, uv's
     uninstall of a co-owner deletes them, and Python writes them again on import.
@@ -622,7 +638,7 @@ def _missing(
                 for e in dist.files
                 if e.path not in files
                 and not is_bytecode(e.path)
-                and not os.path.lexists(base + e.path)
+                and (e.path in absent or not os.path.lexists(base + e.path))
             }
         )
         if gone:

@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import posixpath
+import re
 import sys
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -73,6 +74,8 @@ _BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00")
 """Characters that end a line for ``str.splitlines`` (how pip's ``importlib.metadata`` cuts
 RECORD before csv sees it) but not for uv's csv reader, and NUL, which no path holds: a
 field holding one is read differently by the two installers."""
+_BREAK = re.compile("[" + re.escape("".join(sorted(_BREAKS))) + "]")
+"""Any of :data:`_BREAKS`: one search per field, not a generator step per character."""
 
 
 def _rows(text: str) -> Iterator[tuple[int, list[str]]]:
@@ -105,7 +108,7 @@ def parse_record(text: str) -> ParsedRecord:
         for line, row in _rows(text):
             if not row or not row[0]:
                 continue
-            if any(c in _BREAKS for field in row for c in field):
+            if any(_BREAK.search(field) for field in row):
                 return ParsedRecord((), (), f"line {line}: a field holds a line break or NUL")
             entry, reasons = _parse_row(row)
             entries.append(entry)

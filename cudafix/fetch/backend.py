@@ -53,7 +53,18 @@ class UvBackend:
         return run([self._uv(), "pip", "uninstall", f"--python={self.python}", "--", *names])
 
     def reinstall(self, pins: Sequence[str]) -> Completed:
-        return run(self.reinstall_argv(pins))
+        """Reinstall from uv's cache alone first (``--offline``), online only when that fails.
+
+        ``--reinstall`` implies ``--refresh``: online, uv fetches a registry wheel again and
+        unpacks another copy into its cache (a GB per apply for cuDNN). Staging fetched the
+        very wheel moments before, and offline uv takes the cached index page and archive as
+        they are; a saved plan whose wheel the cache no longer holds falls back to fetching
+        (uv fails offline while resolving, before it changes anything).
+        """
+        if self.sources.offline:
+            return run(self.reinstall_argv(pins))
+        cached = run(self.reinstall_argv(pins, options=["--offline"]))
+        return cached if cached.returncode == 0 else run(self.reinstall_argv(pins))
 
     def reinstall_argv(
         self, pins: Sequence[str], *, dry_run: bool = False, options: Sequence[str] = ()

@@ -104,7 +104,7 @@ def _applicable(raw: str, marker_env: Mapping[str, str]) -> Requirement | None:
     """The parsed requirement when it applies here without an extra, else None."""
     try:
         req = parse_requirement(raw)
-        return req if _holds_for(req, marker_env, frozenset()) == "" else None
+        return req if _holds_for(raw, req, marker_env, frozenset()) == "" else None
     except (InvalidRequirement, *_MARKER_ERRORS):
         return None
 
@@ -191,7 +191,7 @@ def applicable(
     for raw in dist.requires:
         try:
             req = parse_requirement(raw)
-            which = _holds_for(req, marker_env, extras)
+            which = _holds_for(raw, req, marker_env, extras)
         except (InvalidRequirement, *_MARKER_ERRORS):
             continue
         if which is not None:
@@ -199,15 +199,25 @@ def applicable(
 
 
 def _holds_for(
-    req: Requirement, marker_env: Mapping[str, str], extras: frozenset[str]
+    raw: str, req: Requirement, marker_env: Mapping[str, str], extras: frozenset[str]
 ) -> str | None:
-    """``""`` when the marker holds without an extra, else the first of ``extras`` it holds
-    for; None when it holds for none."""
-    if req.marker is None or req.marker.evaluate({**marker_env, "extra": ""}):
+    """``""`` when the marker of ``req`` (parsed from ``raw``) holds without an extra, else
+    the first of ``extras`` it holds for; None when it holds for none."""
+    if req.marker is None:
         return ""
-    return next(
-        (e for e in sorted(extras) if req.marker.evaluate({**marker_env, "extra": e})), None
-    )
+    env = tuple(sorted(marker_env.items()))
+    if _marker_holds(raw, "", env):
+        return ""
+    return next((e for e in sorted(extras) if _marker_holds(raw, e, env)), None)
+
+
+@functools.lru_cache(maxsize=65536)
+def _marker_holds(raw: str, extra: str, env: tuple[tuple[str, str], ...]) -> bool:
+    """Whether the marker of requirement ``raw`` holds in ``env`` with ``extra``, evaluated
+    once per process: requested-extras inference asks the same few thousand questions again
+    for every extra of every distribution (22k evaluations, 0.4 s, on a torch venv)."""
+    marker = parse_requirement(raw).marker
+    return marker is None or marker.evaluate({**dict(env), "extra": extra})
 
 
 def _requested_own(
@@ -282,7 +292,7 @@ def _unsatisfied(
     except InvalidRequirement as e:
         return f"unparsable requirement: {e}", ""
     try:
-        which = _holds_for(req, marker_env, extras)
+        which = _holds_for(raw, req, marker_env, extras)
     except _MARKER_ERRORS as e:
         return f"marker cannot be evaluated: {e}", ""
     if which is None:

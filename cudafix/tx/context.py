@@ -270,6 +270,8 @@ def _dist_infos(paths: Iterable[str]) -> dict[str, str]:
     """name -> version for every ``name-version.dist-info`` a path is in or is."""
     out: dict[str, str] = {}
     for path in paths:
+        if ".dist-info" not in path:  # most paths of a whole-venv snapshot: no split
+            continue
         for part in path.split("/"):
             split = split_dist_info_name(part)
             if split is not None:

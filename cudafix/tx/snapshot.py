@@ -146,11 +146,12 @@ def check_path(prefix: Path, path: str) -> str | None:
     """Why ``path`` must not be acted on, or None: absolute, escaping, or via a symlink."""
     if (why := path_syntax(path)) is not None:
         return why
-    parts = path.split("/")
-    for i in range(1, len(parts)):
-        ancestor = prefix.joinpath(*parts[:i])
-        if ancestor.is_symlink():
-            return f"{path!r}: goes through the symlink {'/'.join(parts[:i])}"
+    base = str(prefix)  # str and os.path, not pathlib: this runs for every path a plan names
+    cut = path.find("/")
+    while cut != -1:
+        if os.path.islink(f"{base}/{path[:cut]}"):  # noqa: PTH114 - hot path, str paths
+            return f"{path!r}: goes through the symlink {path[:cut]}"
+        cut = path.find("/", cut + 1)
     return None
 
 
@@ -276,12 +277,13 @@ def take(
     Files ``copy`` picks are copied, so even a write in place can be undone. ``whole``:
     ``paths`` are every entry of the prefix, so what appears beside them goes on restore."""
     # A path below a symlink is the symlink's (its entry restores it); never followed.
-    wanted = [p for p in expand(prefix, paths) if check_path(prefix, p) is None]
+    wanted = _acceptable(prefix, expand(prefix, paths))
     every = sorted(set(wanted) | ancestors(wanted))
     rewritten = set(detach)
-    statedir.ensure_dir(tx.snapshot, mode=0o700)
+    store = tx.snapshot
+    statedir.ensure_dir(store, mode=0o700)
     made = {""}
-    entries = tuple(_snap_one(prefix, tx.snapshot, p, p in rewritten, made, copy) for p in every)
+    entries = tuple(_snap_one(prefix, store, p, p in rewritten, made, copy) for p in every)
     listings = {
         e.path: names
         for e in entries
@@ -292,6 +294,28 @@ def take(
     manifest = Manifest(entries, listings)
     write_json(tx.manifest, manifest.to_json())
     return manifest
+
+
+def _acceptable(prefix: Path, paths: Iterable[str]) -> list[str]:
+    """``paths`` that :func:`check_path` accepts, each ancestor directory asked once (a
+    whole-venv snapshot names 24k paths below a few thousand directories)."""
+    base = str(prefix)
+    through: dict[str, bool] = {}
+    out = []
+    for path in paths:
+        if path_syntax(path) is not None:
+            continue
+        cut = path.find("/")
+        while cut != -1:
+            parent = path[:cut]
+            if parent not in through:
+                through[parent] = os.path.islink(f"{base}/{parent}")  # noqa: PTH114 - hot path
+            if through[parent]:
+                break
+            cut = path.find("/", cut + 1)
+        else:
+            out.append(path)
+    return out
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -604,20 +628,42 @@ class Pins:
         self.fds.clear()
 
 
+FD_RESERVE = 256
+"""Descriptors :func:`pin` leaves free for the run itself (the lock, the journal, the
+command's pipes, uv and the probes): a snapshot larger than the open-file limit allows is
+pinned in part, never to the last descriptor."""
+
+
 def pin(tx: TxDir, manifest: Manifest) -> Pins:
-    """Hold the snapshot open (the soft open-file limit raised to the hard one)."""
+    """Hold the snapshot open (the soft open-file limit raised to the hard one), keeping
+    :data:`FD_RESERVE` descriptors free; the files beyond that are counted as ``missed``."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     files = [e.path for e in manifest.entries if e.kind == "file"]
-    if soft < hard and len(files) + 256 > soft:
+    if soft < hard and len(files) + FD_RESERVE > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    pins = Pins({}, manifest, read_bytes(tx.journal))
+        soft = hard
+    if soft != resource.RLIM_INFINITY:
+        room = max(0, soft - FD_RESERVE - _open_fds())
+        files, skipped = files[:room], len(files[room:])
+    else:
+        skipped = 0
+    pins = Pins({}, manifest, read_bytes(tx.journal), missed=skipped)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    store = tx.snapshot
     for path in files:
         try:
-            pins.fds[path] = os.open(tx.snapshot / path, flags)
+            pins.fds[path] = os.open(f"{store}/{path}", flags)
         except OSError:
             pins.missed += 1
     return pins
+
+
+def _open_fds() -> int:
+    """Descriptors this process holds now (``/proc/self/fd``; a guess of 64 elsewhere)."""
+    try:
+        return sum(1 for _ in Path("/proc/self/fd").iterdir())
+    except OSError:
+        return 64
 
 
 def state_lost(tx: TxDir, pins: Pins) -> bool:
@@ -625,8 +671,9 @@ def state_lost(tx: TxDir, pins: Pins) -> bool:
     try:
         read_bytes(tx.manifest)
         read_bytes(tx.journal)
+        store = tx.snapshot
         for path, fd in pins.fds.items():
-            live, held = os.lstat(tx.snapshot / path), os.fstat(fd)
+            live, held = os.lstat(f"{store}/{path}"), os.fstat(fd)
             if (live.st_dev, live.st_ino) != (held.st_dev, held.st_ino):
                 return True
     except (OSError, UnsafeState):
