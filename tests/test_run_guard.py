@@ -527,7 +527,7 @@ def test_a_snapshot_larger_than_the_open_file_limit_still_commits(
     wheels = tmp_path / "wheels"
     many = {f"pa_many/m{i}.py": b"A = 1\n" for i in range(files)}
     make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n", **many})
-    prefix = make_venv(tmp_path / "venv", wheels, ["pa==1.0"])
+    prefix = venv_with(tmp_path / "venv", wheels, "pa==1.0")
 
     def low_limit() -> None:
         import resource

@@ -87,7 +87,7 @@ def test_repeated_repair_dry_runs_unpack_each_wheel_once(tmp_path: Path, index: 
 def test_repairs_fetch_the_wheel_once_and_unpack_it_once(tmp_path: Path, index: str) -> None:
     """A repair stages the wheel (one fetch, one unpacked copy) and its reinstall takes that
     copy from uv's cache: ``--reinstall`` online would fetch and unpack it again each time."""
-    venv = make_venv(tmp_path / "venv", tmp_path / "setup-cache")
+    venv = new_venv(tmp_path / "venv", cache=tmp_path / "setup-cache")
     py = venv / "bin" / "python"
     argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
     setup = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "setup-cache")}
@@ -95,7 +95,7 @@ def test_repairs_fetch_the_wheel_once_and_unpack_it_once(tmp_path: Path, index: 
     WHEEL_GETS.clear()
     cache = tmp_path / "uv-cache"
     env = {"UV_CACHE_DIR": str(cache), "UV_DEFAULT_INDEX": index}
-    source = site_packages(venv) / "leafpkg" / "__init__.py"
+    source = site_dir(venv) / "leafpkg" / "__init__.py"
     gets, counts = [], []
     for _ in range(3):
         source.unlink()
@@ -112,13 +112,13 @@ def test_a_saved_plan_whose_wheel_left_the_cache_fetches_it(tmp_path: Path, inde
     """The cache-first reinstall falls back to the index when uv's cache no longer holds the
     wheel (a plan saved on one node, applied with another cache)."""
     setup = tmp_path / "setup-cache"
-    venv = make_venv(tmp_path / "venv", setup)
+    venv = new_venv(tmp_path / "venv", cache=setup)
     py = venv / "bin" / "python"
     argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
     subprocess.run(
         argv, check=True, capture_output=True, env={**os.environ, "UV_CACHE_DIR": str(setup)}
     )
-    source = site_packages(venv) / "leafpkg" / "__init__.py"
+    source = site_dir(venv) / "leafpkg" / "__init__.py"
     source.unlink()
     plan = tmp_path / "plan.json"
     planned = {"UV_CACHE_DIR": str(tmp_path / "plan-cache"), "UV_DEFAULT_INDEX": index}
