@@ -79,7 +79,7 @@ def quick_differences(plan: Plan) -> list[str]:
     """
     prefix = Path(plan.target.prefix)
     sites = [EnvPath(s) for s in plan.target.site_packages]
-    hashes = HashCache.load(prefix, StateDir(prefix).hash_cache)
+    hashes = HashCache.load(prefix, StateDir(prefix).hash_cache, strict=True)
     records = [
         f"{n}: its RECORD changed since the plan was made"
         for n, want in sorted(plan.preconditions.records.items())
