@@ -150,7 +150,7 @@ def live_differences(plan: Plan) -> list[str]:
     the transaction lock, just before applying)."""
     prefix = Path(plan.target.prefix)
     sites = [EnvPath(s) for s in plan.target.site_packages]
-    hashes = HashCache.load(prefix, StateDir(prefix).hash_cache)
+    hashes = HashCache.load(prefix, StateDir(prefix).hash_cache, strict=True)
     records = {n: _live_record_digest(prefix, plan, n) for n in plan.preconditions.records}
     return quick_differences(plan, installed_versions(prefix, sites), hashes, records)
 

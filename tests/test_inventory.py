@@ -374,8 +374,9 @@ def test_hash_cache_roundtrip_corrupt_and_unwritable(tmp_path: Path) -> None:
     loaded = HashCache.load(tmp_path, cache_file)
     assert len(loaded) == 1
     # the loaded memo answers without reading: prove it by planting a wrong value
-    (key,) = json.loads(cache_file.read_text())["entries"]
-    assert save_cache(cache_file, CACHE_FORMAT, CACHE_VERSION, {"entries": {key: "planted"}})
+    ((key, (_digest, ctime)),) = json.loads(cache_file.read_text())["entries"].items()
+    planted = {"entries": {key: ["planted", ctime]}}
+    assert save_cache(cache_file, CACHE_FORMAT, CACHE_VERSION, planted)
     assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == "planted"
     # a cache reached through a symlink is not read (it could be planted anywhere)
     planted = tmp_path / "planted.json"
@@ -390,8 +391,9 @@ def test_hash_cache_roundtrip_corrupt_and_unwritable(tmp_path: Path) -> None:
 
 
 def test_hash_cache_reads_no_bytes_when_only_ctime_moved(tmp_path: Path) -> None:
-    """A hard link or a chmod moves ctime and no byte: no re-read. A write that moves mtime
-    or size is read again."""
+    """A hard link or a chmod moves ctime and no byte: no re-read, but by the strict check
+    under the lock (a write in place that restores mtime moves only ctime too). A write that
+    moves mtime or size is read again."""
     lib = tmp_path / "lib.so"
     lib.write_bytes(b"A" * 4096)
     cache_file = tmp_path / ".cudafix" / "hash-cache.json"
@@ -405,6 +407,9 @@ def test_hash_cache_reads_no_bytes_when_only_ctime_moved(tmp_path: Path) -> None
     again = HashCache.load(tmp_path, cache_file)
     assert again(EnvPath("lib.so")) == digest
     assert again.hashed == 0
+    strict = HashCache.load(tmp_path, cache_file, strict=True)  # the check under the lock
+    assert strict(EnvPath("lib.so")) == digest
+    assert strict.hashed == 1
     st = lib.stat()
     with lib.open("r+b") as fh:  # same size, new bytes, mtime moved
         fh.write(b"B")

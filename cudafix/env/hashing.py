@@ -22,12 +22,15 @@ from cudafix.model.names import EnvPath
 CHUNK = 1 << 20
 CACHE_FORMAT = "cudafix-hash-cache"
 CACHE_VERSION = 3
-"""3: ctime left the key again. A hard link (``cp -al``, a transaction's snapshot) or a
-chmod moves it without touching a byte, and with it in the key every run after a snapshot or
-on a linked copy re-read gigabytes. Installers write new inodes or move mtime; a write in
-place that puts size and mtime back goes unseen, as in ``changed_since_record``."""
+"""3: ctime left the key and went into the entry. A hard link (``cp -al``, a transaction's
+snapshot) or a chmod moves it without touching a byte, and with it in the key every run
+after a snapshot or on a linked copy re-read gigabytes. Installers write new inodes or move
+mtime; a write in place that puts size and mtime back moves only ctime, so the check under
+the lock (``strict``) still re-reads a file whose ctime moved."""
 
 StatKey = tuple[int, int, int, int]
+Known = tuple[str, int]
+"""(digest, ctime_ns when the bytes were read)."""
 
 
 def encode_digest(raw: bytes) -> str:
@@ -70,10 +73,17 @@ class HashCache:
     Mutable on purpose: it is a memo, not part of the environment's frozen view.
     """
 
-    def __init__(self, prefix: Path, entries: dict[StatKey, str] | None = None) -> None:
+    def __init__(
+        self, prefix: Path, entries: dict[StatKey, Known] | None = None, *, strict: bool = False
+    ) -> None:
         self.prefix = prefix
+        self.strict = strict
+        """Trust an entry only while the file's ctime is the one it was read at: for the
+        check under the lock, which must see a write in place that restored size and mtime.
+        Otherwise (doctor, planning) a ctime-only change reuses the digest; the plan it
+        leads to is checked strictly before anything changes."""
         self._real_prefix = Path(os.path.realpath(prefix))
-        self._entries: dict[StatKey, str] = dict(entries or {})
+        self._entries: dict[StatKey, Known] = dict(entries or {})
         self._learnt = False
         self.hashed = 0
         """Files whose bytes this cache read (cache misses of non-empty files)."""
@@ -92,11 +102,14 @@ class HashCache:
             if not stat.S_ISREG(st.st_mode):
                 return None
             key = _key(st)
-            if key not in self._entries:
-                self._entries[key] = hash_fd(fd)
-                self._learnt = True
-                self.hashed += st.st_size > 0
-            return self._entries[key]
+            known = self._entries.get(key)
+            if known is not None and (not self.strict or known[1] == st.st_ctime_ns):
+                return known[0]  # a ctime-only hit leaves the entry as read, never vouched for
+            digest = hash_fd(fd)
+            self._entries[key] = (digest, st.st_ctime_ns)
+            self._learnt = True
+            self.hashed += st.st_size > 0
+            return digest
         except OSError:
             return None
         finally:
@@ -117,13 +130,13 @@ class HashCache:
         return len(self._entries)
 
     @classmethod
-    def load(cls, prefix: Path, cache_file: Path) -> HashCache:
+    def load(cls, prefix: Path, cache_file: Path, *, strict: bool = False) -> HashCache:
         """Read a saved cache; a missing or corrupt file gives an empty cache."""
         try:
             entries = _decode_entries(load_cache(cache_file, CACHE_FORMAT, CACHE_VERSION))
         except (ValueError, TypeError, KeyError, AttributeError):
             entries = {}
-        return cls(prefix, entries)
+        return cls(prefix, entries, strict=strict)
 
     def save(self, cache_file: Path) -> bool:
         """Write the cache atomically (temp file + replace); False if the location is unwritable.
@@ -132,16 +145,16 @@ class HashCache:
         """
         if not self._learnt and cache_file.is_file():
             return True
-        entries = {":".join(map(str, k)): v for k, v in self._entries.items()}
+        entries = {":".join(map(str, k)): list(v) for k, v in self._entries.items()}
         return save_cache(cache_file, CACHE_FORMAT, CACHE_VERSION, {"entries": entries})
 
 
-def _decode_entries(data: dict[str, Any] | None) -> dict[StatKey, str]:
+def _decode_entries(data: dict[str, Any] | None) -> dict[StatKey, Known]:
     if data is None:
         return {}
-    out: dict[StatKey, str] = {}
+    out: dict[StatKey, Known] = {}
     for k, v in data["entries"].items():
         dev, ino, size, mtime = (int(x) for x in k.split(":"))
-        if isinstance(v, str):
-            out[(dev, ino, size, mtime)] = v
+        if isinstance(v, list) and len(v) == 2 and isinstance(v[0], str):
+            out[(dev, ino, size, mtime)] = (v[0], int(v[1]))
     return out
