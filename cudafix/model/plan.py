@@ -51,7 +51,9 @@ class RemovedDistribution(_Frozen):
 
 
 class SharedPath(_Frozen):
-    """A path claimed by a removed distribution and by at least one that remains."""
+    """A path claimed by a removed distribution and by at least one that remains: what the
+    plan does with one of the environment's co-owned paths
+    (:class:`~cudafix.env.inventory.CoOwnedPath`, the fact it was found from)."""
 
     path: str
     owners: list[str]

@@ -15,7 +15,7 @@ from typing import TypedDict
 
 from packaging.requirements import Requirement
 
-from cudafix.env.inventory import Inventory, SharedPath, is_bytecode
+from cudafix.env.inventory import CoOwnedPath, Inventory, is_bytecode
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import (
@@ -261,7 +261,7 @@ def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> I
     whose RECORD row has no hash (pip's rows for the ``.pyc`` it compiled) cannot disagree.
     The owner the hint removes is one that what ``import`` loads does not require (``loaded``).
     """
-    groups: dict[tuple[DistName, ...], list[SharedPath]] = defaultdict(list)
+    groups: dict[tuple[DistName, ...], list[CoOwnedPath]] = defaultdict(list)
     for s in inv.shared:
         groups[s.owners].append(s)
     for owners, paths in sorted(groups.items()):
@@ -293,7 +293,7 @@ def _clobbered(inv: Inventory, loaded: frozenset[DistName], cmd: _Commands) -> I
         )
 
 
-def _disagrees(inv: Inventory, s: SharedPath) -> bool:
+def _disagrees(inv: Inventory, s: CoOwnedPath) -> bool:
     """Present bytes that an owner with a recorded hash does not match."""
     if s.missing:
         return False
@@ -381,7 +381,7 @@ def _scripts(inv: Inventory, facts: Facts, cmd: _Commands) -> Iterable[Finding]:
         )
 
 
-def _holds(inv: Inventory, s: SharedPath) -> str:
+def _holds(inv: Inventory, s: CoOwnedPath) -> str:
     if s.missing:
         return "missing"
     if not _disagrees(inv, s) and not s.matching:

@@ -128,7 +128,8 @@ def _simulate(
     inv = facts.inventory
     removed = set(request.names)
     remaining = {n: d for n, d in inv.distributions.items() if n not in removed}
-    shared = _shared_losses(inv, deleted, removed)
+    fate: Fate = "kept" if request.options.keep_shared else "deleted"
+    shared = _shared_losses(inv, deleted, removed, fate)
     kept: list[str] = sorted(s.path for s in shared) if request.options.keep_shared else []
     why = _reinstall_reasons(inv, deleted, request, repair=request.options.repair)
     reinstall = [
@@ -154,16 +155,9 @@ def _simulate(
         for u in inv.unsafe
         if u.distribution in backend_reads
     ]
-    fate: Fate = "kept" if request.options.keep_shared else "deleted"
     restored = set(rewritten) | new
     shared_out = [
-        P.SharedPath(
-            path=s.path,
-            owners=list(s.owners),
-            holder=s.holder,
-            remaining_owners=s.remaining_owners,
-            fate="restored-by-reinstall" if s.path in restored else fate,
-        )
+        s.model_copy(update={"fate": "restored-by-reinstall"}) if s.path in restored else s
         for s in shared
     ]
     plan = P.Plan(
@@ -244,26 +238,21 @@ def _deleted_paths(inv: Inventory, names: Sequence[DistName]) -> set[EnvPath]:
     return {p for n in names for p in inv.distribution_paths(n) if p in inv.files}
 
 
-@dataclass(frozen=True)
-class _Shared:
-    path: EnvPath
-    owners: tuple[DistName, ...]
-    holder: DistName | None
-    remaining_owners: list[str]
-
-
 Fate = Literal["deleted", "kept", "restored-by-reinstall"]
 
 
 def _shared_losses(
-    inv: Inventory, deleted: frozenset[EnvPath], removed: set[DistName]
-) -> list[_Shared]:
-    out = []
-    for s in inv.shared:
-        rest: list[str] = [o for o in s.owners if o not in removed]
-        if s.path in deleted and rest:
-            out.append(_Shared(s.path, s.owners, s.holder, rest))
-    return out
+    inv: Inventory, deleted: frozenset[EnvPath], removed: set[DistName], fate: Fate = "deleted"
+) -> list[P.SharedPath]:
+    """Co-owned paths the backend deletes that a remaining distribution claims, each with
+    ``fate`` (a reinstall that writes one back is set apart by the caller)."""
+    return [
+        P.SharedPath(
+            path=s.path, owners=list(s.owners), holder=s.holder, remaining_owners=rest, fate=fate
+        )
+        for s in inv.shared
+        if s.path in deleted and (rest := [str(o) for o in s.owners if o not in removed])
+    ]
 
 
 def _reinstall_reasons(
@@ -280,7 +269,7 @@ def _reinstall_reasons(
 
 
 def _repairs(
-    inv: Inventory, shared: Sequence[_Shared], remaining: Mapping[DistName, Distribution]
+    inv: Inventory, shared: Sequence[P.SharedPath], remaining: Mapping[DistName, Distribution]
 ) -> dict[DistName, str]:
     """Remaining co-owners of deleted paths, and remaining owners holding foreign bytes."""
     deleted: dict[DistName, list[str]] = {}
@@ -542,7 +531,7 @@ def _unchecked(
 
 
 def _warnings(
-    shared: Sequence[_Shared],
+    shared: Sequence[P.SharedPath],
     options: P.Options,
     switches: Sequence[P.ProviderSwitch],
     refused: Sequence[P.RefusedPath],
