@@ -7,9 +7,12 @@ Paths are EnvPaths as the plan holds them; the wording shows them site-relative.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from cudafix.model.plan import ProviderSwitch
 
 
 class _Said(BaseModel):
@@ -125,15 +128,36 @@ class Overwrite(_Said):
     owners: list[str]
 
 
-class BuildSwitch(_Said):
-    """A remaining object (``subject``) would load another distribution's build of ``need``:
-    ``after`` (written by an install) instead of ``before``."""
+S = TypeVar("S", bound="_Switch")
 
-    kind: Literal["build-switch"] = "build-switch"
+
+class _Switch(_Said):
+    """A remaining object (``subject``, owned by ``distribution``) that finds ``need`` at
+    ``after`` instead of ``before``."""
+
     distribution: str | None
     need: str
     before: str
     after: str
+
+    @classmethod
+    def of(cls: type[S], s: ProviderSwitch, **more: Any) -> S:
+        """The record of the plan's switch ``s``, with ``more`` fields."""
+        return cls(
+            subject=s.consumer,
+            distribution=s.consumer_distribution,
+            need=s.need,
+            before=s.before,
+            after=s.after,
+            **more,
+        )
+
+
+class BuildSwitch(_Switch):
+    """A remaining object would load another distribution's build of ``need``: ``after``
+    (written by an install) instead of ``before``."""
+
+    kind: Literal["build-switch"] = "build-switch"
     before_owners: list[str]
     after_owners: list[str]
 
@@ -157,14 +181,10 @@ Reason = Annotated[
 """Why a plan is refused: any one of these refuses it."""
 
 
-class ProviderSwitched(_Said):
-    """A remaining object (``subject``) will load ``need`` from ``after``, not ``before``."""
+class ProviderSwitched(_Switch):
+    """A remaining object will load ``need`` from another file."""
 
     kind: Literal["provider-switch"] = "provider-switch"
-    distribution: str | None
-    need: str
-    before: str
-    after: str
 
 
 class EntriesStripped(_Said):
