@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from cudafix.model.probe import ProbeResult
 from cudafix.tx import journal, steps
-from cudafix.tx.steps import Commit, Event, Opening, Process
+from cudafix.tx.steps import Commit, Event, Opening, ProbeDone, Process
 
 
 def test_append_read_and_done(tmp_path: Path) -> None:
@@ -32,8 +34,12 @@ def test_every_step_is_written_and_read_back_as_the_same_value(tmp_path: Path) -
     written = [kind() for kind in steps.STEPS.values()]
     for step in written:
         journal.append(path, step)
-    assert [r.step for r in journal.read(path)] == written
-    assert {r.event for r in journal.read(path)} == set(Event)
+    journal.append(path, ProbeDone(results=(ProbeResult("import torch", True, ""),)))
+    records = journal.read(path)
+    assert [r.step for r in records[:-1]] == written
+    assert {r.event for r in records} == set(Event)
+    lines = path.read_text().splitlines()
+    assert [json.dumps(r.encode()) for r in records] == lines  # show prints what is on disk
 
 
 def test_a_journal_line_of_todays_shape_reads_as_its_typed_step(tmp_path: Path) -> None:

@@ -264,7 +264,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     if isinstance(value, ProbeResult):
-        return dict(value.__dict__)
+        return dict(sorted(value.__dict__.items()))  # as the line on disk has it
     return value
 
 
