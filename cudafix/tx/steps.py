@@ -73,7 +73,9 @@ class Opening(Step):
     """``apply``, ``run`` or ``undo``."""
     command: tuple[str, ...] = ()
     plan: dict[str, Any] | None = None
-    """An ``apply``'s plan, as :class:`~cudafix.model.plan.Plan` writes its JSON."""
+    """An ``apply``'s plan, as :class:`~cudafix.model.plan.Plan` writes its JSON. Kept as
+    JSON, not read into a ``Plan``: a journal outlives the plan schema it was written with,
+    and ``history`` reads only the fields every version has (``Head``)."""
     argv: tuple[str, ...] | None = None
     """A ``run``'s command."""
     undo: str | None = None
