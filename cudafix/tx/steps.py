@@ -2,8 +2,8 @@
 
 A record's JSON keys are its fields' names (``from_`` is written ``from``), so journals
 written before these types existed read the same. Reading is lenient: a field of the wrong
-JSON type takes its default, so a damaged or hand-edited journal still yields a record and
-``history`` can always list the transaction.
+JSON type takes its default, and a key no field names is dropped, so a damaged or
+hand-edited journal still yields a record and ``history`` can always list the transaction.
 """
 
 from __future__ import annotations
