@@ -6,6 +6,7 @@ from pathlib import Path
 
 from cudafix.env.statedir import StateDir
 from cudafix.tx import journal
+from cudafix.tx.steps import SnapshotDone
 
 SPANS = {
     "snapshot": ("snapshot-begin", "snapshot-done"),
@@ -42,5 +43,5 @@ def snapshot_entries(venv: Path) -> int:
     if not ids:
         return 0
     records = journal.read(state.tx(ids[-1]).journal)
-    done = next((r for r in records if r.event is journal.Event.SNAPSHOT_DONE), None)
-    return int(done.data.get("entries", 0)) if done else 0
+    done = next((r.step for r in records if isinstance(r.step, SnapshotDone)), None)
+    return done.entries if done else 0

@@ -9,6 +9,7 @@ the argument values are :mod:`cudafix.app`'s.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -345,8 +346,27 @@ def plan_script(
     return _plan(facts, script_request(loaded, facts, options), sources, on_event)
 
 
+def _schema_version(text: str) -> object:
+    """The ``schema_version`` a plan file states, or None when it states none."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data.get("schema_version") if isinstance(data, dict) else None
+
+
 def read_plan(file: Path, text: str) -> Plan:
-    """Parse a plan file, or raise :class:`InputError` (exit 2) saying what is wrong."""
+    """Parse a plan file, or raise :class:`InputError` (exit 2) saying what is wrong.
+
+    The schema version is read first: a plan another cudafix wrote is refused by its
+    version, not by whichever field changed shape since.
+    """
+    version = _schema_version(text)
+    if version is not None and version != PLAN_SCHEMA_VERSION:
+        raise InputError(
+            f"{file}: plan schema {version}; this cudafix reads {PLAN_SCHEMA_VERSION}",
+            hint="write it again with this cudafix: cudafix remove ... --dry-run --out plan.json",
+        )
     try:
         plan = Plan.model_validate_json(text)
     except ValidationError as exc:
@@ -356,10 +376,6 @@ def read_plan(file: Path, text: str) -> Plan:
             f"{file}: not a cudafix plan ({exc.error_count()} problem(s)); {where}: {first['msg']}",
             hint="write one with: cudafix remove ... --dry-run --out plan.json",
         ) from exc
-    if plan.schema_version != PLAN_SCHEMA_VERSION:
-        raise InputError(
-            f"{file}: plan schema {plan.schema_version}; this cudafix reads {PLAN_SCHEMA_VERSION}"
-        )
     problems = input_problems(plan)
     if problems:
         raise InputError(

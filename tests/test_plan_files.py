@@ -10,6 +10,7 @@ import pytest
 from conftest import ScenarioFactory
 
 from cudafix.model.errors import InputError
+from cudafix.model.plan import PLAN_SCHEMA_VERSION
 from cudafix.plan.script import load_script, locate, parse_script
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import (
@@ -96,9 +97,17 @@ def test_toml_syntax_error_exits_2_with_line(tmp_path: Path) -> None:
 
 def test_malformed_plan_file_exits_2(tmp_path: Path) -> None:
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"schema_version": 1, "target": {}}))
+    plan.write_text(json.dumps({"schema_version": PLAN_SCHEMA_VERSION, "target": {}}))
     done = cudafix("apply", plan, "--yes")
     assert_one_line_error(done, 2, "not a cudafix plan")
+
+
+def test_a_plan_file_of_an_older_schema_is_refused_by_its_version(tmp_path: Path) -> None:
+    """Version 1 held reasons as sentences: refused by version, before any field fails."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema_version": 1, "target": {}, "reasons": ["it breaks"]}))
+    done = cudafix("apply", plan, "--yes")
+    assert_one_line_error(done, 2, f"plan schema 1; this cudafix reads {PLAN_SCHEMA_VERSION}")
 
 
 @pytest.mark.slow

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cudafix.fetch.staging import Staging
+from cudafix.model.errors import PlanRefused
 from cudafix.model.names import DistName
-from cudafix.model.plan import Options
+from cudafix.model.plan import Options, refuse_unless_allowed
+from cudafix.model.reasons import AnotherBuild, NoWheel, RequirementBroken, Unfetched
+from cudafix.model.wording import reason_lines
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from tests.support.facts import Dist, Lib, env, facts, wheel_of
 
@@ -69,23 +74,31 @@ def test_a_staged_wheel_of_another_build_refuses_at_plan_time_naming_source_and_
     )
     assert plan.verdict == "refused"
     [reason] = plan.reasons
-    assert "nvidia-cudnn-cu12==9.10.2.21 from the index X is another build" in reason
-    assert CUDNN in reason
+    assert reason.identity == ("another-build", "nvidia-cudnn-cu12", (env(CUDNN),))
+    assert isinstance(reason, AnotherBuild)
+    assert (reason.version, reason.source) == ("9.10.2.21", "the index X")
+    assert reason.differences[0].startswith(f"{env(CUDNN)}: other bytes")
 
 
 def test_a_wheel_that_cannot_be_had_refuses_with_uvs_words() -> None:
     staged = Staging(fetched=True, problems={PIN12: "no matching distribution"}, source="cache")
     plan = build_plan(_incident(staged), _request(repair=True))
     assert plan.verdict == "refused"
-    assert any("can be had from cache: no matching distribution" in r for r in plan.reasons)
+    assert plan.reasons == [
+        NoWheel(
+            subject="nvidia-cudnn-cu12",
+            version="9.10.2.21",
+            source="cache",
+            problem="no matching distribution",
+        )
+    ]
 
 
 def test_without_fetching_the_plan_says_it_did_not_check() -> None:
     plan = build_plan(_incident(Staging(fetched=False)), _request(repair=True))
     assert plan.verdict == "pass"
-    assert any(
-        "not fetched (--no-fetch)" in w and "nvidia-cudnn-cu12==" in w for w in plan.warnings
-    )
+    [unchecked] = [w for w in plan.warnings if isinstance(w, Unfetched)]
+    assert unchecked.pins == ["nvidia-cudnn-cu12==9.10.2.21"]
 
 
 def test_requirements_are_judged_on_the_after_state_installs_make() -> None:
@@ -93,7 +106,11 @@ def test_requirements_are_judged_on_the_after_state_installs_make() -> None:
     env12 = facts([TORCH, CU12], LIBS)
     drop12 = (DistName("nvidia-cudnn-cu12"),)
     alone = build_plan(env12, Request(drop12, (), Options()))
-    assert any("torch requires nvidia-cudnn-cu12" in r for r in alone.reasons)
+    assert any(
+        isinstance(r, RequirementBroken)
+        and (r.subject, r.requirement.split("==")[0]) == ("torch", "nvidia-cudnn-cu12")
+        for r in alone.reasons
+    ), alone.reasons
     staged = Staging(fetched=True, wheels={PIN12: wheel_of(CU12)})
     mended = build_plan(
         facts([TORCH, CU12], LIBS, staging=staged),
@@ -110,6 +127,19 @@ def test_installing_what_is_installed_without_removing_it_is_refused() -> None:
         facts([TORCH, CU12], LIBS, staging=staged), Request((), (), Options(), installs=(PIN12,))
     )
     assert plan.verdict == "refused"
-    assert any(
-        "remove it in a step before installing nvidia-cudnn-cu12==" in r for r in plan.reasons
-    )
+    assert ("installed-already", "nvidia-cudnn-cu12", ()) in [r.identity for r in plan.reasons]
+
+
+def test_reasons_are_worded_as_the_cli_prints_them() -> None:
+    """The wording is the one place a reason becomes a sentence: the verdict and a refused
+    plan's error context both print these."""
+    staged = Staging(fetched=True, problems={PIN12: "no matching distribution"}, source="cache")
+    plan = build_plan(_incident(staged), _request(repair=True))
+    assert reason_lines(plan.reasons, plan.target) == [
+        "no wheel for nvidia-cudnn-cu12==9.10.2.21 can be had from cache: no matching "
+        "distribution; point cudafix at the wheel it was installed from with --find-links DIR, "
+        "--index-url URL or --extra-index-url URL"
+    ]
+    with pytest.raises(PlanRefused) as refused:
+        refuse_unless_allowed(plan, force=False)
+    assert list(refused.value.context) == reason_lines(plan.reasons, plan.target)

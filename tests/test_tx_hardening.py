@@ -25,8 +25,9 @@ from cudafix.model.errors import (
 from cudafix.tx import journal
 from cudafix.tx.apply import run_transaction
 from cudafix.tx.history import history, show
-from cudafix.tx.journal import CRASH_ENV, FAIL_ENV, Event
+from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from cudafix.tx.recovery import pending_transactions, recover
+from cudafix.tx.steps import Opening, RollbackBegin
 from cudafix.tx.undo import undo
 from scenarios.fingerprint import fingerprint
 from tests.support.tx import remove_pa_plan
@@ -193,10 +194,10 @@ def test_damaged_manifest_is_a_clear_refusal(
 
 def test_torn_line_does_not_swallow_the_next_record(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
-    journal.append(path, Event.PLAN)
+    journal.append(path, Opening())
     with path.open("a") as fh:
         fh.write('{"event": "snapshot-be')
-    journal.append(path, Event.ROLLBACK_BEGIN)
+    journal.append(path, RollbackBegin(reason="test"))
     log = journal.load(path)
     assert journal.events(log.records) == ["plan", "rollback-begin"]
     assert log.damaged == (2,)

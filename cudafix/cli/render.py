@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from cudafix.model.commands import shell_join
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
+from cudafix.model.wording import reason_lines, warning_text
 
 if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pydantic
     from pathlib import Path
@@ -168,7 +169,10 @@ def _plan_sections(plan: Plan, style: Style) -> list[str]:
         "Refused RECORD entries",
         [f"{r.distribution}: {r.entry!r} ({r.reason})" for r in plan.refused_paths],
     )
-    out += _section("Warnings", [style("! ", fg="yellow") + w for w in plan.warnings])
+    out += _section(
+        "Warnings",
+        [style("! ", fg="yellow") + warning_text(w, plan.target) for w in plan.warnings],
+    )
     return out
 
 
@@ -180,7 +184,7 @@ def _plan_verdict(plan: Plan, style: Style, dry_run: bool) -> list[str]:
             out.append("Next: run the same command without --dry-run to apply it as a transaction.")
     else:
         out.append(style("Verdict: REFUSED", fg="red", bold=True))
-        out += [f"  - {r}" for r in plan.reasons]
+        out += [f"  - {r}" for r in reason_lines(plan.reasons, plan.target)]
         if plan.requirement_breaks and not plan.options.allow_broken_requirements:
             out.append(
                 "  (add --allow-broken-requirements to go ahead, leaving those requirements broken)"

@@ -125,8 +125,13 @@ class Unmanaged:
 
 
 @dataclass(frozen=True)
-class SharedPath:
-    """A path two or more distributions claim, and whose bytes it holds."""
+class CoOwnedPath:
+    """A path two or more installed distributions claim, and whose bytes it holds.
+
+    A fact about the environment as it is, found for every such path; the plan's
+    :class:`~cudafix.model.plan.SharedPath` is a decision about one of them a removal
+    deletes (who still claims it, and what becomes of it).
+    """
 
     path: EnvPath
     owners: tuple[DistName, ...]
@@ -151,7 +156,7 @@ class Inventory:
     """Every non-directory path under the prefix (``.cudafix/`` excluded)."""
     owners: Mapping[EnvPath, tuple[DistName, ...]]
     """Ownership index: path -> distributions whose RECORD claims it."""
-    shared: tuple[SharedPath, ...]
+    shared: tuple[CoOwnedPath, ...]
     missing: Mapping[DistName, tuple[EnvPath, ...]]
     """RECORD paths that do not exist on disk, per distribution."""
     record_issues: tuple[RecordIssue, ...] = ()
@@ -646,12 +651,12 @@ def _missing(
     return out
 
 
-def _shared_paths(inv: Inventory, hasher: Hasher) -> tuple[SharedPath, ...]:
-    out: list[SharedPath] = []
+def _shared_paths(inv: Inventory, hasher: Hasher) -> tuple[CoOwnedPath, ...]:
+    out: list[CoOwnedPath] = []
     for path, owners in inv.owners.items():
         if len(owners) < 2:
             continue
         missing = path not in inv.files
         matching = holder_of(inv, path, owners, hasher)
-        out.append(SharedPath(path, owners, matching[0] if matching else None, missing, matching))
+        out.append(CoOwnedPath(path, owners, matching[0] if matching else None, missing, matching))
     return tuple(out)

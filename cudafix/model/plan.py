@@ -16,9 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from cudafix.model.errors import PlanRefused
 from cudafix.model.names import BackendName, is_dist_name, is_env_path, is_module_name
 from cudafix.model.probe import Probes, RunTimeProbe
+from cudafix.model.reasons import PlanWarning, Reason
 from cudafix.model.sources import Sources
+from cudafix.model.wording import reason_lines
 
-PLAN_SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = 2
+"""2: ``reasons`` and ``warnings`` are typed records (:mod:`cudafix.model.reasons`), not text."""
 
 
 class _Frozen(BaseModel):
@@ -48,7 +51,9 @@ class RemovedDistribution(_Frozen):
 
 
 class SharedPath(_Frozen):
-    """A path claimed by a removed distribution and by at least one that remains."""
+    """A path claimed by a removed distribution and by at least one that remains: what the
+    plan does with one of the environment's co-owned paths
+    (:class:`~cudafix.env.inventory.CoOwnedPath`, the fact it was found from)."""
 
     path: str
     owners: list[str]
@@ -244,10 +249,11 @@ class Plan(_Frozen):
     probe_run_time: list[RunTimeProbe] = Field(default_factory=list)
     """Every run-time load of the framework objects whose run-time loads the plan changes
     (``cudafix/data/runtime.toml``): ``import`` loads none of them on a CPU host."""
-    warnings: list[str]
+    warnings: list[PlanWarning]
     """Things worth knowing that do not refuse the plan (provider switches, foreign bytes kept)."""
     verdict: Literal["pass", "refused"]
-    reasons: list[str]
+    reasons: list[Reason]
+    """Why the plan is refused; empty for a plan that passes."""
     alternatives: list[Alternative]
     preconditions: Precondition
     install: list[Install] = Field(default_factory=list)
@@ -273,7 +279,10 @@ def refuse_unless_allowed(plan: Plan, force: bool) -> None:
             hint="plan it again without --no-fetch (its dry run stages and checks the wheels)",
         )
     if plan.verdict == "refused" and not force:
-        raise PlanRefused("the plan was refused; nothing was changed", context=plan.reasons)
+        raise PlanRefused(
+            "the plan was refused; nothing was changed",
+            context=reason_lines(plan.reasons, plan.target),
+        )
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")

@@ -15,7 +15,7 @@ from typing import TypedDict
 
 from packaging.requirements import Requirement
 
-from cudafix.env.inventory import Inventory, SharedPath, is_bytecode
+from cudafix.env.inventory import CoOwnedPath, Inventory, is_bytecode
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import (
@@ -269,7 +269,7 @@ def _clobbered(
     ``nvidia/cudnn/lib``) no removal is offered: it would break the other framework, and the
     choice is between frameworks (the mixed-cuda finding's).
     """
-    groups: dict[tuple[DistName, ...], list[SharedPath]] = defaultdict(list)
+    groups: dict[tuple[DistName, ...], list[CoOwnedPath]] = defaultdict(list)
     for s in inv.shared:
         groups[s.owners].append(s)
     for owners, paths in sorted(groups.items()):
@@ -328,7 +328,7 @@ def _needed_by(facts: Facts, chains: Chains) -> dict[DistName, list[DistName]]:
     return dict(out)
 
 
-def _disagrees(inv: Inventory, s: SharedPath) -> bool:
+def _disagrees(inv: Inventory, s: CoOwnedPath) -> bool:
     """Present bytes that an owner with a recorded hash does not match."""
     if s.missing:
         return False
@@ -416,7 +416,7 @@ def _scripts(inv: Inventory, facts: Facts, cmd: _Commands) -> Iterable[Finding]:
         )
 
 
-def _holds(inv: Inventory, s: SharedPath) -> str:
+def _holds(inv: Inventory, s: CoOwnedPath) -> str:
     if s.missing:
         return "missing"
     if not _disagrees(inv, s) and not s.matching:

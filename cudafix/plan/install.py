@@ -24,7 +24,8 @@ from cudafix.fetch.staging import StagedWheel
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import Edge, EdgeKey, to_env_path
 from cudafix.model import plan as P
-from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
+from cudafix.model import reasons as R
+from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name
 
 # -- the after-state (pure) ----------------------------------------------------------------
 
@@ -119,54 +120,31 @@ def same_path_switches(
 # -- findings (pure) -----------------------------------------------------------------------
 
 
-def _builds(owners: Sequence[str]) -> str:
-    """``nvidia-cudnn-cu13 (CUDA 13)``: whose build, and for which major when it says."""
-    shown = []
-    for o in owners:
-        major = cuda_major(o)
-        shown.append(f"{o} (CUDA {major})" if major else o)
-    return " and ".join(shown) or "no distribution"
-
-
-def _paths(plan: P.Plan, paths: Sequence[str], limit: int = 4) -> str:
-    sites = plan.target.site_packages
-    shown = ", ".join(site_relative(p, sites) for p in paths[:limit])
-    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
-
-
-def install_reasons(plan: P.Plan) -> list[str]:
+def install_reasons(plan: P.Plan) -> list[R.Reason]:
     """Why an install is refused: it overwrites a remaining distribution's files with other
     bytes, or a remaining consumer would load another distribution's build of a library."""
     if not plan.install:
         return []
-    sites = plan.target.site_packages
     groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for c in plan.overwritten:
         if not c.same_bytes:
             groups.setdefault((c.by, tuple(c.owners)), []).append(c.path)
-    reasons = [
-        f"{by} would overwrite {len(paths)} path(s) that {' and '.join(owners)} claims with "
-        f"other bytes: {_paths(plan, paths)}"
+    reasons: list[R.Reason] = [
+        R.Overwrite(subject=by, owners=list(owners), paths=paths)
         for (by, owners), paths in groups.items()
     ]
     written_paths = {p for i in plan.install for p in i.paths}
-    for s in plan.switches:
-        if s.after not in written_paths or set(s.before_owners) & set(s.after_owners):
-            continue
-        what = (
-            f"{site_relative(s.after, sites)} would hold {_builds(s.after_owners[:1])}'s bytes"
-            if s.before == s.after
-            else f"{site_relative(s.after, sites)} ({_builds(s.after_owners[:1])}) would shadow "
-            f"{site_relative(s.before, sites)}"
+    reasons += [
+        R.BuildSwitch.of(
+            s, before_owners=s.before_owners, after_owners=s.after_owners, paths=[s.after]
         )
-        reasons.append(
-            f"{site_relative(s.consumer, sites)} ({s.consumer_distribution or 'no distribution'})"
-            f" would switch builds of {s.need}: {what}, not {_builds(s.before_owners)}'s"
-        )
+        for s in plan.switches
+        if s.after in written_paths and not set(s.before_owners) & set(s.after_owners)
+    ]
     return reasons
 
 
-def install_warnings(plan: P.Plan, inv: Inventory) -> list[str]:
+def install_warnings(plan: P.Plan, inv: Inventory) -> list[R.PlanWarning]:
     """What an install does that is worth knowing but does not refuse it."""
     if not plan.install:
         return []
@@ -174,10 +152,8 @@ def install_warnings(plan: P.Plan, inv: Inventory) -> list[str]:
     for c in plan.overwritten:
         if c.same_bytes:
             same.setdefault((c.by, tuple(c.owners)), []).append(c.path)
-    out = [
-        f"{by} also claims {len(paths)} path(s) of {' and '.join(owners)} (same bytes): "
-        f"{_paths(plan, paths)}; uninstalling either later deletes them for both "
-        "(cudafix remove guards that)"
+    out: list[R.PlanWarning] = [
+        R.SameBytes(subject=by, owners=list(owners), paths=paths)
         for (by, owners), paths in same.items()
     ]
     removed = {r.name for r in plan.remove}
@@ -189,8 +165,9 @@ def install_warnings(plan: P.Plan, inv: Inventory) -> list[str]:
         if major is not None and before and major not in before:
             added.setdefault(major, []).append(i.name)
     out += [
-        f"mixed CUDA majors introduced: {', '.join(names)} (CUDA {major}) into an environment "
-        f"of CUDA {', '.join(map(str, sorted(staying or before)))} distributions"
+        R.MixedMajors(
+            subject=", ".join(names), major=major, names=names, present=sorted(staying or before)
+        )
         for major, names in sorted(added.items())
     ]
     return out

@@ -10,13 +10,12 @@ including paths other distributions claim.
 from __future__ import annotations
 
 import posixpath
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from cudafix.env.inventory import Distribution, Inventory, is_bytecode
-from cudafix.fetch.staging import Pin, StagedWheel, Staging
+from cudafix.fetch.staging import Pin, StagedWheel
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import (
     Edge,
@@ -29,6 +28,7 @@ from cudafix.linker.linkage import (
 )
 from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
+from cudafix.model import reasons as R
 from cudafix.model.commands import cudafix_argv, venv_flags
 from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.model.probe import Probes, RunTimeProbe
@@ -128,7 +128,8 @@ def _simulate(
     inv = facts.inventory
     removed = set(request.names)
     remaining = {n: d for n, d in inv.distributions.items() if n not in removed}
-    shared = _shared_losses(inv, deleted, removed)
+    fate: Fate = "kept" if request.options.keep_shared else "deleted"
+    shared = _shared_losses(inv, deleted, removed, fate)
     kept: list[str] = sorted(s.path for s in shared) if request.options.keep_shared else []
     why = _reinstall_reasons(inv, deleted, request, repair=request.options.repair)
     reinstall = [
@@ -154,16 +155,9 @@ def _simulate(
         for u in inv.unsafe
         if u.distribution in backend_reads
     ]
-    fate: Fate = "kept" if request.options.keep_shared else "deleted"
     restored = set(rewritten) | new
     shared_out = [
-        P.SharedPath(
-            path=s.path,
-            owners=list(s.owners),
-            holder=s.holder,
-            remaining_owners=s.remaining_owners,
-            fate="restored-by-reinstall" if s.path in restored else fate,
-        )
+        s.model_copy(update={"fate": "restored-by-reinstall"}) if s.path in restored else s
         for s in shared
     ]
     plan = P.Plan(
@@ -244,26 +238,21 @@ def _deleted_paths(inv: Inventory, names: Sequence[DistName]) -> set[EnvPath]:
     return {p for n in names for p in inv.distribution_paths(n) if p in inv.files}
 
 
-@dataclass(frozen=True)
-class _Shared:
-    path: EnvPath
-    owners: tuple[DistName, ...]
-    holder: DistName | None
-    remaining_owners: list[str]
-
-
 Fate = Literal["deleted", "kept", "restored-by-reinstall"]
 
 
 def _shared_losses(
-    inv: Inventory, deleted: frozenset[EnvPath], removed: set[DistName]
-) -> list[_Shared]:
-    out = []
-    for s in inv.shared:
-        rest: list[str] = [o for o in s.owners if o not in removed]
-        if s.path in deleted and rest:
-            out.append(_Shared(s.path, s.owners, s.holder, rest))
-    return out
+    inv: Inventory, deleted: frozenset[EnvPath], removed: set[DistName], fate: Fate = "deleted"
+) -> list[P.SharedPath]:
+    """Co-owned paths the backend deletes that a remaining distribution claims, each with
+    ``fate`` (a reinstall that writes one back is set apart by the caller)."""
+    return [
+        P.SharedPath(
+            path=s.path, owners=list(s.owners), holder=s.holder, remaining_owners=rest, fate=fate
+        )
+        for s in inv.shared
+        if s.path in deleted and (rest := [str(o) for o in s.owners if o not in removed])
+    ]
 
 
 def _reinstall_reasons(
@@ -280,7 +269,7 @@ def _reinstall_reasons(
 
 
 def _repairs(
-    inv: Inventory, shared: Sequence[_Shared], remaining: Mapping[DistName, Distribution]
+    inv: Inventory, shared: Sequence[P.SharedPath], remaining: Mapping[DistName, Distribution]
 ) -> dict[DistName, str]:
     """Remaining co-owners of deleted paths, and remaining owners holding foreign bytes."""
     deleted: dict[DistName, list[str]] = {}
@@ -532,88 +521,76 @@ def _unchecked(
     facts: Facts,
     reinstall: Sequence[P.Reinstall],
     installs: Sequence[tuple[P.Install, StagedWheel | None]],
-) -> list[str]:
+) -> list[R.PlanWarning]:
     if facts.staging.fetched or not (reinstall or installs):
         return []
     pins = [f"{r.name}=={r.version}" for r in reinstall] + [
         f"{i.name}=={i.version}" for i, _ in installs
     ]
-    return [
-        f"wheels not fetched (--no-fetch): not checked that {', '.join(pins)} can be had, "
-        "or that they hold the files the plan assumes"
-    ]
+    return [R.Unfetched(subject=", ".join(pins), pins=pins)]
 
 
 def _warnings(
-    shared: Sequence[_Shared],
+    shared: Sequence[P.SharedPath],
     options: P.Options,
     switches: Sequence[P.ProviderSwitch],
     refused: Sequence[P.RefusedPath],
-) -> list[str]:
-    out = [
-        f"{s.consumer} ({s.consumer_distribution or 'unowned'}) will load {s.need} from "
-        f"{s.after} instead of {s.before}"
+) -> list[R.PlanWarning]:
+    out: list[R.PlanWarning] = [
+        R.ProviderSwitched.of(s, paths=[s.before, s.after])
         for s in switches
         if s.before != s.after  # same path, new bytes: an install's, refused on its own
     ]
     if refused:
-        out.append(
-            f"{len(refused)} RECORD entr{'y' if len(refused) == 1 else 'ies'} point outside the "
-            "environment or name a directory; cudafix strips them from RECORD first, so the "
-            "backend leaves them alone"
-        )
+        out.append(R.EntriesStripped(subject="RECORD", paths=[r.entry for r in refused]))
     if options.keep_shared:
-        for s in shared:
-            if s.holder is not None and s.holder not in s.remaining_owners:
-                out.append(
-                    f"kept {s.path} holds {s.holder}'s bytes, "
-                    f"not {', '.join(s.remaining_owners)}'s;"
-                    " add --repair to reinstall its own"
-                )
+        out += [
+            R.KeptForeign(subject=s.holder, paths=[s.path], owners=s.remaining_owners)
+            for s in shared
+            if s.holder is not None and s.holder not in s.remaining_owners
+        ]
     return out
 
 
-def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[str]:
-    sites = plan.target.site_packages
-    reasons = [
-        f"{site_relative(lost.consumer, sites)} ({lost.consumer_distribution or 'no distribution'})"
-        + (
-            f" loads {site_relative(lost.need, sites, plan.target.prefix)} at run time "
-            f"(for {lost.run_time_load})"
-            if lost.run_time_load
-            else f" needs {lost.need}"
+def _reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[R.Reason]:
+    reasons: list[R.Reason] = [
+        R.NeedLost(
+            subject=lost.consumer,
+            distribution=lost.consumer_distribution,
+            need=lost.need,
+            run_time_load=lost.run_time_load,
+            paths=[lost.resolved_before],
         )
-        + ", which would no longer be found"
         for lost in plan.lost
     ]
     if plan.requirement_breaks and not options.allow_broken_requirements:
         reasons += [
-            f"{b.requested_as} requires {b.requirement}: {b.reason}"
+            R.RequirementBroken(subject=b.requested_as, requirement=b.requirement, reason=b.reason)
             for b in plan.requirement_breaks
         ]
-    reasons += [
-        f"cudafix runs inside the target and needs {name}" for name in plan.self_dependencies
-    ]
+    reasons += [R.SelfDependency(subject=name) for name in plan.self_dependencies]
     reasons += _shared_deletions(plan)
     reasons += _wheel_reasons(plan, facts)
     reasons += _dist_info_reasons(plan, facts.inventory)
     reasons += _through_symlinks(plan, facts.inventory)
     reasons += [
-        f"{u.record} cannot be read exactly ({u.reason}); what {u.distribution} owns is "
-        "unknown, so the plan cannot be trusted: fix that RECORD first"
+        R.UnreadableRecord(subject=u.distribution, paths=[u.record], reason=u.reason)
         for u in facts.inventory.unreadable
     ]
     have = {n for n in facts.inventory.distributions if n not in {r.name for r in plan.remove}}
     reasons += [
-        f"{i.name} is installed ({facts.inventory.distributions[DistName(i.name)].version}); "
-        f"remove it in a step before installing {i.name}=={i.version}"
+        R.InstalledAlready(
+            subject=i.name,
+            installed=facts.inventory.distributions[DistName(i.name)].version,
+            version=i.version,
+        )
         for i in plan.install
         if i.name in have
     ]
     return reasons
 
 
-def _shared_deletions(plan: P.Plan) -> list[str]:
+def _shared_deletions(plan: P.Plan) -> list[R.Reason]:
     """Paths a remaining distribution's RECORD claims that the plan deletes for good.
 
     pip and uv delete every path of a RECORD, even one another distribution claims: that
@@ -625,16 +602,13 @@ def _shared_deletions(plan: P.Plan) -> list[str]:
     for s in plan.shared_paths:
         if s.fate == "deleted" and not is_bytecode(s.path):
             groups.setdefault(tuple(s.remaining_owners), []).append(s.path)
-    sites = plan.target.site_packages
     return [
-        f"it deletes {len(paths)} path(s) that {' and '.join(owners)} also "
-        f"claim{'s' if len(owners) == 1 else ''} ({site_relative(paths[0], sites)}"
-        f"{', ...' if len(paths) > 1 else ''}); nothing in the plan puts them back"
+        R.SharedDeleted(subject=", ".join(owners), owners=list(owners), paths=paths)
         for owners, paths in groups.items()
     ]
 
 
-def _through_symlinks(plan: P.Plan, inv: Inventory) -> list[str]:
+def _through_symlinks(plan: P.Plan, inv: Inventory) -> list[R.Reason]:
     """Paths the plan writes or deletes through a symlinked directory, one line per symlink.
 
     The transaction never acts through a symlink (it could lead anywhere), so it would
@@ -650,11 +624,7 @@ def _through_symlinks(plan: P.Plan, inv: Inventory) -> list[str]:
         link = _symlinked_parent(inv, path)
         if link is not None:
             through.setdefault(link, []).append(path)
-    return [
-        f"{len(paths)} path(s) go through the symlinked directory {link} ({paths[0]}"
-        f"{', ...' if len(paths) > 1 else ''}): cudafix never writes or deletes through a symlink"
-        for link, paths in through.items()
-    ]
+    return [R.ThroughSymlink(subject=link, paths=paths) for link, paths in through.items()]
 
 
 def _symlinked_parent(inv: Inventory, path: str) -> str | None:
@@ -666,7 +636,7 @@ def _symlinked_parent(inv: Inventory, path: str) -> str | None:
     return None
 
 
-def _dist_info_reasons(plan: P.Plan, inv: Inventory) -> list[str]:
+def _dist_info_reasons(plan: P.Plan, inv: Inventory) -> list[R.Reason]:
     """Distributions the backend cannot act on as planned, found before anything changes.
 
     A second dist-info of one name makes the installer pick either; a dist-info directory
@@ -674,9 +644,8 @@ def _dist_info_reasons(plan: P.Plan, inv: Inventory) -> list[str]:
     an uninstall. Both would pass a dry run and fail the transaction.
     """
     acted = {DistName(r.name) for r in plan.remove} | {DistName(r.name) for r in plan.reinstall}
-    out = [
-        f"{u.name} has a second dist-info directory {u.path}; the installer may act on "
-        "either: remove the stray one first"
+    out: list[R.Reason] = [
+        R.DuplicateDistInfo(subject=u.name, paths=[u.path])
         for u in inv.unmanaged
         if u.kind == "duplicate" and normalize_name(u.name) in acted
     ]
@@ -693,24 +662,30 @@ def _dist_info_reasons(plan: P.Plan, inv: Inventory) -> list[str]:
         }
         if named and own not in named:
             out.append(
-                f"{name}: its directory is {own} but its RECORD lists {', '.join(sorted(named))}"
-                f"; an uninstall would leave {own} behind: rename it back, or reinstall {name}"
+                R.RenamedDistInfo(
+                    subject=name, paths=[dist.dist_info], directory=own, listed=sorted(named)
+                )
             )
     return out
 
 
-def _wheel_reasons(plan: P.Plan, facts: Facts) -> list[str]:
+def _wheel_reasons(plan: P.Plan, facts: Facts) -> list[R.Reason]:
     """Wheels that cannot be had, and reinstalls whose wheel is another build than installed."""
     staging = facts.staging
     where = staging.source or "the configured sources"
-    out = []
+    out: list[R.Reason] = []
     pins = [(DistName(r.name), r.version) for r in plan.reinstall]
     pins += [(DistName(i.name), i.version) for i in plan.install]
     for pin in pins:
         if pin in staging.problems:
             out.append(
-                f"no wheel for {pin[0]}=={pin[1]} can be had from {where}: "
-                f"{staging.problems[pin]}; {_another_source(staging, pin[0])}"
+                R.NoWheel(
+                    subject=pin[0],
+                    version=pin[1],
+                    source=where,
+                    problem=staging.problems[pin],
+                    recorded=staging.recorded.get(pin[0]),
+                )
             )
     for name, version in pins[: len(plan.reinstall)]:
         wheel = staging.wheels.get((name, version))
@@ -718,33 +693,17 @@ def _wheel_reasons(plan: P.Plan, facts: Facts) -> list[str]:
             continue
         diffs = wheel_differences(facts.inventory.distributions[name], wheel)
         if diffs:
-            sites = plan.target.site_packages
-            shown = "; ".join(site_relative(d, sites) for d in diffs[:3])
-            more = f" and {len(diffs) - 3} more" if len(diffs) > 3 else ""
             out.append(
-                f"the wheel for {name}=={version} from {where} is another build than the "
-                f"installed one ({len(diffs)} path(s) differ: {shown}{more}); reinstalling it "
-                f"would not bring the installed files back; {_another_source(staging, name)}"
+                R.AnotherBuild(
+                    subject=name,
+                    version=version,
+                    source=where,
+                    paths=[d.partition(": ")[0] for d in diffs],
+                    differences=diffs,
+                    recorded=staging.recorded.get(name),
+                )
             )
     return out
-
-
-ADD_SOURCE = "--find-links DIR, --index-url URL or --extra-index-url URL"
-
-
-def _another_source(staging: Staging, name: DistName) -> str:
-    """How to point cudafix at the right wheel: where it was installed from, if recorded,
-    and the options that add a source."""
-    recorded = staging.recorded.get(name)
-    if recorded is None:
-        return f"point cudafix at the wheel it was installed from with {ADD_SOURCE}"
-    local = recorded.removeprefix("file://")
-    if local != recorded and local.endswith(".whl"):
-        return (
-            f"it was installed from {recorded} (its direct_url.json): "
-            f"add --find-links {shlex.quote(posixpath.dirname(local))}"
-        )
-    return f"it was installed from {recorded} (its direct_url.json): add it with {ADD_SOURCE}"
 
 
 def _removed(inv: Inventory, dist: Distribution) -> P.RemovedDistribution:

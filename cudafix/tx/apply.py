@@ -29,9 +29,8 @@ from cudafix.model.transaction import (
     TransactionResult,
     quiet,
 )
-from cudafix.tx import files, journal, snapshot
+from cudafix.tx import files, journal, snapshot, steps
 from cudafix.tx.context import RunContext, StepFailed
-from cudafix.tx.journal import Event
 from cudafix.tx.verify import install_mismatches
 
 Verify = Callable[[], list[str]]
@@ -69,8 +68,8 @@ def run_transaction(
             )
         wheels = _checked_wheels(plan, scratch)
         paths, rewritten = _touched(prefix, plan, wheels)
-        opening = journal.opening("apply", command, plan=plan.model_dump(mode="json"))
-        tx = ctx.begin(opening)
+        plan_json = plan.model_dump(mode="json")
+        tx = ctx.begin(steps.Opening(kind="apply", command=tuple(command), plan=plan_json))
         manifest = ctx.snapshot(tx, paths, rewritten)
         run = _Apply(ctx, tx, plan, manifest, probes, verify, backend, wheels)
         passed = ctx.execute(tx, manifest, run.steps)
@@ -200,7 +199,7 @@ class _Apply:
         ctx, tx, plan, manifest = self.ctx, self.tx, self.plan, self.manifest
         prefix = ctx.prefix
         detached = [e.path for e in manifest.entries if e.detach]
-        journal.append(tx.journal, Event.DETACH_BEGIN, {"paths": detached})
+        journal.append(tx.journal, steps.DetachBegin(paths=tuple(detached)))
         snapshot.detach(prefix, manifest)
         python = Path(plan.target.python or prefix / "bin" / "python")
         opts = plan.options
@@ -208,7 +207,7 @@ class _Apply:
         files.sanitize_records(prefix, tx, plan)
         if plan.remove:
             names = [r.name for r in plan.remove]
-            journal.append(tx.journal, Event.UNINSTALL_BEGIN, {"names": names})
+            journal.append(tx.journal, steps.UninstallBegin(names=tuple(names)))
             ctx.on_event(Progress(f"uninstalling {', '.join(names)}"))
             with ctx.backend_runs():
                 done = backend.uninstall(names)
@@ -217,10 +216,10 @@ class _Apply:
         if plan.reinstall:
             self._reinstall(backend)
         if plan.kept_paths:
-            journal.append(tx.journal, Event.KEEP_BEGIN, {"paths": plan.kept_paths})
+            journal.append(tx.journal, steps.KeepBegin(paths=tuple(plan.kept_paths)))
             snapshot.put_back(prefix, tx, manifest, plan.kept_paths)
         files.recompile(prefix, python, manifest)
-        journal.append(tx.journal, Event.VERIFY_BEGIN)
+        journal.append(tx.journal, steps.VerifyBegin())
         problems = files.builtin_verify(prefix, plan, manifest)
         problems += files.holders_verify(prefix, plan)
         problems += self.verify() if self.verify else []
@@ -233,7 +232,7 @@ class _Apply:
     def _reinstall(self, backend: Backend) -> None:
         ctx, tx, plan = self.ctx, self.tx, self.plan
         pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
-        journal.append(tx.journal, Event.REINSTALL_BEGIN, {"pins": pins})
+        journal.append(tx.journal, steps.ReinstallBegin(pins=tuple(pins)))
         ctx.on_event(Progress(f"reinstalling {', '.join(pins)}"))
         # Co-owners of one path in one backend call race for it: one call each, in order.
         for i, batch in enumerate([[p] for p in pins] if plan.holders_after else [pins]):
@@ -246,7 +245,7 @@ class _Apply:
         """Install the exact pins (after verify: they may re-create paths the removal deleted)."""
         ctx, tx, plan = self.ctx, self.tx, self.plan
         pins = [f"{i.name}=={i.version}" for i in plan.install]
-        journal.append(tx.journal, Event.INSTALL_BEGIN, {"pins": pins})
+        journal.append(tx.journal, steps.InstallBegin(pins=tuple(pins)))
         ctx.on_event(Progress(f"installing {', '.join(pins)}"))
         for chosen, group in self._calls(backend, pins, len(plan.reinstall)):
             with ctx.backend_runs():

@@ -25,9 +25,8 @@ from cudafix.model.names import normalize_name, split_dist_info_name
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_KEEP, OnEvent, Progress
 from cudafix.process import Completed
-from cudafix.tx import journal, snapshot
+from cudafix.tx import journal, snapshot, steps
 from cudafix.tx.history import gc
-from cudafix.tx.journal import Event
 from cudafix.tx.lock import EnvLocks, Handover, LockIntrusion, hold
 from cudafix.tx.probe import run_probes
 from cudafix.tx.recovery import pending_transactions, rollback, unreadable_transactions
@@ -86,12 +85,12 @@ class RunContext:
                 hint=cudafix_line("recover", target=venv_flags(self.prefix)),
             )
 
-    def begin(self, opening: dict[str, Any]) -> TxDir:
+    def begin(self, opening: steps.Opening) -> TxDir:
         """A new transaction with its first journal record, or nothing at all (then raise)."""
         tx = self.state.tx(new_txid())
         try:
             ensure_dir(tx.root)  # readable: history and doctor work for any reader of the venv
-            journal.append(tx.journal, Event.PLAN, opening)
+            journal.append(tx.journal, opening)
         except BaseException as exc:  # an interrupt too: nothing changed, nothing left behind
             shutil.rmtree(tx.root, ignore_errors=True)
             if not isinstance(exc, OSError):
@@ -115,9 +114,9 @@ class RunContext:
 
         ``copy`` and ``whole`` as for :func:`cudafix.tx.snapshot.take`."""
         try:
-            journal.append(tx.journal, Event.SNAPSHOT_BEGIN, {"paths": paths})
+            journal.append(tx.journal, steps.SnapshotBegin(paths=tuple(paths)))
             manifest = snapshot.take(self.prefix, tx, paths, rewritten, copy, whole)
-            journal.append(tx.journal, Event.SNAPSHOT_DONE, {"entries": len(manifest.entries)})
+            journal.append(tx.journal, steps.SnapshotDone(entries=len(manifest.entries)))
         except BaseException as exc:  # an interrupt too: nothing changed, nothing left behind
             with interrupts_held():
                 self._discard(tx, exc)
@@ -132,21 +131,20 @@ class RunContext:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
         with contextlib.suppress(OSError):
             tx.manifest.unlink()
-        if journal.note(tx.journal, Event.ABORTED, {"error": _reason(exc)}) is not None:
+        if journal.note(tx.journal, steps.Aborted(error=_reason(exc))) is not None:
             shutil.rmtree(tx.root, ignore_errors=True)  # nothing changed: nothing to keep
 
     def backend_step(self, tx: TxDir, what: str, done: Completed) -> None:
         """Journal what a backend call did; :class:`StepFailed` when it failed."""
         journal.append(
             tx.journal,
-            Event.BACKEND,
-            {
-                "step": what,
-                "argv": list(done.argv),
-                "returncode": done.returncode,
-                "stdout": done.stdout,
-                "stderr": done.stderr,
-            },
+            steps.BackendCall(
+                step=what,
+                argv=tuple(done.argv),
+                returncode=done.returncode,
+                stdout=done.stdout,
+                stderr=done.stderr,
+            ),
         )
         if done.returncode != 0:
             lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
@@ -155,10 +153,10 @@ class RunContext:
 
     def probe(self, tx: TxDir, python: Path, spec: ProbeSpec) -> tuple[str, ...]:
         """Run the probes; the labels that passed, or :class:`StepFailed`."""
-        journal.append(tx.journal, Event.PROBE_BEGIN)
+        journal.append(tx.journal, steps.ProbeBegin())
         self.on_event(Progress("probing the environment"))
         results = run_probes(self.prefix, python, spec, tx.root)
-        journal.append(tx.journal, Event.PROBE_DONE, {"results": [r.__dict__ for r in results]})
+        journal.append(tx.journal, steps.ProbeDone(results=tuple(results)))
         for note in (r.note for r in results if r.note):
             self.on_event(f"probe note: {note}")
         failed = [f"{r.label}: {r.error}" for r in results if not r.ok]
@@ -183,11 +181,12 @@ class RunContext:
 
     def commit(self, tx: TxDir, manifest: Manifest) -> None:
         """The durable ``commit`` record is the commit point: any failure before it rolls back."""
-        journal.append(tx.journal, Event.COMMIT_BEGIN)
+        journal.append(tx.journal, steps.CommitBegin())
         journal.fail_point("commit")
         after = snapshot.lstat_state(self.prefix, _after_paths(self.prefix, manifest))
         snapshot.write_json(tx.post, after)
-        journal.append(tx.journal, Event.COMMIT, {"changed": distribution_changes(manifest, after)})
+        changed = tuple(distribution_changes(manifest, after))
+        journal.append(tx.journal, steps.Commit(changed=changed))
 
     def _fail(self, tx: TxDir, reason: str, exc: BaseException, manifest: Manifest) -> NoReturn:
         outcome = rollback(self.prefix, tx, reason, manifest)

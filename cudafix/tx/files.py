@@ -18,8 +18,7 @@ from cudafix.env.statedir import TxDir, write_atomic
 from cudafix.model.names import EnvPath, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.process import run
-from cudafix.tx import journal, snapshot
-from cudafix.tx.journal import Event
+from cudafix.tx import journal, snapshot, steps
 
 
 def dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
@@ -102,9 +101,7 @@ def sanitize_records(prefix: Path, tx: TxDir, plan: Plan) -> None:
                 if resolve_record_path(site, e.path) in shared
             }
         if drop:
-            journal.append(
-                tx.journal, Event.SANITIZE_RECORD, {"dist": name, "entries": sorted(drop)}
-            )
+            journal.append(tx.journal, steps.SanitizeRecord(dist=name, entries=tuple(sorted(drop))))
             write_atomic(record, without_entries(text, drop))
 
 

@@ -23,9 +23,8 @@ from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, Progress, quiet
 from cudafix.process import Completed, activated, run_live
-from cudafix.tx import journal, snapshot
+from cudafix.tx import journal, snapshot, steps
 from cudafix.tx.context import RunContext, StepFailed
-from cudafix.tx.journal import Event
 from cudafix.tx.recovery import boot_id
 
 
@@ -99,7 +98,7 @@ def run_guarded(
     args = GuardArgs(tuple(argv), judge, accept, timeout, echo, owners)
     with RunContext.open(prefix, lock_timeout, on_event) as ctx:
         ctx.require_no_pending()
-        tx = ctx.begin(journal.opening("run", command, argv=list(argv)))
+        tx = ctx.begin(steps.Opening(kind="run", command=tuple(command), argv=tuple(argv)))
         roots = prefix_roots(prefix)
         copy = _small_outside_site_packages
         manifest = ctx.snapshot(tx, roots, [], copy=copy, whole=True)
@@ -129,7 +128,7 @@ class _Guarded:
 
     def step(self) -> GuardedRun:
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
-        journal.append(tx.journal, Event.RUN_BEGIN, {"argv": list(args.argv)})
+        journal.append(tx.journal, steps.RunBegin(argv=args.argv))
         ctx.on_event(Progress(f"running {shlex.join(args.argv)}"))
         pins = snapshot.pin(tx, self.manifest)
         try:
@@ -174,7 +173,7 @@ class _Guarded:
 
                 def started(pgid: int) -> None:
                     hand.started(pgid)
-                    journal.append(tx.journal, Event.PROCESS, {"pgid": pgid, "boot": boot_id()})
+                    journal.append(tx.journal, steps.Process(pgid=pgid, boot=boot_id()))
 
                 done = run_live(
                     args.argv,
@@ -214,7 +213,7 @@ class _Guarded:
         ctx, tx = self.ctx, self.tx
         if not snapshot.state_lost(tx, pins):
             return None
-        manifest, lost = snapshot.rebuild(ctx.prefix, tx, pins, {"missed": pins.missed})
+        manifest, lost = snapshot.rebuild(ctx.prefix, tx, pins)
         ctx.locks.retake_own()
         ctx.on_event(f"the command removed cudafix's state in {ctx.state.root}; rebuilt it")
         unrestorable = f"; {len(lost)} file(s) cannot be restored: {', '.join(lost[:5])}"

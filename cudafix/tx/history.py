@@ -18,7 +18,8 @@ from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import UsageError
 from cudafix.model.transaction import DEFAULT_KEEP, HistoryEntry, TransactionDetail
 from cudafix.tx import journal, snapshot
-from cudafix.tx.journal import Event, Record
+from cudafix.tx.journal import Record
+from cudafix.tx.steps import Event, RollbackBegin
 
 _STATES: Mapping[Event, str] = MappingProxyType(
     {Event.COMMIT: "committed", Event.ROLLED_BACK: "rolled-back", Event.ABORTED: "aborted"}
@@ -43,7 +44,7 @@ def entry(tx: TxDir) -> HistoryEntry:
         )  # fmt: skip
     records = log.records
     head = journal.head(records)
-    error = next((r.data.get("reason") for r in records if r.event is Event.ROLLBACK_BEGIN), None)
+    error = next((r.step.reason for r in records if isinstance(r.step, RollbackBegin)), None)
     if log.damaged:
         lines = ", ".join(map(str, log.damaged[:5]))
         error = f"journal {tx.journal} is damaged (line {lines})" + (f"; {error}" if error else "")
@@ -68,7 +69,7 @@ def entry(tx: TxDir) -> HistoryEntry:
         removed=head.removed,
         reinstalled=head.reinstalled,
         kept=head.kept,
-        error=None if error is None else str(error),
+        error=error,
         snapshot=tx.snapshot.is_dir() and tx.manifest.is_file(),
     )
 

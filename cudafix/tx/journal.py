@@ -1,5 +1,7 @@
 """Append-only, fsync'd JSON-lines journal: each step is written *before* it happens.
 
+Each line is one typed step (:mod:`cudafix.tx.steps`, whose codec writes and reads it).
+
 pip's ``StashedUninstallPathSet`` keeps its move list in memory, so a crash leaks state;
 here every step is durable first, so ``recover`` can always finish (roll back) a run.
 
@@ -17,7 +19,6 @@ Test-only hooks (never set them outside tests):
 
 from __future__ import annotations
 
-import enum
 import errno
 import fnmatch
 import json
@@ -25,53 +26,17 @@ import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cudafix.env.statedir import fsync_dir, open_file, read_bytes, write_durably
+from cudafix.tx import steps
+from cudafix.tx.steps import Commit, Event, Opening, Step
 
 CRASH_ENV = "CUDAFIX_TEST_CRASH_AFTER"
 FAIL_ENV = "CUDAFIX_TEST_FAIL"
 FILL_ENV = "CUDAFIX_TEST_FILL_AT"
-
-
-class Event(str, enum.Enum):
-    """Every step a journal records, in the order a transaction takes them.
-
-    A str enum: records stay plain JSON strings and compare equal to them, so journals
-    written by older runs read the same.
-    """
-
-    PLAN = "plan"
-    SNAPSHOT_BEGIN = "snapshot-begin"
-    SNAPSHOT_DONE = "snapshot-done"
-    ABORTED = "aborted"
-    BACKEND = "backend"
-    SANITIZE_RECORD = "sanitize-record"
-    DETACH_BEGIN = "detach-begin"
-    UNINSTALL_BEGIN = "uninstall-begin"
-    REINSTALL_BEGIN = "reinstall-begin"
-    KEEP_BEGIN = "keep-begin"
-    VERIFY_BEGIN = "verify-begin"
-    INSTALL_BEGIN = "install-begin"
-    PROBE_BEGIN = "probe-begin"
-    PROBE_DONE = "probe-done"
-    ROLLBACK_BEGIN = "rollback-begin"
-    RESTORE_BEGIN = "restore-begin"
-    ROLLBACK_INCOMPLETE = "rollback-incomplete"
-    ROLLED_BACK = "rolled-back"
-    COMMIT_BEGIN = "commit-begin"
-    COMMIT = "commit"
-    UNDO_BEGIN = "undo-begin"
-    RUN_BEGIN = "run-begin"
-    PROCESS = "process"
-    """A command of the transaction started: its process group (``recover`` waits for it)."""
-    STATE_REBUILT = "state-rebuilt"
-    """A command removed cudafix's state; it was written again from files held open."""
-
-    def __str__(self) -> str:
-        return self.value
 
 
 DONE_EVENTS = frozenset({Event.COMMIT, Event.ROLLED_BACK, Event.ABORTED})
@@ -119,19 +84,19 @@ def fail_point(op: str, subject: str = "") -> None:
 
 @dataclass(frozen=True)
 class Record:
-    """One journal line, decoded: the step, when it was written, and what it carried.
+    """One journal line, decoded: the step it records and when it was written."""
 
-    ``data`` is the record's plain-JSON payload (every key but ``event`` and ``time``);
-    :class:`Head` reads the first record's payload into typed fields.
-    """
-
-    event: Event
+    step: Step
     time: float = 0.0
-    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def event(self) -> Event:
+        return self.step.event
 
     def encode(self) -> dict[str, Any]:
         """The record as it is written (and as ``cudafix show`` prints it)."""
-        return dict(sorted({**self.data, "event": str(self.event), "time": self.time}.items()))
+        payload = steps.encode(self.step)
+        return dict(sorted({**payload, "event": str(self.event), "time": self.time}.items()))
 
 
 @dataclass(frozen=True)
@@ -157,28 +122,21 @@ class Head:
     """What the plan imported after applying (an undo imports them again)."""
 
 
-def opening(kind: str, command: Sequence[str], **payload: Any) -> dict[str, Any]:
-    """The payload of a transaction's first record (``plan``), read back by :func:`head`."""
-    return {"kind": kind, **payload, "command": list(command)}
-
-
 def head(records: Sequence[Record]) -> Head:
     """The typed first record; defaults when the journal does not start with one."""
-    if not records or records[0].event is not Event.PLAN:
+    if not records or not isinstance(opening := records[0].step, Opening):
         return Head()
-    data = records[0].data
-    plan: Mapping[str, Any] = data["plan"] if isinstance(data.get("plan"), dict) else {}
-    kind = data.get("kind", "apply")
+    plan: Mapping[str, Any] = opening.plan or {}
     return Head(
-        kind=str(kind),
+        kind=opening.kind,
         time=records[0].time,
-        command=_strings(data.get("command")),
-        verdict=str(plan.get("verdict", "pass" if kind == "undo" else "")),
+        command=opening.command,
+        verdict=str(plan.get("verdict", "pass" if opening.kind == "undo" else "")),
         removed=_strings(plan.get("remove"), "name"),
         reinstalled=_strings(plan.get("reinstall"), "name"),
         kept=_strings(plan.get("kept_paths")),
         installed=_strings(plan.get("install"), "name"),
-        undoes=str(data["undo"]) if isinstance(data.get("undo"), str) else None,
+        undoes=opening.undo,
         probe_modules=_strings(plan.get("probe_modules")),
     )
 
@@ -186,28 +144,26 @@ def head(records: Sequence[Record]) -> Head:
 def changes(records: Sequence[Record]) -> tuple[str, ...] | None:
     """What a committed transaction changed, as its ``commit`` record says (None: a journal
     written before commits recorded it)."""
-    done = next((r for r in reversed(records) if r.event is Event.COMMIT), None)
-    if done is None or "changed" not in done.data:
-        return None
-    return _strings(done.data.get("changed"))
+    done = next((r.step for r in reversed(records) if isinstance(r.step, Commit)), None)
+    return None if done is None else done.changed
 
 
 def _strings(value: Any, key: str | None = None) -> tuple[str, ...]:
-    """A list of strings (or of ``{key: str}``) from a journal record; junk becomes ()."""
+    """A list of strings (or of ``{key: str}``) from the plan's JSON; junk becomes ()."""
     if not isinstance(value, list):
         return ()
     items = [v.get(key) if key and isinstance(v, dict) else v for v in value]
     return tuple(str(v) for v in items if isinstance(v, str | int | float))
 
 
-def append(path: Path, event: Event, data: Mapping[str, Any] | None = None) -> None:
+def append(path: Path, step: Step) -> None:
     """Durably append one step; fsync the file, and the directory when the file is new.
 
     A line torn by an earlier failed write is ended first, so it can never swallow this
     record; the file is opened without following symlinks.
     """
-    name = str(event)
-    record = Record(event, time.time(), data or {}).encode()
+    name = str(step.event)
+    record = Record(step, time.time()).encode()
     line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     fd = open_file(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
@@ -271,7 +227,7 @@ def decode(line: bytes) -> Record | None:
         return None
     when = value.pop("time", 0.0)
     moment = float(when) if isinstance(when, int | float) else 0.0
-    return Record(event, moment, value)
+    return Record(steps.decode(event, value), moment)
 
 
 def read(path: Path) -> list[Record]:
@@ -288,14 +244,14 @@ def is_done(records: Sequence[Record]) -> bool:
     return bool(records) and records[-1].event in DONE_EVENTS
 
 
-def note(path: Path, event: Event, data: Mapping[str, Any] | None = None) -> str | None:
+def note(path: Path, step: Step) -> str | None:
     """Journal a step of a rollback, best effort: None, or why it could not be written.
 
     A rollback restores from the snapshot whatever the journal can record (hard links
     need no space); what the journal could not say is reported, and ``recover`` finishes.
     """
     try:
-        append(path, event, data)
+        append(path, step)
     except OSError as exc:
-        return f"the journal could not record '{event}': {exc.strerror or exc}"
+        return f"the journal could not record '{step.event}': {exc.strerror or exc}"
     return None

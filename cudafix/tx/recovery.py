@@ -17,10 +17,11 @@ from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import DamagedState, LockedError, RollbackIncomplete
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, RecoveryReport, quiet
 from cudafix.process import group_members
-from cudafix.tx import journal, snapshot
+from cudafix.tx import journal, snapshot, steps
 from cudafix.tx.history import loaded
-from cudafix.tx.journal import BEFORE_CHANGES, Event
+from cudafix.tx.journal import BEFORE_CHANGES
 from cudafix.tx.lock import hold, is_held
+from cudafix.tx.steps import Event
 
 
 def lock_is_held(prefix: Path) -> bool:
@@ -93,10 +94,10 @@ def rollback(
     proves the environment was never changed; a missing manifest the journal says was
     written is refused (:class:`DamagedState`), never guessed at.
     """
-    began = journal.note(tx.journal, Event.ROLLBACK_BEGIN, {"reason": reason})
+    began = journal.note(tx.journal, steps.RollbackBegin(reason=reason))
     unwritten = [began] if began else []
     if untouched(tx, manifest, prefix):
-        if journal.note(tx.journal, Event.ABORTED, {"error": reason}) is None:
+        if journal.note(tx.journal, steps.Aborted(error=reason)) is None:
             shutil.rmtree(tx.snapshot, ignore_errors=True)
         else:  # the journal cannot say so, and nothing changed: keep nothing that blocks
             shutil.rmtree(tx.root, ignore_errors=True)
@@ -108,12 +109,12 @@ def rollback(
             hint=f"keep {tx.root} for inspection; cudafix will not guess what it held",
         )
     manifest, in_place = _written_in_place_first(prefix, tx, manifest)
-    begin = {"entries": len(manifest.entries), "in_place": in_place}
-    restoring = journal.note(tx.journal, Event.RESTORE_BEGIN, begin)
+    begin = steps.RestoreBegin(entries=len(manifest.entries), in_place=tuple(in_place))
+    restoring = journal.note(tx.journal, begin)
     unwritten += [restoring] if restoring else []
     left = snapshot.restore(prefix, tx, manifest)
-    done = Event.ROLLBACK_INCOMPLETE if left else Event.ROLLED_BACK
-    m = journal.note(tx.journal, done, {"problems": left} if left else None)
+    done = steps.RollbackIncomplete(problems=tuple(left)) if left else steps.RolledBack()
+    m = journal.note(tx.journal, done)
     if m is None and not left:
         shutil.rmtree(tx.snapshot, ignore_errors=True)
     return RollbackOutcome(
@@ -190,10 +191,10 @@ def live_processes(tx: TxDir) -> list[tuple[int, str]]:
     rolling back would race it, so ``recover`` refuses."""
     boot = boot_id()
     groups = {
-        r.data["pgid"]
+        r.step.pgid
         for r in journal.read(tx.journal)
-        if r.event is Event.PROCESS and isinstance(r.data.get("pgid"), int)
-        if r.data.get("boot") == boot
+        if isinstance(r.step, steps.Process) and r.step.pgid is not None
+        if r.step.boot == boot
     }
     return [p for g in sorted(groups) for p in group_members(g)]
 

@@ -26,8 +26,9 @@ from typing import Any
 from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
 from cudafix.model.errors import DamagedState, UnsafeState
-from cudafix.tx.journal import Event, crash_point, fail_point
 from cudafix.tx.journal import append as journal_append
+from cudafix.tx.journal import crash_point, fail_point
+from cudafix.tx.steps import StateRebuilt
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
 KINDS = frozenset({"file", "symlink", "dir", "fifo", "absent"})
@@ -681,11 +682,9 @@ def state_lost(tx: TxDir, pins: Pins) -> bool:
     return False
 
 
-def rebuild(
-    prefix: Path, tx: TxDir, pins: Pins, note: dict[str, Any]
-) -> tuple[Manifest, list[str]]:
+def rebuild(prefix: Path, tx: TxDir, pins: Pins) -> tuple[Manifest, list[str]]:
     """Write the transaction's state again from :class:`Pins`: the manifest, the journal
-    (plus a ``state-rebuilt`` record with ``note``), and a copy of each snapshotted file
+    (plus a ``state-rebuilt`` record), and a copy of each snapshotted file
     whose link is gone (its entry then carries the copy's sha256, so a restore is checked
     by content). Returns the manifest to restore and the files that cannot be restored."""
     state = prefix / STATE_DIR_NAME
@@ -705,7 +704,7 @@ def rebuild(
     manifest = Manifest(tuple(entries), pins.manifest.listings)
     write_json(tx.manifest, manifest.to_json())
     write_atomic(tx.journal, pins.journal.decode("utf-8"))
-    journal_append(tx.journal, Event.STATE_REBUILT, {**note, "unrestorable": lost})
+    journal_append(tx.journal, StateRebuilt(missed=pins.missed, unrestorable=tuple(lost)))
     return manifest, lost
 
 

@@ -21,10 +21,9 @@ from cudafix.model.transaction import (
     UndoPreview,
     quiet,
 )
-from cudafix.tx import journal, snapshot
+from cudafix.tx import journal, snapshot, steps
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.history import entry, existing
-from cudafix.tx.journal import Event
 
 Judge = Callable[[], list[str]]
 """What the environment looks like after the restore: problems doctor did not find before."""
@@ -79,11 +78,11 @@ def undo(
             raise StalePlan(f"cannot undo {txid}: the environment changed since", context=conflicts)
         again = [m for m in journal.head(journal.read(old.journal)).probe_modules if m not in gone]
         probes = replace(probes, modules=tuple(dict.fromkeys((*probes.modules, *again))))
-        tx = ctx.begin(journal.opening("undo", command, undo=txid))
+        tx = ctx.begin(steps.Opening(kind="undo", command=tuple(command), undo=txid))
         manifest = ctx.snapshot(tx, sorted(post), [])
 
         def restore() -> tuple[str, ...]:
-            journal.append(tx.journal, Event.UNDO_BEGIN, {"from": txid})
+            journal.append(tx.journal, steps.UndoBegin(from_=txid))
             problems = snapshot.restore(prefix, old, old_manifest)
             if problems:
                 raise StepFailed("undo did not restore: " + "; ".join(problems))

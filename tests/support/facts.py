@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudafix.env.inventory import Distribution, FileStat, Inventory, RecordEntry, SharedPath
+from cudafix.env.inventory import CoOwnedPath, Distribution, FileStat, Inventory, RecordEntry
 from cudafix.fetch.staging import StagedWheel, Staging
 from cudafix.linker.elf import ElfInfo
 from cudafix.linker.elfindex import ElfIndex
@@ -89,7 +89,7 @@ def facts(
             )
         )
         holder = matching[0] if matching else None
-        shared.append(SharedPath(path, tuple(sorted(names)), holder, path not in held, matching))
+        shared.append(CoOwnedPath(path, tuple(sorted(names)), holder, path not in held, matching))
     inventory = Inventory(
         prefix=PREFIX,
         python=None,

@@ -1,0 +1,230 @@
+"""Why a plan is refused, and what is worth knowing about it: typed records, not sentences.
+
+The planner decides these; :mod:`cudafix.model.wording` alone words them. Each record has a
+stable identity, ``(kind, subject, paths)``, so tests and comparisons never match prose.
+Paths are EnvPaths as the plan holds them; the wording shows them site-relative.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from cudafix.model.plan import ProviderSwitch
+
+
+class _Said(BaseModel):
+    """A decision's identity: what kind, about whom, which paths."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    """What was decided; each record narrows it to its own ``Literal``."""
+    subject: str
+    """The distribution, object or link the record is about."""
+    paths: list[str] = Field(default_factory=list)
+    """The EnvPaths it concerns, in the plan's order."""
+
+    @property
+    def identity(self) -> tuple[str, str, tuple[str, ...]]:
+        """``(kind, subject, paths)``: equal for the same decision, whatever its wording."""
+        return (str(self.kind), self.subject, tuple(self.paths))
+
+
+class NeedLost(_Said):
+    """A remaining object (``subject``) whose need would no longer be found."""
+
+    kind: Literal["need-lost"] = "need-lost"
+    distribution: str | None
+    need: str
+    run_time_load: str | None = None
+    """Who asks for it at run time (``runtime.toml``); None for DT_NEEDED."""
+
+
+class RequirementBroken(_Said):
+    """A Requires-Dist of ``subject`` (``name[extra]``) the plan leaves unmet."""
+
+    kind: Literal["requirement-broken"] = "requirement-broken"
+    requirement: str
+    reason: str
+
+
+class SelfDependency(_Said):
+    """cudafix runs inside the target and needs ``subject``, which the plan removes."""
+
+    kind: Literal["self-dependency"] = "self-dependency"
+
+
+class SharedDeleted(_Said):
+    """``paths`` that remaining ``owners`` claim, deleted for good."""
+
+    kind: Literal["shared-deleted"] = "shared-deleted"
+    owners: list[str]
+
+
+class NoWheel(_Said):
+    """No wheel for ``subject==version`` can be had from ``source``."""
+
+    kind: Literal["no-wheel"] = "no-wheel"
+    version: str
+    source: str
+    problem: str
+    recorded: str | None = None
+    """Where it was installed from (its ``direct_url.json``), when recorded."""
+
+
+class AnotherBuild(_Said):
+    """The wheel for ``subject==version`` differs from the installed build at ``paths``."""
+
+    kind: Literal["another-build"] = "another-build"
+    version: str
+    source: str
+    differences: list[str]
+    """Each path with how it differs (``PATH: only in the wheel``), as staging compared them."""
+    recorded: str | None = None
+
+
+class DuplicateDistInfo(_Said):
+    """``subject`` has a second dist-info directory (``paths[0]``)."""
+
+    kind: Literal["duplicate-dist-info"] = "duplicate-dist-info"
+
+
+class RenamedDistInfo(_Said):
+    """``subject``'s dist-info ``directory`` is not the one its RECORD lists."""
+
+    kind: Literal["renamed-dist-info"] = "renamed-dist-info"
+    directory: str
+    listed: list[str]
+
+
+class ThroughSymlink(_Said):
+    """``paths`` the plan acts on through the symlinked directory ``subject``."""
+
+    kind: Literal["through-symlink"] = "through-symlink"
+
+
+class UnreadableRecord(_Said):
+    """``subject``'s RECORD (``paths[0]``) cannot be read exactly."""
+
+    kind: Literal["unreadable-record"] = "unreadable-record"
+    reason: str
+
+
+class InstalledAlready(_Said):
+    """An install of ``subject==version`` while ``installed`` is installed and stays."""
+
+    kind: Literal["installed-already"] = "installed-already"
+    installed: str
+    version: str
+
+
+class Overwrite(_Said):
+    """An install by ``subject`` writes other bytes over ``paths`` that ``owners`` claim."""
+
+    kind: Literal["overwrite"] = "overwrite"
+    owners: list[str]
+
+
+S = TypeVar("S", bound="_Switch")
+
+
+class _Switch(_Said):
+    """A remaining object (``subject``, owned by ``distribution``) that finds ``need`` at
+    ``after`` instead of ``before``."""
+
+    distribution: str | None
+    need: str
+    before: str
+    after: str
+
+    @classmethod
+    def of(cls: type[S], s: ProviderSwitch, **more: Any) -> S:
+        """The record of the plan's switch ``s``, with ``more`` fields."""
+        return cls(
+            subject=s.consumer,
+            distribution=s.consumer_distribution,
+            need=s.need,
+            before=s.before,
+            after=s.after,
+            **more,
+        )
+
+
+class BuildSwitch(_Switch):
+    """A remaining object would load another distribution's build of ``need``: ``after``
+    (written by an install) instead of ``before``."""
+
+    kind: Literal["build-switch"] = "build-switch"
+    before_owners: list[str]
+    after_owners: list[str]
+
+
+Reason = Annotated[
+    NeedLost
+    | RequirementBroken
+    | SelfDependency
+    | SharedDeleted
+    | NoWheel
+    | AnotherBuild
+    | DuplicateDistInfo
+    | RenamedDistInfo
+    | ThroughSymlink
+    | UnreadableRecord
+    | InstalledAlready
+    | Overwrite
+    | BuildSwitch,
+    Field(discriminator="kind"),
+]
+"""Why a plan is refused: any one of these refuses it."""
+
+
+class ProviderSwitched(_Switch):
+    """A remaining object will load ``need`` from another file."""
+
+    kind: Literal["provider-switch"] = "provider-switch"
+
+
+class EntriesStripped(_Said):
+    """RECORD entries (``paths``) that leave the environment or name a directory."""
+
+    kind: Literal["entries-stripped"] = "entries-stripped"
+
+
+class KeptForeign(_Said):
+    """A kept shared path (``paths[0]``) holds ``subject``'s bytes, not ``owners``'."""
+
+    kind: Literal["kept-foreign"] = "kept-foreign"
+    owners: list[str]
+
+
+class Unfetched(_Said):
+    """Wheels (``pins``, ``NAME==VERSION``) not fetched (``--no-fetch``), so not checked."""
+
+    kind: Literal["unfetched"] = "unfetched"
+    pins: list[str]
+
+
+class SameBytes(_Said):
+    """An install by ``subject`` also claims ``paths`` of ``owners``, with the same bytes."""
+
+    kind: Literal["same-bytes"] = "same-bytes"
+    owners: list[str]
+
+
+class MixedMajors(_Said):
+    """Installs (``names``) of CUDA ``major`` into an environment of CUDA ``present``."""
+
+    kind: Literal["mixed-majors"] = "mixed-majors"
+    major: int
+    names: list[str]
+    present: list[int]
+
+
+PlanWarning = Annotated[
+    ProviderSwitched | EntriesStripped | KeptForeign | Unfetched | SameBytes | MixedMajors,
+    Field(discriminator="kind"),
+]
+"""Worth knowing, never a refusal."""

@@ -1,0 +1,205 @@
+"""A plan's reasons and warnings as the sentences a person reads: the one place they are worded.
+
+The renderer prints them and a refused plan's error carries them as context; both word them
+here, so the dry run and the refusal at the transaction's door say the same thing. It sits
+below ``cli/`` because the transaction (``tx/``) raises that error too.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from cudafix.model.names import cuda_major, site_relative
+
+if TYPE_CHECKING:  # --help imports the renderer and must not pay for pydantic
+    from cudafix.model import reasons as R
+    from cudafix.model.plan import Target
+
+ADD_SOURCE = "--find-links DIR, --index-url URL or --extra-index-url URL"
+
+
+def reason_text(reason: R.Reason, target: Target) -> str:
+    """One refusal reason as a sentence, paths shown relative to ``target``'s site-packages."""
+    sites = target.site_packages
+    match reason.kind:
+        case "need-lost":
+            return _need_lost(reason, target)
+        case "requirement-broken":
+            return f"{reason.subject} requires {reason.requirement}: {reason.reason}"
+        case "self-dependency":
+            return f"cudafix runs inside the target and needs {reason.subject}"
+        case "shared-deleted":
+            return _shared_deleted(reason, sites)
+        case "no-wheel":
+            return (
+                f"no wheel for {reason.subject}=={reason.version} can be had from "
+                f"{reason.source}: {reason.problem}; {_another_source(reason.recorded)}"
+            )
+        case "another-build":
+            return _another_build(reason, sites)
+        case "duplicate-dist-info":
+            return (
+                f"{reason.subject} has a second dist-info directory {reason.paths[0]}; the "
+                "installer may act on either: remove the stray one first"
+            )
+        case "renamed-dist-info":
+            own = reason.directory
+            return (
+                f"{reason.subject}: its directory is {own} but its RECORD lists "
+                f"{', '.join(reason.listed)}; an uninstall would leave {own} behind: rename it "
+                f"back, or reinstall {reason.subject}"
+            )
+        case "through-symlink":
+            return (
+                f"{len(reason.paths)} path(s) go through the symlinked directory {reason.subject} "
+                f"({_first(reason.paths)}): cudafix never writes or deletes through a symlink"
+            )
+        case "unreadable-record":
+            return (
+                f"{reason.paths[0]} cannot be read exactly ({reason.reason}); what "
+                f"{reason.subject} owns is unknown, so the plan cannot be trusted: fix that "
+                "RECORD first"
+            )
+        case "installed-already":
+            return (
+                f"{reason.subject} is installed ({reason.installed}); remove it in a step before "
+                f"installing {reason.subject}=={reason.version}"
+            )
+        case "overwrite":
+            return (
+                f"{reason.subject} would overwrite {len(reason.paths)} path(s) that "
+                f"{' and '.join(reason.owners)} claims with other bytes: "
+                f"{_paths(reason.paths, sites)}"
+            )
+        case "build-switch":
+            return _build_switch(reason, sites)
+
+
+def warning_text(warning: R.PlanWarning, target: Target) -> str:
+    """One warning as a sentence, paths shown as :func:`reason_text` shows them."""
+    match warning.kind:
+        case "provider-switch":
+            return (
+                f"{warning.subject} ({warning.distribution or 'unowned'}) will load "
+                f"{warning.need} from {warning.after} instead of {warning.before}"
+            )
+        case "entries-stripped":
+            n = len(warning.paths)
+            return (
+                f"{n} RECORD entr{'y' if n == 1 else 'ies'} point outside the environment or "
+                "name a directory; cudafix strips them from RECORD first, so the backend "
+                "leaves them alone"
+            )
+        case "kept-foreign":
+            return (
+                f"kept {warning.paths[0]} holds {warning.subject}'s bytes, "
+                f"not {', '.join(warning.owners)}'s; add --repair to reinstall its own"
+            )
+        case "unfetched":
+            return (
+                f"wheels not fetched (--no-fetch): not checked that {', '.join(warning.pins)} "
+                "can be had, or that they hold the files the plan assumes"
+            )
+        case "same-bytes":
+            return (
+                f"{warning.subject} also claims {len(warning.paths)} path(s) of "
+                f"{' and '.join(warning.owners)} (same bytes): "
+                f"{_paths(warning.paths, target.site_packages)}; "
+                "uninstalling either later deletes them for both (cudafix remove guards that)"
+            )
+        case "mixed-majors":
+            return (
+                f"mixed CUDA majors introduced: {', '.join(warning.names)} (CUDA "
+                f"{warning.major}) into an environment of CUDA "
+                f"{', '.join(map(str, warning.present))} distributions"
+            )
+
+
+def reason_lines(reasons: Sequence[R.Reason], target: Target) -> list[str]:
+    """Every reason, worded: a refused plan's error context and its verdict's list."""
+    return [reason_text(r, target) for r in reasons]
+
+
+def _need_lost(lost: R.NeedLost, target: Target) -> str:
+    sites = target.site_packages
+    how = (
+        f" loads {site_relative(lost.need, sites, target.prefix)} at run time "
+        f"(for {lost.run_time_load})"
+        if lost.run_time_load
+        else f" needs {lost.need}"
+    )
+    return (
+        f"{site_relative(lost.subject, sites)} ({lost.distribution or 'no distribution'})"
+        f"{how}, which would no longer be found"
+    )
+
+
+def _first(paths: Sequence[str], shown: str | None = None) -> str:
+    """The first path, with ``, ...`` when there are more."""
+    return (shown if shown is not None else paths[0]) + (", ..." if len(paths) > 1 else "")
+
+
+def _shared_deleted(reason: R.SharedDeleted, sites: Sequence[str]) -> str:
+    owners = reason.owners
+    return (
+        f"it deletes {len(reason.paths)} path(s) that {' and '.join(owners)} also "
+        f"claim{'s' if len(owners) == 1 else ''} "
+        f"({_first(reason.paths, site_relative(reason.paths[0], sites))}); "
+        "nothing in the plan puts them back"
+    )
+
+
+def _another_build(reason: R.AnotherBuild, sites: Sequence[str]) -> str:
+    diffs = reason.differences
+    shown = "; ".join(site_relative(d, sites) for d in diffs[:3])
+    more = f" and {len(diffs) - 3} more" if len(diffs) > 3 else ""
+    return (
+        f"the wheel for {reason.subject}=={reason.version} from {reason.source} is another "
+        f"build than the installed one ({len(diffs)} path(s) differ: {shown}{more}); "
+        "reinstalling it would not bring the installed files back; "
+        f"{_another_source(reason.recorded)}"
+    )
+
+
+def _another_source(recorded: str | None) -> str:
+    """How to point cudafix at the right wheel: where it was installed from, if recorded,
+    and the options that add a source."""
+    if recorded is None:
+        return f"point cudafix at the wheel it was installed from with {ADD_SOURCE}"
+    local = recorded.removeprefix("file://")
+    if local != recorded and local.endswith(".whl"):
+        return (
+            f"it was installed from {recorded} (its direct_url.json): "
+            f"add --find-links {shlex.quote(posixpath.dirname(local))}"
+        )
+    return f"it was installed from {recorded} (its direct_url.json): add it with {ADD_SOURCE}"
+
+
+def _build_switch(s: R.BuildSwitch, sites: Sequence[str]) -> str:
+    after, build = site_relative(s.after, sites), _builds(s.after_owners[:1])
+    what = (
+        f"{after} would hold {build}'s bytes"
+        if s.before == s.after
+        else f"{after} ({build}) would shadow {site_relative(s.before, sites)}"
+    )
+    return (
+        f"{site_relative(s.subject, sites)} ({s.distribution or 'no distribution'})"
+        f" would switch builds of {s.need}: {what}, not {_builds(s.before_owners)}'s"
+    )
+
+
+def _builds(owners: Sequence[str]) -> str:
+    """``nvidia-cudnn-cu13 (CUDA 13)``: whose build, and for which major when it says."""
+    shown = []
+    for o in owners:
+        major = cuda_major(o)
+        shown.append(f"{o} (CUDA {major})" if major else o)
+    return " and ".join(shown) or "no distribution"
+
+
+def _paths(paths: Sequence[str], sites: Sequence[str], limit: int = 4) -> str:
+    shown = ", ".join(site_relative(p, sites) for p in paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
