@@ -180,13 +180,17 @@ def test_two_frameworks_sharing_cudnn_are_not_told_to_remove_what_one_requires(
 
 
 def test_each_offered_framework_removal_passes_as_printed(scenario: ScenarioFactory) -> None:
-    """Removing jax's CUDA plugin must take jax with it (jax[cuda12] asks for the plugin), or
-    the printed command is refused on the requirement it breaks."""
+    """Removing jax's CUDA plugin must take jax with it (jax[cuda12] asks for the plugin), and
+    removing torch must take cuda-toolkit (whose extras torch asked for list the cu13 wheels
+    removed with it), or the printed command is refused on the requirement it breaks."""
     built = scenario("torch-jax")
     report = as_json(cudafix("doctor", "--venv", built.venv, "--json"))
     (mixed,) = [f for f in report["findings"] if f["kind"] == "mixed-cuda"]
     offered = [c for c in mixed["choices"] if c["action"] == "remove-framework"]
-    assert [c["frameworks"] for c in offered] == [["jax-cuda12-plugin", "jax"], ["torch"]]
+    assert [c["frameworks"] for c in offered] == [
+        ["jax-cuda12-plugin", "jax"],
+        ["torch", "cuda-toolkit"],
+    ]
     for choice in offered:
         argv = shlex.split(choice["command"])[1:]
         done = cudafix(*argv, "--no-fetch", "--offline", "--find-links", built.wheelhouse)

@@ -737,7 +737,7 @@ def _remove_framework(
         {n for f in frameworks for n in needs[f] if cuda_major(n) in (major, None)} - kept
     )
     removed = [f for f in frameworks if f not in kept]
-    removed += _dependents(facts, set(removed), kept)
+    removed += _dependents(facts, {*removed, *libs}, kept)
     names: list[str] = [*removed, *libs]
     return Choice(
         action="remove-framework",
@@ -749,10 +749,12 @@ def _remove_framework(
 
 
 def _dependents(facts: Facts, frameworks: set[DistName], kept: set[DistName]) -> list[DistName]:
-    """What must go with ``frameworks`` for their removal to break nothing: the installed
-    distributions that require them (``jax``, whose requested extra ``cuda12`` asks for
-    ``jax-cuda12-plugin``), and those owning objects whose run-time loads a removed
-    framework's extra brings (``jax-cuda12-pjrt``); none that ``kept`` needs."""
+    """What must go with ``frameworks`` (and the libraries removed with them) for their
+    removal to break nothing: the installed distributions that require them (``jax``, whose
+    requested extra ``cuda12`` asks for ``jax-cuda12-plugin``; ``cuda-toolkit``, whose
+    extras torch asked for list the cu13 wheels), and those owning objects whose run-time
+    loads a removed framework's extra brings (``jax-cuda12-pjrt``); none that ``kept``
+    needs."""
     inv = facts.inventory
     out = {
         name
