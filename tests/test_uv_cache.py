@@ -65,14 +65,22 @@ def _unpacked(cache: Path) -> int:
     return sum(1 for _ in root.iterdir()) if root.is_dir() else 0
 
 
+def _leafpkg_venv(tmp_path: Path, index: str, cache: Path) -> Path:
+    """A venv holding ``leafpkg==1.0`` from the index, installed by uv with ``cache``."""
+    venv = new_venv(tmp_path / "venv", cache=cache)
+    argv = [UV, "pip", "install", "--python", venv / "bin" / "python", "--index-url", index]
+    subprocess.run(
+        [*argv, "leafpkg==1.0"],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "UV_CACHE_DIR": str(cache)},
+    )
+    return venv
+
+
 def test_repeated_repair_dry_runs_unpack_each_wheel_once(tmp_path: Path, index: str) -> None:
     cache = tmp_path / "uv-cache"
-    venv = new_venv(tmp_path / "venv", cache=cache)
-    py = venv / "bin" / "python"
-    argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
-    subprocess.run(
-        argv, check=True, capture_output=True, env={**os.environ, "UV_CACHE_DIR": str(cache)}
-    )
+    venv = _leafpkg_venv(tmp_path, index, cache)
     (site_dir(venv) / "leafpkg" / "__init__.py").unlink()
     env = {"UV_CACHE_DIR": str(cache), "UV_DEFAULT_INDEX": index}
     counts = []
@@ -87,11 +95,7 @@ def test_repeated_repair_dry_runs_unpack_each_wheel_once(tmp_path: Path, index: 
 def test_repairs_fetch_the_wheel_once_and_unpack_it_once(tmp_path: Path, index: str) -> None:
     """A repair stages the wheel (one fetch, one unpacked copy) and its reinstall takes that
     copy from uv's cache: ``--reinstall`` online would fetch and unpack it again each time."""
-    venv = new_venv(tmp_path / "venv", cache=tmp_path / "setup-cache")
-    py = venv / "bin" / "python"
-    argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
-    setup = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "setup-cache")}
-    subprocess.run(argv, check=True, capture_output=True, env=setup)
+    venv = _leafpkg_venv(tmp_path, index, tmp_path / "setup-cache")
     WHEEL_GETS.clear()
     cache = tmp_path / "uv-cache"
     env = {"UV_CACHE_DIR": str(cache), "UV_DEFAULT_INDEX": index}
@@ -111,13 +115,7 @@ def test_repairs_fetch_the_wheel_once_and_unpack_it_once(tmp_path: Path, index: 
 def test_a_saved_plan_whose_wheel_left_the_cache_fetches_it(tmp_path: Path, index: str) -> None:
     """The cache-first reinstall falls back to the index when uv's cache no longer holds the
     wheel (a plan saved on one node, applied with another cache)."""
-    setup = tmp_path / "setup-cache"
-    venv = new_venv(tmp_path / "venv", cache=setup)
-    py = venv / "bin" / "python"
-    argv = [UV, "pip", "install", "--python", py, "--index-url", index, "leafpkg==1.0"]
-    subprocess.run(
-        argv, check=True, capture_output=True, env={**os.environ, "UV_CACHE_DIR": str(setup)}
-    )
+    venv = _leafpkg_venv(tmp_path, index, tmp_path / "setup-cache")
     source = site_dir(venv) / "leafpkg" / "__init__.py"
     source.unlink()
     plan = tmp_path / "plan.json"
