@@ -31,6 +31,7 @@ from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeSt
 from cudafix.model.names import BackendName, DistName, EnvPath
 from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan, input_problems
 from cudafix.model.probe import ProbeSpec, probe_spec
+from cudafix.model.reasons import InstallToday
 from cudafix.model.sources import Sources
 from cudafix.model.transaction import (
     GuardedRun,
@@ -302,9 +303,8 @@ def plan_install(
         words = cudafix_argv(
             "install", *specs, target=venv_flags(target.prefix), tail=sources.cli_args()
         )
-        pins = ", ".join(f"{i.name}=={i.version}" for i in alt.install)
-        summary = f"install {pins}, the build the consumers load today"
-        alternatives.append(Alternative(argv=[*words, "--dry-run"], summary=summary))
+        does = InstallToday(pins=[f"{i.name}=={i.version}" for i in alt.install])
+        alternatives.append(Alternative(argv=[*words, "--dry-run"], summary=does))
     return plan.model_copy(update={"alternatives": alternatives})
 
 

@@ -183,6 +183,12 @@ def test_reinstall_step_is_part_of_the_plan(scenario: ScenarioFactory, tmp_path:
     script = write(tmp_path, '[[steps]]\nreinstall = ["torch"]\n')
     plan = as_json(run_script(built, script, "--dry-run", "--json"))
     assert [r["name"] for r in plan["reinstall"]] == ["torch"]
+    assert plan["reinstall"][0]["reason"] == {
+        "kind": "script-step",
+        "subject": "torch",
+        "paths": [],
+        "step": 1,
+    }
     assert plan["remove"] == [] and plan["verdict"] == "pass"
 
 

@@ -233,7 +233,11 @@ def _remove_entry(data: dict[str, object], name: str) -> None:
 HOSTILE_PLANS = {
     "remove-name": lambda d, out: _remove_entry(d, f"--target={out}"),
     "reinstall-name": lambda d, out: d["reinstall"].append(
-        {"name": f"--target={out}", "version": "1.0", "reason": "x"}
+        {
+            "name": f"--target={out}",
+            "version": "1.0",
+            "reason": {"kind": "missing-files", "subject": "x", "count": 1},
+        }
     ),
     "install-name": lambda d, out: d["install"].append({"name": f"--target={out}", "version": "1"}),
     "install-version": lambda d, out: d["install"].append({"name": "pb", "version": "1.0 -t x"}),

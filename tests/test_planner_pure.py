@@ -8,7 +8,15 @@ from cudafix.fetch.staging import Staging
 from cudafix.model.errors import PlanRefused
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options, refuse_unless_allowed
-from cudafix.model.reasons import AnotherBuild, NoWheel, RequirementBroken, Unfetched
+from cudafix.model.reasons import (
+    AnotherBuild,
+    CoOwnsDeleted,
+    NoWheel,
+    RemoveKeepingShared,
+    RemoveThenReinstall,
+    RequirementBroken,
+    Unfetched,
+)
 from cudafix.model.wording import reason_lines
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from tests.support.facts import Dist, Lib, env, facts, wheel_of
@@ -49,6 +57,10 @@ def test_removing_a_co_owner_orphans_the_soname_and_offers_what_passes() -> None
     assert [(lost.consumer, lost.need) for lost in plan.lost] == [(env(TORCH_LIB), "libcudnn.so.9")]
     flags = {a.argv[a.argv.index("--venv") + 2] for a in plan.alternatives}
     assert flags == {"--repair", "--keep-shared"}
+    assert [a.summary for a in plan.alternatives] == [
+        RemoveThenReinstall(pins=["nvidia-cudnn-cu12==9.10.2.21"]),
+        RemoveKeepingShared(paths=[env("nvidia/__init__.py"), env(CUDNN)]),
+    ]
     assert all(a.argv[:2] == ["cudafix", "remove"] for a in plan.alternatives)
     assert all(a.argv[-1] == "--dry-run" for a in plan.alternatives)
     assert plan.preconditions.path_hashes[env(CUDNN)] == "cudnn-13"
@@ -62,6 +74,8 @@ def test_repair_reinstalls_the_co_owner_when_its_staged_wheel_is_the_installed_b
     plan = build_plan(incident, _request(repair=True))
     assert plan.verdict == "pass", plan.reasons
     assert [(r.name, r.version) for r in plan.reinstall] == [PIN12]
+    paths = [env("nvidia/__init__.py"), env(CUDNN)]
+    assert plan.reinstall[0].reason == CoOwnsDeleted(subject="nvidia-cudnn-cu12", paths=paths)
     assert set(plan.preconditions.records) == {"nvidia-cudnn-cu13", "nvidia-cudnn-cu12"}
     assert "torch" in plan.probe_modules
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from cudafix.model.commands import shell_join
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
-from cudafix.model.wording import reason_lines, warning_text
+from cudafix.model.wording import alternative_text, reason_lines, reinstall_text, warning_text
 
 if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pydantic
     from pathlib import Path
@@ -106,7 +106,11 @@ def _plan_sections(plan: Plan, style: Style) -> list[str]:
     )
     out += _section(
         "Reinstall (same version, --no-deps)",
-        [style(f"+ {r.name}=={r.version}", fg="green") + f"  ({r.reason})" for r in plan.reinstall],
+        [
+            style(f"+ {r.name}=={r.version}", fg="green")
+            + f"  ({reinstall_text(r.reason, plan.target.site_packages)})"
+            for r in plan.reinstall
+        ],
     )
     out += _section(
         "Shared paths (claimed by a removed and a remaining distribution)", _shared_groups(plan)
@@ -192,7 +196,9 @@ def _plan_verdict(plan: Plan, style: Style, dry_run: bool) -> list[str]:
         checked = [a for a in plan.alternatives if not a.unstaged]
         if checked:
             out.append("Safe alternatives (re-simulated, they pass):")
-            out += [f"  {shell_join(a.argv)}\n      # {a.summary}" for a in checked]
+            out += [
+                f"  {shell_join(a.argv)}\n      # {alternative_text(a.summary)}" for a in checked
+            ]
         unchecked = [a for a in plan.alternatives if a.unstaged]
         if unchecked:
             where = shell_join(plan.options.sources.cli_args()) or "uv's default index"
@@ -200,7 +206,9 @@ def _plan_verdict(plan: Plan, style: Style, dry_run: bool) -> list[str]:
                 "Alternatives that pass if the wheels match the installed builds (their dry "
                 f"run fetches and compares them, from {where}):"
             )
-            out += [f"  {shell_join(a.argv)}\n      # {a.summary}" for a in unchecked]
+            out += [
+                f"  {shell_join(a.argv)}\n      # {alternative_text(a.summary)}" for a in unchecked
+            ]
     return out
 
 

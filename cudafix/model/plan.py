@@ -16,12 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from cudafix.model.errors import PlanRefused
 from cudafix.model.names import BackendName, is_dist_name, is_env_path, is_module_name
 from cudafix.model.probe import Probes, RunTimeProbe
-from cudafix.model.reasons import PlanWarning, Reason
+from cudafix.model.reasons import AlternativeDoes, PlanWarning, Reason, ReinstallWhy
 from cudafix.model.sources import Sources
 from cudafix.model.wording import reason_lines
 
 PLAN_SCHEMA_VERSION = 2
-"""2: ``reasons`` and ``warnings`` are typed records (:mod:`cudafix.model.reasons`), not text."""
+"""2: ``reasons``, ``warnings``, each reinstall's ``reason`` and each alternative's ``summary``
+are typed records (:mod:`cudafix.model.reasons`), not text."""
 
 
 class _Frozen(BaseModel):
@@ -122,7 +123,7 @@ class Reinstall(_Pinned):
 
     name: str
     version: str
-    reason: str
+    reason: ReinstallWhy
 
 
 class RefusedPath(_Frozen):
@@ -139,7 +140,8 @@ class Alternative(_Frozen):
 
     argv: list[str]
     """Its dry run, as the command to run next (the request's target, sources and policy)."""
-    summary: str
+    summary: AlternativeDoes
+    """What it does (:func:`cudafix.model.wording.alternative_text` words it)."""
     unstaged: list[str] = Field(default_factory=list)
     """``NAME==VERSION`` of reinstalls whose wheels were not fetched for the simulation (an
     index is not fetched from just to suggest): it passes if those wheels are the installed

@@ -1,7 +1,8 @@
-"""Why a plan is refused, and what is worth knowing about it: typed records, not sentences.
+"""A plan's decisions as typed records, not sentences: refusals, warnings, reinstalls, alternatives.
 
-The planner decides these; :mod:`cudafix.model.wording` alone words them. Each record has a
-stable identity, ``(kind, subject, paths)``, so tests and comparisons never match prose.
+The planner decides these; :mod:`cudafix.model.wording` alone words them. Each refusal,
+warning and reinstall reason has a stable identity, ``(kind, subject, paths)``, and each
+alternative's summary is its kind and pins or paths, so tests and comparisons never match prose.
 Paths are EnvPaths as the plan holds them; the wording shows them site-relative.
 """
 
@@ -228,3 +229,84 @@ PlanWarning = Annotated[
     Field(discriminator="kind"),
 ]
 """Worth knowing, never a refusal."""
+
+
+class MissingFiles(_Said):
+    """``count`` files from ``subject``'s RECORD are missing."""
+
+    kind: Literal["missing-files"] = "missing-files"
+    count: int
+
+
+class ForeignOwnFiles(_Said):
+    """``count`` of ``subject``'s own (unshared) files hold another build's bytes."""
+
+    kind: Literal["foreign-own-files"] = "foreign-own-files"
+    count: int
+
+
+class StaleScripts(_Said):
+    """``count`` of ``subject``'s scripts name an interpreter that is gone."""
+
+    kind: Literal["stale-scripts"] = "stale-scripts"
+    count: int
+
+
+class CoOwnsDeleted(_Said):
+    """``subject`` co-owns ``paths``, which the removal deletes."""
+
+    kind: Literal["co-owns-deleted"] = "co-owns-deleted"
+
+
+class HoldsForeign(_Said):
+    """``subject``'s shared path (``paths[0]``) holds ``holder``'s bytes, not its own."""
+
+    kind: Literal["holds-foreign"] = "holds-foreign"
+    holder: str
+
+
+class ScriptStep(_Said):
+    """Step ``step`` (from 1) of a plan script reinstalls ``subject``."""
+
+    kind: Literal["script-step"] = "script-step"
+    step: int
+
+
+ReinstallWhy = Annotated[
+    MissingFiles | ForeignOwnFiles | StaleScripts | CoOwnsDeleted | HoldsForeign | ScriptStep,
+    Field(discriminator="kind"),
+]
+"""Why a distribution is reinstalled at its recorded version."""
+
+
+class _Does(BaseModel):
+    """What a safer alternative does, as its kind and the pins or paths it concerns."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RemoveThenReinstall(_Does):
+    """Remove, then reinstall ``pins`` (``NAME==VERSION``) so their own files come back."""
+
+    kind: Literal["remove-then-reinstall"] = "remove-then-reinstall"
+    pins: list[str]
+
+
+class RemoveKeepingShared(_Does):
+    """Remove, keeping the shared ``paths`` that remaining distributions claim."""
+
+    kind: Literal["remove-keeping-shared"] = "remove-keeping-shared"
+    paths: list[str]
+
+
+class InstallToday(_Does):
+    """Install ``pins`` (``NAME==VERSION``), the build the consumers load today."""
+
+    kind: Literal["install-today"] = "install-today"
+    pins: list[str]
+
+
+AlternativeDoes = Annotated[
+    RemoveThenReinstall | RemoveKeepingShared | InstallToday, Field(discriminator="kind")
+]
+"""What a safer alternative does."""

@@ -118,6 +118,41 @@ def warning_text(warning: R.PlanWarning, target: Target) -> str:
             )
 
 
+def reinstall_text(why: R.ReinstallWhy, sites: Sequence[str]) -> str:
+    """Why a distribution is reinstalled, as the clause after its pin; paths shown relative
+    to ``sites``."""
+    match why.kind:
+        case "missing-files":
+            return f"{why.count} file(s) from its RECORD are missing"
+        case "foreign-own-files":
+            return f"{why.count} of its own file(s) hold another build's bytes"
+        case "stale-scripts":
+            return f"{why.count} of its scripts name an interpreter that is gone"
+        case "co-owns-deleted":
+            # the most telling path: a shared library beats an ``__init__.py``
+            example = sorted(why.paths, key=lambda p: (".so" not in p, p))[0]
+            more = f" and {len(why.paths) - 1} more" if len(why.paths) > 1 else ""
+            return f"co-owns {site_relative(example, sites)}{more}, which the removal deletes"
+        case "holds-foreign":
+            return f"{site_relative(why.paths[0], sites)} holds {why.holder}'s bytes, not its own"
+        case "script-step":
+            return f"step {why.step} of the script reinstalls it"
+
+
+def alternative_text(does: R.AlternativeDoes) -> str:
+    """What a safer alternative does, as the comment under its command."""
+    match does.kind:
+        case "remove-then-reinstall":
+            return f"remove, then reinstall {', '.join(does.pins)} so its own files come back"
+        case "remove-keeping-shared":
+            return (
+                f"remove, keeping {len(does.paths)} shared path(s) that remaining distributions "
+                "claim"
+            )
+        case "install-today":
+            return f"install {', '.join(does.pins)}, the build the consumers load today"
+
+
 def reason_lines(reasons: Sequence[R.Reason], target: Target) -> list[str]:
     """Every reason, worded: a refused plan's error context and its verdict's list."""
     return [reason_text(r, target) for r in reasons]

@@ -30,9 +30,11 @@ from cudafix.linker.linkage import (
 )
 from cudafix.linker.loader import LoadTree, Step, expand_entry
 from cudafix.linker.runtime import RuntimeLoad
+from cudafix.model import reasons as R
 from cudafix.model.commands import TargetFlags, cudafix_argv, shell_join
 from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
+from cudafix.model.wording import reinstall_text
 from cudafix.plan.facts import Facts, Mismatches, load_roots
 from cudafix.plan.requirements import (
     MissingRequirement,
@@ -88,7 +90,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         roots=_roots_by_kind(inv, chains),
         imported_objects=len(_imported(facts, chains)),
         findings=findings,
-        repair={n: r for n, r in repair.items()},
+        repair={n: reinstall_text(r, inv.site_packages) for n, r in repair.items()},
         install={**install, **installs},
         target_flags=shell_join(target_flags),
         next_command=_next_command(
@@ -149,7 +151,7 @@ class _Commands:
 
 def repair_candidates(
     facts: Facts, foreign: Mapping[DistName, list[tuple[EnvPath, str]]] | None = None
-) -> dict[DistName, str]:
+) -> dict[DistName, R.ReinstallWhy]:
     """Distributions to reinstall so that every missing RECORD file comes back, fewest first,
     and those whose own (unshared) files hold another build's bytes.
 
@@ -160,17 +162,17 @@ def repair_candidates(
     """
     inv = facts.inventory
     covered: set[str] = set()
-    chosen: dict[DistName, str] = {}
+    chosen: dict[DistName, R.ReinstallWhy] = {}
     by_need = sorted(inv.missing.items(), key=lambda item: (-len(item[1]), item[0]))
     for name, paths in by_need:
         fresh = [p for p in paths if p not in covered]
         if fresh:
-            chosen[name] = f"{len(paths)} file(s) from its RECORD are missing"
+            chosen[name] = R.MissingFiles(subject=name, count=len(paths))
             covered.update(paths)
     for name, wrong in (foreign_files(facts) if foreign is None else foreign).items():
-        chosen.setdefault(name, f"{len(wrong)} of its own file(s) hold another build's bytes")
+        chosen.setdefault(name, R.ForeignOwnFiles(subject=name, count=len(wrong)))
     for name, scripts in script_problems(facts)[1].items():
-        chosen.setdefault(name, f"{len(scripts)} of its scripts name an interpreter that is gone")
+        chosen.setdefault(name, R.StaleScripts(subject=name, count=len(scripts)))
     return dict(sorted(chosen.items()))
 
 

@@ -30,7 +30,7 @@ from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
 from cudafix.model import reasons as R
 from cudafix.model.commands import cudafix_argv, venv_flags
-from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
+from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.plan import install
 from cudafix.plan.facts import Facts, load_roots
@@ -46,7 +46,7 @@ class Request:
     names: tuple[DistName, ...]
     selectors: tuple[str, ...]
     options: P.Options
-    reinstall: Mapping[DistName, str] = field(default_factory=dict)
+    reinstall: Mapping[DistName, R.ReinstallWhy] = field(default_factory=dict)
     """Distributions to reinstall whatever the options say, with the reason (``cudafix repair``)."""
     installs: tuple[Pin, ...] = ()
     """Exact pins installed ``--no-deps`` after removals and reinstalls (cleanup scripts)."""
@@ -92,7 +92,7 @@ def build_plan(facts: Facts, request: Request) -> P.Plan:
                 if (DistName(r.name), r.version) not in facts.staging.wheels
             ]
             argv = _alternative_argv(plan, flag)
-            alternatives.append(P.Alternative(argv=argv, summary=_summary(alt), unstaged=unstaged))
+            alternatives.append(P.Alternative(argv=argv, summary=_does(alt), unstaged=unstaged))
     return plan.model_copy(update={"alternatives": alternatives})
 
 
@@ -110,13 +110,10 @@ def replace_options(options: P.Options, **changes: object) -> P.Options:
     return options.model_copy(update=changes)
 
 
-def _summary(plan: P.Plan) -> str:
+def _does(plan: P.Plan) -> R.AlternativeDoes:
     if plan.reinstall:
-        names = ", ".join(f"{r.name}=={r.version}" for r in plan.reinstall)
-        return f"remove, then reinstall {names} so its own files come back"
-    return (
-        f"remove, keeping {len(plan.kept_paths)} shared path(s) that remaining distributions claim"
-    )
+        return R.RemoveThenReinstall(pins=[f"{r.name}=={r.version}" for r in plan.reinstall])
+    return R.RemoveKeepingShared(paths=list(plan.kept_paths))
 
 
 def _simulate(
@@ -257,7 +254,7 @@ def _shared_losses(
 
 def _reinstall_reasons(
     inv: Inventory, deleted: frozenset[EnvPath], request: Request, *, repair: bool
-) -> dict[DistName, str]:
+) -> dict[DistName, R.ReinstallWhy]:
     """What the plan reinstalls, with why: the request's own, and with ``repair`` the
     remaining co-owners of deleted paths and remaining owners holding foreign bytes."""
     if not repair:
@@ -270,28 +267,23 @@ def _reinstall_reasons(
 
 def _repairs(
     inv: Inventory, shared: Sequence[P.SharedPath], remaining: Mapping[DistName, Distribution]
-) -> dict[DistName, str]:
+) -> dict[DistName, R.ReinstallWhy]:
     """Remaining co-owners of deleted paths, and remaining owners holding foreign bytes."""
     deleted: dict[DistName, list[str]] = {}
     for s in shared:
         for owner in s.remaining_owners:
             deleted.setdefault(DistName(owner), []).append(s.path)
-    why = {name: _co_owner_reason(inv, paths) for name, paths in deleted.items()}
+    why: dict[DistName, R.ReinstallWhy] = {
+        name: R.CoOwnsDeleted(subject=name, paths=paths) for name, paths in deleted.items()
+    }
     for claimed in inv.shared:
         for owner in claimed.owners:
-            foreign = claimed.holder is not None and owner not in claimed.matching
-            if owner in remaining and foreign:
-                shown = site_relative(claimed.path, inv.site_packages)
-                why.setdefault(owner, f"{shown} holds {claimed.holder}'s bytes, not its own")
+            holder = claimed.holder
+            if owner in remaining and holder is not None and owner not in claimed.matching:
+                why.setdefault(
+                    owner, R.HoldsForeign(subject=owner, paths=[claimed.path], holder=holder)
+                )
     return why
-
-
-def _co_owner_reason(inv: Inventory, paths: Sequence[str]) -> str:
-    """Name the most telling path: a shared library beats an ``__init__.py``."""
-    example = sorted(paths, key=lambda p: (".so" not in p, p))[0]
-    shown = site_relative(example, inv.site_packages)
-    more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
-    return f"co-owns {shown}{more}, which the removal deletes"
 
 
 def _loader_may_see(facts: Facts, gone: frozenset[EnvPath]) -> bool:

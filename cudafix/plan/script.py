@@ -63,6 +63,7 @@ from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
 from cudafix.model.names import BackendName, DistName, is_dist_name, is_selector, normalize_name
 from cudafix.model.probe import ExpectProbe, Probes
+from cudafix.model.reasons import ScriptStep
 from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request
@@ -349,8 +350,10 @@ def _removals(loaded: LoadedScript, facts: Facts) -> tuple[tuple[DistName, ...],
     return tuple(names), tuple(selectors)
 
 
-def _reinstalls(loaded: LoadedScript, facts: Facts, removed: set[DistName]) -> dict[DistName, str]:
-    out: dict[DistName, str] = {}
+def _reinstalls(
+    loaded: LoadedScript, facts: Facts, removed: set[DistName]
+) -> dict[DistName, ScriptStep]:
+    out: dict[DistName, ScriptStep] = {}
     installed = facts.inventory.distributions
     for i, step in enumerate(loaded.script.steps):
         for raw in step.reinstall or ():
@@ -360,7 +363,7 @@ def _reinstalls(loaded: LoadedScript, facts: Facts, removed: set[DistName]) -> d
                 raise UsageError(f"{where}: {name} is not installed, so it cannot be reinstalled")
             if name in removed:
                 raise UsageError(f"{where}: {name} is reinstalled, but a remove step removes it")
-            out[name] = f"step {i + 1} of the script reinstalls it"
+            out[name] = ScriptStep(subject=name, step=i + 1)
     return out
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cudafix.model.plan import Options, Plan, Precondition, Reinstall, RemovedDistribution, Target
+from cudafix.model.reasons import MissingFiles
 from tests.support.venvs import install, new_venv, site_rel
 from tests.support.wheels import make_wheel
 
@@ -50,7 +51,10 @@ def make_plan(
             keep_shared=bool(kept),
         ),
         remove=removed,
-        reinstall=[Reinstall(name=n, version=v, reason="test") for n, v in reinstall],
+        reinstall=[
+            Reinstall(name=n, version=v, reason=MissingFiles(subject=n, count=1))
+            for n, v in reinstall
+        ],
         deleted_paths=[ep(p) for p in deleted],
         kept_paths=[ep(p) for p in kept],
         rewritten_paths=[p for n, v in reinstall for p in _rewritten(prefix, sp, n, v)],
