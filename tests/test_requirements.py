@@ -168,7 +168,7 @@ def test_the_closure_follows_requested_extras_only() -> None:
 def test_an_extra_naming_its_own_unmet_extras_is_not_requested() -> None:
     """``etils[all]`` asks for ``etils[eapp]``; a bare etils does not meet that, so neither
     extra is requested and ``simple-parsing`` is no missing requirement (a real GPU venv
-    reported 35 such false errors: etils, xarray, safetensors, tokenizers, transformers)."""
+    reported 33 such false errors: etils, xarray, safetensors, tokenizers, transformers, jax)."""
     dists = (
         _dist("etils", "1.13.0", 'etils[eapp]; extra == "all"', 'etils[epy]; extra == "all"',
               'absl-py; extra == "eapp"', 'simple-parsing; extra == "eapp"',
