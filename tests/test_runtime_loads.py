@@ -195,3 +195,24 @@ def test_each_offered_framework_removal_passes_as_printed(scenario: ScenarioFact
         argv = shlex.split(choice["command"])[1:]
         done = cudafix(*argv, "--no-fetch", "--offline", "--find-links", built.wheelhouse)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_leftover_wheels_missing_requirement_is_mended_by_removing_it(
+    scenario: ScenarioFactory,
+) -> None:
+    """A stray cu12 cuDNN in a cu13 torch venv asks for ``nvidia-cublas-cu12``: doctor's
+    next step removes the stray wheel, and running it mends the venv; installing the cu12
+    cuBLAS would have deepened the mix."""
+    built = scenario("leftover")
+    report = as_json(cudafix("doctor", "--venv", built.venv, "--json"))
+    (req,) = [f for f in report["findings"] if f["kind"] == "requirement"]
+    assert req["distribution"] == "nvidia-cudnn-cu12"
+    assert req["command"][:3] == ["cudafix", "remove", "nvidia-cudnn-cu12"]
+    assert report["install"] == {}
+    assert "install" not in report["next_command"]
+    argv = [*report["next_command"][1:], "--offline", "--find-links", built.wheelhouse]
+    planned = cudafix(*argv)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    done = cudafix(*[a for a in argv if a != "--dry-run"], "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert cudafix("doctor", "--venv", built.venv).returncode == 0

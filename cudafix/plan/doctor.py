@@ -65,7 +65,12 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     loaded = loaded_closure(facts, chains)
     foreign = foreign_files(facts)
     cmd = _Commands(target_flags)
-    wanted = missing_requirements(inv.distributions, facts.marker_env)
+    leftovers = cuda_leftovers(facts, chains)
+    wanted = tuple(
+        m
+        for m in missing_requirements(inv.distributions, facts.marker_env)
+        if m.distribution not in leftovers
+    )
     installs = runtime_installs(facts, chains.edges.values())
     findings = [
         *_missing(inv, cmd),
@@ -75,7 +80,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         *_unresolved(inv, chains.edges.values(), cmd, facts, wanted),
         *_mixed_cuda(facts, chains, cmd),
         *_shadowed(facts, chains.edges.values(), cmd),
-        *_requirements(facts, cmd, wanted, installs),
+        *_requirements(facts, cmd, wanted, installs, leftovers),
         *_unsafe(inv),
         *_unreadable(inv),
         *_bad_elf(facts),
@@ -715,6 +720,17 @@ def framework_cuda_needs(facts: Facts, chains: Chains) -> dict[DistName, frozens
     return out
 
 
+def cuda_leftovers(facts: Facts, chains: Chains) -> frozenset[DistName]:
+    """Distributions of a CUDA major (``*-cuNN``) that no framework's requirement closure
+    needs, while some framework needs another: the leftovers mixed-cuda offers to remove.
+    Empty without framework evidence (then nothing is called a leftover)."""
+    needs = framework_cuda_needs(facts, chains)
+    used = {m for libs in needs.values() for n in libs if (m := cuda_major(n)) is not None}
+    if not used:
+        return frozenset()
+    return frozenset(n for n in facts.inventory.distributions if cuda_major(n) not in (None, *used))
+
+
 def _remove_leftovers(major: int, cmd: _Commands) -> Choice:
     return Choice(
         action="remove-leftovers",
@@ -918,10 +934,14 @@ def _requirements(
     cmd: _Commands,
     wanted: tuple[MissingRequirement, ...],
     installs: Mapping[str, str],
+    leftovers: frozenset[DistName],
 ) -> Iterable[Finding]:
     """Broken Requires-Dist; one that names a distribution not installed at all is fixed by
     installing it as required (``cudafix install NAME==VERSION``, which ``repair`` also does),
-    one that ``repair`` installs for a framework's extra (``installs``) by ``repair``."""
+    one that ``repair`` installs for a framework's extra (``installs``) by ``repair``. One of
+    a CUDA leftover (:func:`cuda_leftovers`: a stray ``nvidia-cudnn-cu12`` in a torch cu13
+    venv asking for ``nvidia-cublas-cu12``) is mended by removing the leftover, not by
+    installing more of a CUDA major nothing loads."""
     missing = {(m.distribution, m.requirement): m for m in wanted}
     repairable = {normalize_name(Requirement(spec).name) for spec in installs}
     asked = _asked_for(facts)
@@ -932,6 +952,12 @@ def _requirements(
         gone = missing.get((p.distribution, p.requirement))
         step = (
             _step(
+                cmd.argv("remove", p.distribution, "--repair", "--dry-run"),
+                f"{p.distribution} is a leftover of a CUDA major no framework here needs; "
+                "removing it, with --repair putting back the files it shares, mends this",
+            )
+            if p.distribution in leftovers
+            else _step(
                 cmd.argv("install", gone.spec, "--dry-run"),
                 f"installs it as {p.distribution} requires",
             )
