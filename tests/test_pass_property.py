@@ -92,6 +92,9 @@ def test_every_plan_that_passes_commits_keeps_records_and_undoes(
     sources = ["--offline", "--find-links", str(built.wheelhouse), *table]
     pristine = _tree(prefix)
     before = _findings(prefix, table)
+    # undo refuses to bring back an error unless told: a scenario whose pristine state holds
+    # one (leftover's stray wheel misses a requirement) is undone with --accept, to it exactly
+    accept = ["--accept"] if any(f.severity == "error" for f in before) else []
     passed = []
     for dist in _distributions(site):
         for mode in MODES:
@@ -106,7 +109,7 @@ def test_every_plan_that_passes_commits_keeps_records_and_undoes(
             assert as_json(done)["state"] == "committed", said
             assert _incomplete_records(prefix, site) == [], said
             assert new_problems(before, _findings(prefix, table)) == [], said
-            undone = cudafix("undo", "last", "--venv", prefix, "--yes", *table)
+            undone = cudafix("undo", "last", "--venv", prefix, "--yes", *accept, *table)
             assert undone.returncode == 0, (said, undone.stderr)
             assert diff_fingerprints(pristine, _tree(prefix)) == [], said
             passed.append(said)
