@@ -65,7 +65,8 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     loaded = loaded_closure(facts, chains)
     foreign = foreign_files(facts)
     cmd = _Commands(target_flags)
-    leftovers = cuda_leftovers(facts, chains)
+    needs = framework_cuda_needs(facts, chains)
+    leftovers = cuda_leftovers(facts, needs)
     wanted = tuple(
         m
         for m in missing_requirements(inv.distributions, facts.marker_env)
@@ -74,11 +75,11 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     installs = runtime_installs(facts, chains.edges.values())
     findings = [
         *_missing(inv, cmd),
-        *_clobbered(inv, loaded, _needed_by(facts, chains), cmd),
+        *_clobbered(inv, loaded, _needed_by(needs), cmd),
         *_foreign_bytes(inv, foreign, cmd),
         *_scripts(inv, facts, cmd),
         *_unresolved(inv, chains.edges.values(), cmd, facts, wanted),
-        *_mixed_cuda(facts, chains, cmd),
+        *_mixed_cuda(facts, chains, needs, cmd),
         *_shadowed(facts, chains.edges.values(), cmd),
         *_requirements(facts, cmd, wanted, installs, leftovers),
         *_unsafe(inv),
@@ -326,10 +327,10 @@ def _clobbered_hint(
     )
 
 
-def _needed_by(facts: Facts, chains: Chains) -> dict[DistName, list[DistName]]:
+def _needed_by(needs: Needs) -> dict[DistName, list[DistName]]:
     """Per CUDA library, the frameworks whose requirement closure holds it."""
     out: dict[DistName, list[DistName]] = defaultdict(list)
-    for framework, libs in sorted(framework_cuda_needs(facts, chains).items()):
+    for framework, libs in sorted(needs.items()):
         for lib in sorted(libs):
             out[lib].append(framework)
     return dict(out)
@@ -638,7 +639,7 @@ def _frameworks(inv: Inventory, chains: Chains) -> set[DistName]:
     return {o for r in _import_roots(chains) for o in _owners_abs(inv, r.path)}
 
 
-def _mixed_cuda(facts: Facts, chains: Chains, cmd: _Commands) -> Iterable[Finding]:
+def _mixed_cuda(facts: Facts, chains: Chains, needs: Needs, cmd: _Commands) -> Iterable[Finding]:
     """More than one CUDA major installed, and the two-majors-in-one-process check."""
     majors: dict[int, list[str]] = defaultdict(list)
     for name in facts.inventory.distributions:
@@ -646,12 +647,12 @@ def _mixed_cuda(facts: Facts, chains: Chains, cmd: _Commands) -> Iterable[Findin
         if major:
             majors[major].append(name)
     if len(majors) > 1:
-        yield _majors_finding(facts, chains, majors, cmd)
+        yield _majors_finding(facts, needs, majors, cmd)
     yield from _mixed_sonames(facts.inventory, chains.trees.values())
 
 
 def _majors_finding(
-    facts: Facts, chains: Chains, majors: Mapping[int, list[str]], cmd: _Commands
+    facts: Facts, needs: Needs, majors: Mapping[int, list[str]], cmd: _Commands
 ) -> Finding:
     """Which framework needs which major, and what to do: typed :class:`Choice` values.
 
@@ -663,7 +664,6 @@ def _majors_finding(
     framework needs is ever offered for removal. Without any framework evidence the hint
     stays generic rather than guess.
     """
-    needs = framework_cuda_needs(facts, chains)
     by_major: dict[int, list[DistName]] = defaultdict(list)
     for framework, libs in sorted(needs.items()):
         for m in sorted({m for n in libs if (m := cuda_major(n)) is not None}):
@@ -705,6 +705,11 @@ def _majors_finding(
     )
 
 
+Needs = Mapping[DistName, frozenset[DistName]]
+"""Per framework, the CUDA libraries its requirement closure holds: computed once per
+diagnosis (:func:`framework_cuda_needs`) for the clobber hint, mixed-cuda and leftovers."""
+
+
 def framework_cuda_needs(facts: Facts, chains: Chains) -> dict[DistName, frozenset[DistName]]:
     """Per framework (owner of an extension module or run-time load), the CUDA libraries its
     requirement closure holds (``*-cuNN`` and ``nvidia-*``: cu13 wheels often carry no
@@ -720,11 +725,10 @@ def framework_cuda_needs(facts: Facts, chains: Chains) -> dict[DistName, frozens
     return out
 
 
-def cuda_leftovers(facts: Facts, chains: Chains) -> frozenset[DistName]:
+def cuda_leftovers(facts: Facts, needs: Needs) -> frozenset[DistName]:
     """Distributions of a CUDA major (``*-cuNN``) that no framework's requirement closure
     needs, while some framework needs another: the leftovers mixed-cuda offers to remove.
     Empty without framework evidence (then nothing is called a leftover)."""
-    needs = framework_cuda_needs(facts, chains)
     used = {m for libs in needs.values() for n in libs if (m := cuda_major(n)) is not None}
     if not used:
         return frozenset()
