@@ -28,6 +28,7 @@ from cudafix.model.transaction import (
 )
 
 if TYPE_CHECKING:
+    from cudafix.env.answers import Answer, answer_key
     from cudafix.flows import (
         check_pending,
         doctor,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         read_facts,
         read_plan,
         recover,
+        remember_answer,
         run_command,
         show,
         target_flags,
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
         undo_preview,
     )
     from cudafix.model.plan import refuse_unless_allowed
+    from cudafix.warm import recall_answer
 
 _FLOWS = (
     "locate",
@@ -73,13 +76,21 @@ _FLOWS = (
     "undo",
     "undo_preview",
     "gc",
+    "remember_answer",
 )
-_LAZY = {**dict.fromkeys(_FLOWS, "cudafix.flows"), "refuse_unless_allowed": "cudafix.model.plan"}
+_LAZY = {
+    **dict.fromkeys(_FLOWS, "cudafix.flows"),
+    "refuse_unless_allowed": "cudafix.model.plan",
+    "recall_answer": "cudafix.warm",
+    "answer_key": "cudafix.env.answers",
+    "Answer": "cudafix.env.answers",
+}
 """Each name the boundary serves -> the module it comes from, imported on first use."""
 
 __all__ = [
     "DEFAULT_KEEP",
     "DEFAULT_LOCK_TIMEOUT",
+    "Answer",
     "BackendName",
     "FactArgs",
     "InstallArgs",
@@ -89,6 +100,7 @@ __all__ = [
     "RemoveArgs",
     "RunArgs",
     "TargetArgs",
+    "answer_key",
     "check_pending",
     "doctor",
     "execute",
@@ -103,8 +115,10 @@ __all__ = [
     "plan_script",
     "read_facts",
     "read_plan",
+    "recall_answer",
     "recover",
     "refuse_unless_allowed",
+    "remember_answer",
     "run_command",
     "show",
     "target_flags",

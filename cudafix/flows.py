@@ -19,12 +19,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from cudafix.app import FactArgs, InstallArgs, LiveArgs, Progress, RemoveArgs, RunArgs, TargetArgs
-from cudafix.env.statedir import StateDir
+from cudafix.env.answers import Answer, ReadSet, remember, sorted_unique
+from cudafix.env.statedir import STATE_DIR_NAME, StateDir
 from cudafix.env.target import TargetEnv, locate_target
+from cudafix.env.treecache import TreeCache
 from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.gather import gather, live_differences, with_hashes, with_staging
+from cudafix.linker.elfindex import SHARED_SYSTEM
+from cudafix.linker.hostcache import HOST
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
@@ -196,6 +200,30 @@ def _stage(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Staging:
     inv = facts.inventory
     python = inv.python or inv.prefix / "bin" / "python"
     return stage(python, pins, sources, inv.site_packages[0])
+
+
+def remember_answer(args: FactArgs, key: str, answer: Answer, *, since_ns: int) -> bool:
+    """Keep a read-only command's answer for its next identical run, stamped with what it
+    was read from (:mod:`cudafix.env.answers`): the tree the walk listed and watched, the
+    interpreter, the host files the loader consulted, the extra dlopen tables.
+
+    Never while a transaction is unfinished or unreadable: such an answer carries a
+    warning that must be given again, freshly, each time.
+    """
+    target = locate(args.target)
+    if pending_transactions(target.prefix) or unreadable_transactions(target.prefix):
+        return False
+    state = StateDir(target.prefix)
+    env = [
+        *TreeCache.load(state.tree_cache).read_paths(),
+        "pyvenv.cfg",
+        f"{STATE_DIR_NAME}/{state.transactions.name}",
+    ]
+    host = [*HOST.paths(), *SHARED_SYSTEM.consulted(), *map(str, args.dlopen_tables)]
+    if target.python is not None:
+        host.append(str(target.python))
+    read = ReadSet(sorted_unique(env), sorted_unique(host))
+    return remember(target.prefix, key, answer, read, since_ns=since_ns)
 
 
 # -- the flows ------------------------------------------------------------------------------

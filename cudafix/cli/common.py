@@ -11,10 +11,11 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 
 import click
 from click.core import ParameterSource
@@ -98,6 +99,51 @@ def _shows_progress() -> bool:
 def echo_out(message: str) -> None:
     """The report on stdout, coloured as ``--color`` says."""
     click.echo(message, color=OUTPUT.colours(sys.stdout.isatty()))
+
+
+@dataclass
+class _Events:
+    """A flow's events to stderr, noting whether any said more than progress: such an
+    answer (a warning, a note) is not remembered, so it is given freshly every time."""
+
+    more_than_progress: bool = False
+
+    def __call__(self, message: str) -> None:
+        if not isinstance(message, app.Progress):
+            self.more_than_progress = True
+        echo_err(message)
+
+
+def answer_once(
+    facts: app.FactArgs,
+    command: Sequence[object],
+    compute: Callable[[Callable[[str], None]], tuple[app.Answer, bool]],
+) -> NoReturn:
+    """Print a read-only command's answer and exit with its code: the one remembered for
+    the same ``command`` when nothing it was read from has changed since, else
+    ``compute``'s (given the event sink; it says whether its answer may be remembered).
+
+    Only what stdout says is remembered; progress is said afresh.
+    """
+    started = time.time_ns()
+    colour = OUTPUT.colours(sys.stdout.isatty())
+    key = app.answer_key(command, {"verbosity": OUTPUT.verbosity, "colour": colour})
+    hit = app.recall_answer(facts.target, key)
+    if hit is not None:
+        prefix, answer = hit
+        echo_err(
+            app.Progress(
+                f"Environment: {prefix}: nothing it was read from changed since the last "
+                "run, so its answer is given again"
+            )
+        )
+    else:
+        events = _Events()
+        answer, keep = compute(events)
+        if keep and not events.more_than_progress:
+            app.remember_answer(facts, key, answer, since_ns=started)
+    click.echo(answer.out, color=colour)
+    raise click.exceptions.Exit(answer.code)
 
 
 def _set_verbosity(level: int) -> Callable[[click.Context, click.Parameter, bool], None]:
@@ -432,14 +478,12 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
             flags.out.write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot write the plan to {flags.out}: {exc.strerror}") from exc
-    if flags.as_json and flags.dry_run:
-        click.echo(plan.model_dump_json(indent=2))
-    elif not flags.as_json:
-        click.echo(
-            render_plan(plan, stdout_style(), dry_run=flags.dry_run, verbosity=OUTPUT.verbosity)
-        )
     if flags.dry_run:
-        raise click.exceptions.Exit(ExitCode.OK if plan.verdict == "pass" else ExitCode.REFUSED)
+        answer = dry_run_answer(plan, flags.as_json)
+        click.echo(answer.out)
+        raise click.exceptions.Exit(answer.code)
+    if not flags.as_json:
+        click.echo(render_plan(plan, stdout_style(), dry_run=False, verbosity=OUTPUT.verbosity))
     app.refuse_unless_allowed(plan, flags.run.force)
     confirm(flags.yes)
     result = app.execute(plan, flags.run, on_event=echo_err)
@@ -451,6 +495,15 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
         f"{len(result.reinstalled)}, installed {len(result.installed)}; probes passed: "
         f"{len(result.probes)}.\n{undo_line(result.txid, result.prefix)}"
     )
+
+
+def dry_run_answer(plan: Plan, as_json: bool) -> app.Answer:
+    """What a dry run prints (the plan, rendered or as JSON) and its exit code."""
+    if as_json:
+        out = plan.model_dump_json(indent=2)
+    else:
+        out = render_plan(plan, stdout_style(), dry_run=True, verbosity=OUTPUT.verbosity)
+    return app.Answer(out, ExitCode.OK if plan.verdict == "pass" else ExitCode.REFUSED)
 
 
 def undo_line(txid: str, prefix: Path) -> str:

@@ -11,8 +11,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from typing import ClassVar, NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 import click
 
@@ -22,7 +22,9 @@ from cudafix.cli.common import (
     EXIT_CODES_HELP,
     OUTPUT,
     PlanFlags,
+    answer_once,
     confirm,
+    dry_run_answer,
     echo_err,
     echo_out,
     emit_json_error,
@@ -58,6 +60,9 @@ from cudafix.model.errors import (
     UnsafeState,
     UsageError,
 )
+
+if TYPE_CHECKING:
+    from cudafix.model.plan import Plan
 
 
 class _Group(click.Group):
@@ -103,17 +108,21 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
     Errors first, then warnings, then one line per kind of information (-v lists it all;
     -q says only the verdict and the command to run next).
     """
-    try:
-        report = app.doctor(facts, on_event=echo_err)
-    except CudafixError as err:
+
+    def diagnose(on_event: Callable[[str], None]) -> tuple[app.Answer, bool]:
+        try:
+            report = app.doctor(facts, on_event=on_event)
+        except CudafixError as err:
+            if as_json:
+                emit_json_error(err)
+            raise
         if as_json:
-            emit_json_error(err)
-        raise
-    if as_json:
-        click.echo(report.model_dump_json(indent=2))
-    else:
-        echo_out(render_report(report, stdout_style(), OUTPUT.verbosity))
-    raise click.exceptions.Exit(ExitCode.OK if report.healthy else ExitCode.FAILURE)
+            out = report.model_dump_json(indent=2)
+        else:
+            out = render_report(report, stdout_style(), OUTPUT.verbosity)
+        return app.Answer(out, ExitCode.OK if report.healthy else ExitCode.FAILURE), True
+
+    answer_once(facts, ("doctor", facts, as_json), diagnose)
 
 
 # -- remove / repair -------------------------------------------------------------------------
@@ -144,15 +153,26 @@ def remove(
     request = app.RemoveArgs(
         tuple(selectors), tuple(exclude), repair, keep_shared, allow_broken_requirements
     )
-    plan = app.plan_remove(
-        flags.facts,
-        request,
-        flags.sources,
-        flags.backend,
-        mutating=flags.mutating,
-        on_event=echo_err,
-    )
-    present_and_apply(plan, flags)
+
+    def plan(on_event: Callable[[str], None]) -> Plan:
+        return app.plan_remove(
+            flags.facts,
+            request,
+            flags.sources,
+            flags.backend,
+            mutating=flags.mutating,
+            on_event=on_event,
+        )
+
+    if flags.dry_run and flags.out is None:
+
+        def dry_run(on_event: Callable[[str], None]) -> tuple[app.Answer, bool]:
+            made = plan(on_event)
+            staged = bool(made.reinstall or made.install)  # its answer depends on an index
+            return dry_run_answer(made, flags.as_json), not staged
+
+        answer_once(flags.facts, ("remove", request, flags), dry_run)
+    present_and_apply(plan(echo_err), flags)
 
 
 @cli.command(epilog=EXIT_CODES_HELP)

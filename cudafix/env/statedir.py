@@ -94,6 +94,11 @@ class StateDir:
         return self.cache / "tree-cache.json"
 
     @property
+    def answers(self) -> Path:
+        """Read-only commands' last answers (:mod:`cudafix.env.answers`)."""
+        return self.cache / "answers.json"
+
+    @property
     def interpreter_cache(self) -> Path:
         """The target interpreter's last answer (:func:`cudafix.env.target.query_interpreter`)."""
         return self.cache / "interpreter.json"

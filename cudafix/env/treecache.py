@@ -178,6 +178,19 @@ class TreeCache:
         self._watch.update(paths)
         self._dirty |= len(self._watch) != before
 
+    def read_paths(self) -> list[str]:
+        """Every directory the walk listed and every watched file: what may change an answer
+        read from this tree (:mod:`cudafix.env.answers`); ``.`` is the prefix itself."""
+        out: list[str] = []
+        for rel, listing in self._listings.items():
+            out.append(rel or ".")
+            base = rel + "/" if rel else ""
+            names = listing.watched
+            if names is None:
+                names = self._watched_names(rel, listing)
+            out.extend(base + name for name in names)
+        return out
+
     # -- dist-infos -------------------------------------------------------------------------
 
     def distribution(self, key: object, dist_info: str, parse: Callable[[], Any]) -> Any:

@@ -250,6 +250,11 @@ class SystemLibraries:
             self._dirs[path] = Path(path).is_dir()
         return self._dirs[path]
 
+    def consulted(self) -> list[str]:
+        """Every host path and directory looked at so far: what an answer built on these
+        lookups depends on."""
+        return [*self._listings, *self._verdicts, *self._real, *self._dirs]
+
     def _listing(self, directory: str) -> frozenset[str]:
         if directory not in self._listings:
             try:

@@ -37,6 +37,7 @@ class HostCache:
         self._rows: dict[str, list[Any]] = {}
         self._dirty = False
         self._path: Path | None = None
+        self._asked: set[str] = set()
 
     def answer(
         self,
@@ -49,6 +50,7 @@ class HostCache:
         """``compute()``'s value for ``path``, reused while the file's stat is unchanged."""
         key = _key(path)
         name = f"{kind}:{path}"
+        self._asked.add(path)
         row = self._rows.get(name)
         if key is not None and row is not None and row[0] == key:
             hit = decode(row[1])
@@ -67,6 +69,10 @@ class HostCache:
         self._path = cache_file
         self._rows = {**_load(cache_file), **self._rows}
         atexit.register(self.save)
+
+    def paths(self) -> list[str]:
+        """The host files this process asked about (an answer that used them depends on them)."""
+        return sorted(self._asked)
 
     def save(self) -> bool:
         if not self._dirty or self._path is None:

@@ -1,0 +1,175 @@
+"""A read-only command's last answers, given again while nothing they were read from changed.
+
+A warm ``doctor`` or dry run of an unchanged environment prints what it printed last time.
+Computing it again costs the imports, the walk and the resolution (0.7 s on a torch venv);
+showing that nothing changed costs an ``lstat`` of what the answer was read from
+(:class:`ReadSet`): every directory the walk listed (adding, removing or renaming a file
+moves its directory's ctime), every file the tree cache watches (libraries, executables,
+dist-info files, ELF objects: what an in-place write could change, see
+:mod:`cudafix.env.treecache`), and the host files and directories the loader consulted.
+Each is compared on (inode, mode, size, mtime, ctime); no write from user space leaves
+ctime alone.
+
+An answer is remembered only when none of those changed within ``RACY_NS`` before its
+command started, so a change made while it ran can never hide behind the stamp taken
+after. The file is plain JSON in ``.cudafix/cache/``; a missing, foreign or corrupt one is
+a cold start, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudafix import __version__
+from cudafix.env.statedir import StateDir, load_cache, save_cache
+from cudafix.env.treecache import RACY_NS
+
+FORMAT = "cudafix-answers"
+VERSION = 1
+KEPT = 16
+"""Answers kept per environment state (one per command line and output style)."""
+ENVIRONMENT_VARIABLES = (
+    "LD_LIBRARY_PATH",
+    "PATH",
+    "VIRTUAL_ENV",
+    "UV_PYTHON",
+    "UV_DEFAULT_INDEX",
+    "UV_INDEX_URL",
+    "UV_EXTRA_INDEX_URL",
+    "NO_COLOR",
+)
+"""What a read-only command reads of its environment variables (the target, the loader's
+search, the index, colour); each is part of the question."""
+_INODE_MASK = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the command printed on stdout, and its exit code."""
+
+    out: str
+    code: int
+
+
+@dataclass(frozen=True)
+class ReadSet:
+    """What an answer was read from."""
+
+    env: tuple[str, ...]
+    """Paths relative to the prefix (directories and watched files), never followed."""
+    host: tuple[str, ...]
+    """Absolute paths outside it (system libraries, their directories, ``ld.so.cache``)."""
+
+
+@dataclass(frozen=True)
+class _Stamp:
+    digest: str
+    newest_ns: int
+    """The latest mtime or ctime among the paths (the racy check)."""
+
+
+def answer_key(command: Sequence[object], style: Mapping[str, object]) -> str:
+    """The key of one answer: the command and its parsed options, how its output is styled,
+    and everything outside the environment's files that it depends on (cudafix's own code
+    and interpreter, the working directory, the kernel, :data:`ENVIRONMENT_VARIABLES`)."""
+    parts = {
+        "command": [repr(part) for part in command],
+        "style": dict(sorted(style.items())),
+        "cwd": str(Path.cwd()),
+        "env": {k: os.environ.get(k) for k in ENVIRONMENT_VARIABLES},
+        "cudafix": _code_stamp(),
+        "python": [sys.executable, sys.prefix, sys.version],
+        "host": list(os.uname()),
+    }
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def recall(prefix: Path, key: str) -> Answer | None:
+    """The answer remembered for ``key``, if nothing it was read from changed since."""
+    data = load_cache(StateDir(prefix).answers, FORMAT, VERSION)
+    if data is None:
+        return None
+    try:
+        found = data["answers"].get(key)
+        if found is None:
+            return None
+        read = ReadSet(tuple(data["env"]), tuple(data["host"]))
+        if _stamp(prefix, read).digest != data["stamp"]:
+            return None
+        return Answer(str(found["out"]), int(found["code"]))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def remember(prefix: Path, key: str, answer: Answer, read: ReadSet, *, since_ns: int) -> bool:
+    """Keep ``answer`` for ``key`` (False: not kept, e.g. something changed too recently).
+
+    ``since_ns`` is when the command started: a path changed after ``since_ns - RACY_NS``
+    may have changed while the answer was being computed.
+    """
+    stamp = _stamp(prefix, read)
+    if stamp.newest_ns >= since_ns - RACY_NS:
+        return False
+    path = StateDir(prefix).answers
+    old = load_cache(path, FORMAT, VERSION) or {}
+    answers = old.get("answers") if old.get("stamp") == stamp.digest else None
+    kept = dict(answers) if isinstance(answers, dict) else {}
+    kept.pop(key, None)
+    kept[key] = {"out": answer.out, "code": answer.code}
+    body = {
+        "env": list(read.env),
+        "host": list(read.host),
+        "stamp": stamp.digest,
+        "answers": dict(list(kept.items())[-KEPT:]),
+    }
+    return save_cache(path, FORMAT, VERSION, body)
+
+
+def _stamp(prefix: Path, read: ReadSet) -> _Stamp:
+    """One digest of the stat of every path in ``read``: environment paths by ``lstat``
+    (a symlink is compared, never followed), host paths both ways (the loader follows)."""
+    values = array("q")
+    newest = 0
+    base = str(prefix)
+    for rel in read.env:
+        newest = _add(values, os.path.join(base, rel), os.lstat, newest)  # noqa: PTH118
+    for path in read.host:
+        newest = _add(values, path, os.lstat, newest)
+        newest = _add(values, path, os.stat, newest)
+    return _Stamp(hashlib.blake2b(values.tobytes(), digest_size=16).hexdigest(), newest)
+
+
+def _add(values: array[int], path: str, stat: Callable[[str], os.stat_result], newest: int) -> int:
+    try:
+        st = stat(path)
+    except (OSError, ValueError):
+        values.append(-1)
+        return newest
+    values.extend((st.st_ino & _INODE_MASK, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return max(newest, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _code_stamp() -> list[object]:
+    """cudafix's version and the stat of its own modules and data files: an answer given
+    by other code (an upgrade, an edited checkout) is not this code's answer."""
+    root = Path(__file__).resolve().parent.parent
+    out: list[object] = [__version__, str(root)]
+    for directory, _dirs, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            if name.endswith((".py", ".toml")):
+                st = os.stat(os.path.join(directory, name))  # noqa: PTH116, PTH118
+                out.append([name, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def sorted_unique(paths: Iterable[str]) -> tuple[str, ...]:
+    """``paths`` once each, in a stable order (the stamp is order-sensitive)."""
+    return tuple(sorted(set(paths)))
