@@ -19,7 +19,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from cudafix.app import FactArgs, InstallArgs, LiveArgs, Progress, RemoveArgs, RunArgs, TargetArgs
-from cudafix.env.answers import Answer, ReadSet, remember, sorted_unique
+from cudafix.env.answers import (
+    Answer,
+    ReadSet,
+    remember,
+    settled_stamp,
+    sorted_unique,
+    stamp,
+)
 from cudafix.env.statedir import STATE_DIR_NAME, StateDir
 from cudafix.env.target import TargetEnv, locate_target
 from cudafix.env.treecache import TreeCache
@@ -204,8 +211,7 @@ def _stage(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Staging:
 
 def remember_answer(args: FactArgs, key: str, answer: Answer, *, since_ns: int) -> bool:
     """Keep a read-only command's answer for its next identical run, stamped with what it
-    was read from (:mod:`cudafix.env.answers`): the tree the walk listed and watched, the
-    interpreter, the host files the loader consulted, the extra dlopen tables.
+    was read from (:func:`read_set`).
 
     Never while a transaction is unfinished or unreadable: such an answer carries a
     warning that must be given again, freshly, each time.
@@ -213,17 +219,24 @@ def remember_answer(args: FactArgs, key: str, answer: Answer, *, since_ns: int) 
     target = locate(args.target)
     if pending_transactions(target.prefix) or unreadable_transactions(target.prefix):
         return False
+    tree = TreeCache.load(StateDir(target.prefix).tree_cache).read_paths()
+    return remember(target.prefix, key, answer, read_set(args, target, tree), since_ns=since_ns)
+
+
+def read_set(
+    args: FactArgs, target: TargetEnv, tree: Sequence[str], search_dirs: Sequence[str] = ()
+) -> ReadSet:
+    """What facts read from ``target`` (and what was resolved on them) depend on: the
+    ``tree`` paths the walk listed and watched (``Facts.read_paths``), the interpreter, the
+    host files the loader consulted, the extra dlopen tables (:mod:`cudafix.env.answers`);
+    ``search_dirs``: system directories a resolution still to come will list."""
     state = StateDir(target.prefix)
-    env = [
-        *TreeCache.load(state.tree_cache).read_paths(),
-        "pyvenv.cfg",
-        f"{STATE_DIR_NAME}/{state.transactions.name}",
-    ]
+    env = [*tree, "pyvenv.cfg", f"{STATE_DIR_NAME}/{state.transactions.name}"]
     host = [*HOST.paths(), *SHARED_SYSTEM.consulted(), *map(str, args.dlopen_tables)]
+    host += search_dirs
     if target.python is not None:
         host.append(str(target.python))
-    read = ReadSet(sorted_unique(env), sorted_unique(host))
-    return remember(target.prefix, key, answer, read, since_ns=since_ns)
+    return ReadSet(sorted_unique(env), sorted_unique(host))
 
 
 # -- the flows ------------------------------------------------------------------------------
@@ -472,10 +485,9 @@ def _new_problems(
     """For a change made outside the planner (a command, an undo): the problems doctor finds
     in the facts after it that it did not find before (``facts``), compared by subject."""
     flags = target_flags(args.target, target)
-    known = diagnose(facts, flags).findings
 
     def found(now: Facts) -> list[Finding]:
-        return new_problems(known, diagnose(now, flags).findings)
+        return new_problems(diagnose(facts, flags).findings, diagnose(now, flags).findings)
 
     return found
 
@@ -501,8 +513,20 @@ def run_command(
     target, facts = open_target(args, mutating=True, on_event=on_event)
     found = _new_problems(args, target, facts)
     before = {d.dist_info for d in facts.inventory.distributions.values()}
+    search = facts.search
+    read = read_set(args, target, facts.read_paths, [*search.default_dirs, *search.ld_library_path])
+    start: list[str] = []
+
+    def ready() -> None:
+        start.append(settled_stamp(target.prefix, read))
 
     def judge() -> Judged:
+        if start and stamp(target.prefix, read) == start[0]:
+            on_event(Progress("  nothing the diagnosis reads changed: no new problems"))
+            spec = ProbeSpec(
+                code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout
+            )
+            return Judged((), spec)
         now = read_facts(args, target)
         findings = _said(found(now))
         changed = [d for d in now.inventory.distributions.values() if d.dist_info not in before]
@@ -526,6 +550,7 @@ def run_command(
         argv,
         judge=judge,
         owners=owners,
+        ready=ready,
         accept=accept,
         timeout=live.timeout,
         echo=live.echo,

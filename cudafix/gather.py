@@ -91,6 +91,7 @@ def gather(
         runtime=loads,
         shebangs=read_shebangs(target.prefix, scripts_of(inventory, elf)),
         hashed_files=hashes.hashed,
+        read_paths=tuple(tree.read_paths()),
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.env.answers import Answer, ReadSet, recall, remember
+from cudafix.env.answers import Answer, ReadSet, recall, remember, settled_stamp, stamp
 from cudafix.env.statedir import StateDir
 from cudafix.env.treecache import RACY_NS
 from scenarios import BuiltScenario
@@ -197,3 +197,19 @@ def test_a_corrupt_or_foreign_memo_is_a_cold_start(tmp_path: Path) -> None:
     assert remember(prefix, "k", Answer("out\n", 1), read, since_ns=old)
     (prefix / "lib" / "newer").write_text("")
     assert recall(prefix, "k") is None
+
+
+def test_a_write_right_after_a_settled_stamp_moves_the_stamp(tmp_path: Path) -> None:
+    """``run --`` stamps just before the command starts; a write the command makes at once,
+    keeping size and mtime, lands in a later clock tick than anything stamped, so it shows."""
+    (tmp_path / "lib").mkdir()
+    lib = tmp_path / "lib" / "libx.so"
+    read = ReadSet(("lib", "lib/libx.so"), ())
+    for _ in range(20):
+        lib.write_bytes(b"A" * 64)
+        before = lib.stat()
+        start = settled_stamp(tmp_path, read)
+        with lib.open("r+b") as fh:
+            fh.write(b"B")
+        os.utime(lib, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert stamp(tmp_path, read) != start

@@ -503,6 +503,20 @@ def test_a_command_that_mends_part_of_a_problem_is_no_new_problem(tmp_path: Path
     assert "[missing-files]" in worse.stderr and (pm / "m3.py").is_file()
 
 
+def test_a_command_that_changes_nothing_is_judged_without_reading_again(venv: Path) -> None:
+    """The stamp of what the diagnosis reads, taken as the command starts, is unchanged
+    after it: no second read, nothing new. A command that changes what it reads is judged
+    on a fresh read, and its new problem rolls it back."""
+    idle = cudafix("run", "-v", "--venv", venv, "--", "python", "-c", "pass")
+    assert idle.returncode == 0, idle.stderr
+    assert "nothing the diagnosis reads changed" in idle.stderr
+    target = site_dir(venv) / "pa_mod.py"
+    broke = cudafix("run", "-v", "--venv", venv, "--no-probe", "--", "rm", str(target))
+    assert broke.returncode == 1, broke.stderr
+    assert "nothing the diagnosis reads changed" not in broke.stderr
+    assert "[missing-files]" in broke.stderr and target.is_file()
+
+
 def test_a_process_that_leaves_the_group_does_not_outlive_the_run(venv: Path) -> None:
     """``setsid`` takes a descendant out of the command's process group, so stopping the
     group misses it; cudafix is its subreaper, and stops it before judging, so it cannot

@@ -10,6 +10,9 @@ dist-info files, ELF objects: what an in-place write could change, see
 Each is compared on (inode, mode, size, mtime, ctime); no write from user space leaves
 ctime alone.
 
+``cudafix run --`` uses the same stamp to see whether the command changed anything the
+diagnosis reads (:func:`settled_stamp` before it, :func:`stamp` after).
+
 An answer is remembered only when none of those changed within ``RACY_NS`` before its
 command started, so a change made while it ran can never hide behind the stamp taken
 after. The file is plain JSON in ``.cudafix/cache/``; a missing, foreign or corrupt one is
@@ -22,6 +25,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -68,11 +72,16 @@ class ReadSet:
     """Absolute paths outside it (system libraries, their directories, ``ld.so.cache``)."""
 
 
+TICK_NS = 20_000_000
+"""More than one tick of the clock file timestamps come from (the kernel's coarse clock)."""
+
+
 @dataclass(frozen=True)
 class _Stamp:
     digest: str
     newest_ns: int
-    """The latest mtime or ctime among the paths (the racy check)."""
+    """The latest ctime among the paths (the racy check): every change moves ctime to the
+    kernel's clock, and no user-space call sets it (mtime can be set anywhere, even ahead)."""
 
 
 def answer_key(command: Sequence[object], style: Mapping[str, object]) -> str:
@@ -115,22 +124,37 @@ def remember(prefix: Path, key: str, answer: Answer, read: ReadSet, *, since_ns:
     ``since_ns`` is when the command started: a path changed after ``since_ns - RACY_NS``
     may have changed while the answer was being computed.
     """
-    stamp = _stamp(prefix, read)
-    if stamp.newest_ns >= since_ns - RACY_NS:
+    now = _stamp(prefix, read)
+    if now.newest_ns >= since_ns - RACY_NS:
         return False
     path = StateDir(prefix).answers
     old = load_cache(path, FORMAT, VERSION) or {}
-    answers = old.get("answers") if old.get("stamp") == stamp.digest else None
+    answers = old.get("answers") if old.get("stamp") == now.digest else None
     kept = dict(answers) if isinstance(answers, dict) else {}
     kept.pop(key, None)
     kept[key] = {"out": answer.out, "code": answer.code}
     body = {
         "env": list(read.env),
         "host": list(read.host),
-        "stamp": stamp.digest,
+        "stamp": now.digest,
         "answers": dict(list(kept.items())[-KEPT:]),
     }
     return save_cache(path, FORMAT, VERSION, body)
+
+
+def stamp(prefix: Path, read: ReadSet) -> str:
+    """The digest of the stat of every path in ``read``, as they are now."""
+    return _stamp(prefix, read).digest
+
+
+def settled_stamp(prefix: Path, read: ReadSet) -> str:
+    """:func:`stamp`, returned only once the clock has moved a tick past the newest change
+    it saw: a write after this returns stamps that path with a later time, so a later
+    :func:`stamp` differs (a write in the same tick as the last change could not show)."""
+    now = _stamp(prefix, read)
+    wait = (now.newest_ns + TICK_NS - time.time_ns()) / 1e9
+    time.sleep(min(max(wait, 0.0), TICK_NS / 1e9))
+    return now.digest
 
 
 def _stamp(prefix: Path, read: ReadSet) -> _Stamp:
@@ -154,7 +178,7 @@ def _add(values: array[int], path: str, stat: Callable[[str], os.stat_result], n
         values.append(-1)
         return newest
     values.extend((st.st_ino & _INODE_MASK, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return max(newest, st.st_mtime_ns, st.st_ctime_ns)
+    return max(newest, st.st_ctime_ns)
 
 
 def _code_stamp() -> list[object]:

@@ -229,11 +229,10 @@ class TreeCache:
             self._dirty = True
         if not self._dirty:
             return True
+        for rel, listing in self._listings.items():
+            listing.watched = self._watched_names(rel, listing)  # read_paths reuses them
         body = {
-            "dirs": {
-                rel: _encode_listing(v, self._watched_names(rel, v))
-                for rel, v in self._listings.items()
-            },
+            "dirs": {rel: _encode_listing(v, v.watched or ()) for rel, v in self._listings.items()},
             "watch": sorted(self._watch),
             "dists": {k: [key, value] for k, (key, value) in self._dists.items()},
         }

@@ -47,6 +47,9 @@ class Facts:
     runtime: BoundLoads = field(default_factory=BoundLoads)
     """Run-time loads of the environment's framework objects, with the row saying so;
     ``dlopen`` already holds them as edges."""
+    read_paths: tuple[str, ...] = ()
+    """The tree these facts were read from: directories listed and files watched
+    (:meth:`cudafix.env.treecache.TreeCache.read_paths`); unchanged stats, unchanged facts."""
 
     @cached_property
     def extras(self) -> Mapping[DistName, frozenset[str]]:

@@ -45,6 +45,10 @@ Owners = Callable[[Sequence[str]], list[str]]
 """``NAME==VERSION`` of the distributions whose RECORD claims any of the paths."""
 
 
+def _nothing() -> None:
+    return None
+
+
 def _no_owners(_paths: Sequence[str]) -> list[str]:
     return []
 
@@ -60,6 +64,8 @@ class GuardArgs:
     echo: tuple[int, int]
     """File descriptors the command's stdout and stderr are copied to."""
     owners: Owners = _no_owners
+    ready: Callable[[], None] = _nothing
+    """Called last before the command starts (the snapshot taken): the state it starts from."""
 
 
 COPY_LIMIT = 1 << 20
@@ -89,13 +95,14 @@ def run_guarded(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     command: Sequence[str] = (),
     owners: Owners = _no_owners,
+    ready: Callable[[], None] = _nothing,
     on_event: OnEvent = quiet,
 ) -> GuardedRun:
     """Snapshot the whole environment, run ``argv`` (output copied live to ``echo``), then
     commit only when it succeeded, ``judge`` (what the environment looks like now) has
     nothing new and its probes pass; otherwise roll back and raise. ``accept`` commits
     despite ``judge``'s findings; ``timeout`` stops the command and rolls back."""
-    args = GuardArgs(tuple(argv), judge, accept, timeout, echo, owners)
+    args = GuardArgs(tuple(argv), judge, accept, timeout, echo, owners, ready)
     with RunContext.open(prefix, lock_timeout, on_event) as ctx:
         ctx.require_no_pending()
         tx = ctx.begin(steps.Opening(kind="run", command=tuple(command), argv=tuple(argv)))
@@ -132,6 +139,7 @@ class _Guarded:
         ctx.on_event(Progress(f"running {shlex.join(args.argv)}"))
         pins = snapshot.pin(tx, self.manifest)
         try:
+            args.ready()
             done, intrusion = self._run()
             taken = self._state_taken(pins)
         finally:

@@ -27,7 +27,7 @@ from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
 from cudafix.model.errors import DamagedState, UnsafeState
 from cudafix.tx.journal import append as journal_append
-from cudafix.tx.journal import crash_point, fail_point
+from cudafix.tx.journal import crash_point, fail_point, hooks_armed
 from cudafix.tx.steps import StateRebuilt
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
@@ -213,7 +213,13 @@ def never(_path: str, _size: int) -> bool:
 
 
 def _snap_one(
-    prefix: Path, store: Path, path: str, detach: bool, made: set[str], copy: CopyWhen
+    prefix: Path,
+    store: Path,
+    path: str,
+    detach: bool,
+    made: set[str],
+    copy: CopyWhen,
+    hooks: bool,
 ) -> Entry:
     """Snapshot one path. ``made`` holds the directories this snapshot created so far: paths
     come sorted, parents first, so most files need no ``mkdir`` of their own. Plain ``str``
@@ -238,9 +244,11 @@ def _snap_one(
         return Entry(path, "fifo", mode=mode)
     if not stat.S_ISREG(st.st_mode):
         raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory (a socket?)", live)
-    fail_point("snapshot")
+    if hooks:
+        fail_point("snapshot")
     sha = _link_or_copy(live, dest, copy(path, st.st_size))
-    crash_point("snapshot-file")
+    if hooks:
+        crash_point("snapshot-file")
     linked = os.lstat(dest) if sha is None else None
     return Entry(
         path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha, detach,
@@ -253,12 +261,20 @@ ROOT = ""
 
 
 def _listing(prefix: Path, directory: str) -> tuple[str, ...] | None:
-    """The names in ``directory`` (cudafix's own state left out of the prefix's)."""
-    path = prefix / directory
-    if path.is_symlink() or not path.is_dir():
+    """The names in ``directory`` (cudafix's own state left out of the prefix's); None when
+    it is not a directory, or a symlink (opened with ``O_NOFOLLOW``, never followed)."""
+    try:
+        fd = os.open(f"{prefix}/{directory}", _LIST_FLAGS)
+    except OSError:
         return None
-    names = (p.name for p in path.iterdir())
+    try:
+        names = os.listdir(fd)  # noqa: PTH208 - a descriptor, not a path
+    finally:
+        os.close(fd)
     return tuple(sorted(n for n in names if directory != ROOT or n != STATE_DIR_NAME))
+
+
+_LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _join(directory: str, name: str) -> str:
@@ -284,7 +300,8 @@ def take(
     store = tx.snapshot
     statedir.ensure_dir(store, mode=0o700)
     made = {""}
-    entries = tuple(_snap_one(prefix, store, p, p in rewritten, made, copy) for p in every)
+    hooks = hooks_armed()
+    entries = tuple(_snap_one(prefix, store, p, p in rewritten, made, copy, hooks) for p in every)
     listings = {
         e.path: names
         for e in entries
