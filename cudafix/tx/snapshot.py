@@ -293,8 +293,10 @@ def take(
 
     Files ``copy`` picks are copied, so even a write in place can be undone. ``whole``:
     ``paths`` are every entry of the prefix, so what appears beside them goes on restore."""
-    # A path below a symlink is the symlink's (its entry restores it); never followed.
-    wanted = _acceptable(prefix, expand(prefix, paths))
+    # A path below a symlink is the symlink's (its entry restores it); never followed. The
+    # paths asked for are checked; what expanding them walks below is sound by construction
+    # (names from listdir, under a real directory, symlinked directories not descended).
+    wanted = expand(prefix, _acceptable(prefix, paths))
     every = sorted(set(wanted) | ancestors(wanted))
     rewritten = set(detach)
     store = tx.snapshot
