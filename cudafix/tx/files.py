@@ -7,6 +7,7 @@ plan. Only ``tx/`` calls this: it writes inside the environment, never through a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 from pathlib import Path
@@ -130,18 +131,25 @@ def complete_deletions(prefix: Path, plan: Plan, manifest: snapshot.Manifest) ->
 
 def _prune_empty_parents(prefix: Path, plan: Plan) -> None:
     """Remove directories the deletions left empty, up to site-packages, as uv does (pip
-    leaves some), so the post-state is the same whichever backend ran."""
+    leaves some), so the post-state is the same whichever backend ran.
+
+    Each ancestor is tried once, deepest first (a directory empties only once its
+    subdirectories are gone); none at or below a symlink is touched.
+    """
     stops = {"", *plan.target.site_packages}
-    for path in sorted(plan.deleted_paths, key=lambda p: -p.count("/")):
+    dirs: set[str] = set()
+    for path in plan.deleted_paths:
         parent = posixpath.dirname(path)
-        while parent not in stops and not (prefix / parent).is_symlink():
-            here = prefix / parent
-            if here.is_dir():
-                try:
-                    here.rmdir()
-                except OSError:  # not empty
-                    break
+        while parent not in stops and parent not in dirs:
+            dirs.add(parent)
             parent = posixpath.dirname(parent)
+    linked: set[str] = set()
+    for directory in sorted(dirs, key=lambda d: d.count("/")):
+        if posixpath.dirname(directory) in linked or (prefix / directory).is_symlink():
+            linked.add(directory)
+    for directory in sorted(dirs - linked, key=lambda d: -d.count("/")):
+        with contextlib.suppress(OSError):  # not empty, or not there
+            (prefix / directory).rmdir()
 
 
 def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[str]:
