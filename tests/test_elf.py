@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import random
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_E_MACHINE
+from elftools.elf.hash import ELFHashTable, GNUHashTable
 
 from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf
 from cudafix.linker.ldcache import (
@@ -20,6 +25,7 @@ from cudafix.linker.ldcache import (
 )
 from scenarios.cc import SharedObject, compile_shared
 from tests.support.loadertree import lib
+from tests.support.rawelf import raw_elf
 
 
 def test_reads_soname_needed_rpath_runpath(tmp_path: Path) -> None:
@@ -62,14 +68,16 @@ def test_linker_script_and_plain_text(tmp_path: Path) -> None:
     assert isinstance(result, ElfProblem) and result.reason == "not-elf"
 
 
-@pytest.mark.parametrize("keep", [2, 40, 100, 1000, 3000, 6000])
-def test_truncated_never_raises(tmp_path: Path, keep: int) -> None:
-    good = lib(tmp_path / "libgood.so.1")
+def test_every_cut_is_truncated(tmp_path: Path) -> None:
+    """A file cut at any byte, as a full disk or an interrupted copy leaves it."""
+    good = lib(tmp_path / "libgood.so.1").read_bytes()
     cut = tmp_path / "libcut.so.1"
-    cut.write_bytes(good.read_bytes()[:keep])
-    result = read_elf(cut)
-    assert isinstance(result, ElfProblem) and result.reason == "truncated"
-    assert str(cut) in result.detail
+    cut.write_bytes(good)
+    for keep in range(len(good) - 1, 0, -1):
+        os.truncate(cut, keep)
+        result = read_elf(cut)
+        assert isinstance(result, ElfProblem) and result.reason == "truncated", keep
+        assert str(cut) in result.detail
 
 
 def test_corrupt_headers_never_raise(tmp_path: Path) -> None:
@@ -80,6 +88,20 @@ def test_corrupt_headers_never_raise(tmp_path: Path) -> None:
         bad = tmp_path / f"bad{offset}.so"
         bad.write_bytes(bytes(data))
         assert isinstance(read_elf(bad), ElfInfo | ElfProblem)
+
+
+def test_random_damage_is_a_verdict(tmp_path: Path) -> None:
+    """Bytes scribbled anywhere (headers, dynamic segment, strings, hash tables): a verdict."""
+    good = compile_shared(SharedObject(output=tmp_path / "_m.so", python_module="_m"))
+    data = good.read_bytes()
+    rng = random.Random(0)
+    for _ in range(1500):
+        damaged = bytearray(data)
+        for _ in range(rng.choice((1, 2, 8))):
+            damaged[rng.randrange(rng.choice((4096, len(data))))] = rng.randrange(256)
+        good.write_bytes(damaged)
+        result = read_elf(good)
+        assert isinstance(result, ElfInfo) or result.reason != "unreadable", result
 
 
 def test_unreadable_and_not_dynamic(tmp_path: Path) -> None:
@@ -197,3 +219,139 @@ def test_an_extension_module_is_known_by_its_pyinit_export(tmp_path: Path) -> No
         "libtorch_cuda.so": None,
         "_v.so.1": None,
     }
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(value.split(":")) if value else ()
+
+
+def _pyelftools_facts(path: Path) -> ElfInfo:
+    """The same facts through pyelftools, an independent reader (it takes strings from the
+    section table's ``.dynstr`` when there is one, else from DT_STRTAB)."""
+    with path.open("rb") as fh:
+        elf = ELFFile(fh)
+        dyn = next(elf.iter_segments("PT_DYNAMIC"))
+        needed, strings, flags_1 = [], {}, 0
+        for tag in dyn.iter_tags():
+            kind = tag.entry.d_tag
+            if kind == "DT_NEEDED":
+                needed.append(tag.needed)
+            elif kind in ("DT_SONAME", "DT_RPATH", "DT_RUNPATH"):
+                strings[kind] = getattr(tag, kind[3:].lower())
+            elif kind == "DT_FLAGS_1":
+                flags_1 = tag.entry.d_val
+        interp = next(elf.iter_segments("PT_INTERP"), None)
+        module = path.name.split(".", 1)[0]
+        _, gnu = dyn.get_table_offset("DT_GNU_HASH")
+        _, sysv = dyn.get_table_offset("DT_HASH")
+        table = (
+            GNUHashTable(elf, gnu, dyn) if gnu is not None else ELFHashTable(elf, sysv, None, dyn)
+        )
+        symbol = table.get_symbol(f"PyInit_{module}") if path.name.endswith(".so") else None
+        return ElfInfo(
+            elf_class=elf.elfclass,
+            machine=str(elf["e_machine"]),
+            soname=strings.get("DT_SONAME"),
+            needed=tuple(needed),
+            rpath=_split(strings.get("DT_RPATH")),
+            runpath=_split(strings.get("DT_RUNPATH")),
+            nodeflib=bool(flags_1 & 0x800),
+            interpreter=interp.get_interp_name() if interp is not None else None,
+            python_module=module if symbol and symbol["st_shndx"] != "SHN_UNDEF" else None,
+        )
+
+
+_IMPORTS_PYINIT = "extern void *PyInit__u(void);\nvoid *cudafix_ref(void) { return PyInit__u; }"
+
+
+def test_gcc_built_objects_read_as_pyelftools_reads_them(tmp_path: Path) -> None:
+    dep = lib(tmp_path / "libdep.so.1")
+    sysv = ["-Wl,--hash-style=sysv"]
+    objects = [
+        lib(tmp_path / "rp.so", needed=[dep], rpath=["$ORIGIN/a", "", "/b"]),
+        lib(tmp_path / "libru.so.2", needed=[dep, "m"], rpath=["/x"], runpath=True),
+        compile_shared(SharedObject(output=tmp_path / "_gnu.so", python_module="_gnu")),
+        compile_shared(
+            SharedObject(output=tmp_path / "_sysv.so", python_module="_sysv", extra_flags=sysv)
+        ),
+        compile_shared(
+            SharedObject(output=tmp_path / "_n.so", extra_flags=["-Wl,-z,nodefaultlib", *sysv])
+        ),
+        compile_shared(SharedObject(output=tmp_path / "_u.so", source=_IMPORTS_PYINIT)),
+        compile_shared(
+            SharedObject(
+                output=tmp_path / "sysv" / "_u.so", source=_IMPORTS_PYINIT, extra_flags=sysv
+            )
+        ),
+        Path(sys.executable).resolve(),
+    ]
+    for path in objects:
+        assert read_elf(path) == _pyelftools_facts(path), path
+    modules = {p.name: read_elf(p).python_module for p in objects[2:4]}  # type: ignore[union-attr]
+    assert modules == {"_gnu.so": "_gnu", "_sysv.so": "_sysv"}
+
+
+def test_a_32_bit_object_reads_as_pyelftools_reads_it(tmp_path: Path) -> None:
+    source = tmp_path / "t.c"
+    source.write_text("int f(void) { return 1; }\n")
+    obj, out = tmp_path / "t.o", tmp_path / "libt32.so"
+    try:
+        subprocess.run(["gcc", "-m32", "-fPIC", "-c", "-o", obj, source], check=True)
+        subprocess.run(
+            ["ld", "-m", "elf_i386", "-shared", "-soname", out.name, "-o", out, obj], check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("gcc -m32 or ld -m elf_i386 is not available")
+    info = read_elf(out)
+    assert info == _pyelftools_facts(out)
+    assert isinstance(info, ElfInfo) and (info.elf_class, info.machine) == (32, "EM_386")
+
+
+@pytest.mark.parametrize("gnu_hash", [True, False], ids=["gnu-hash", "sysv-hash"])
+@pytest.mark.parametrize(
+    ("elf_class", "big_endian", "machine"),
+    [(64, False, 183), (64, True, 21), (32, False, 40), (32, True, 20)],
+    ids=["aarch64", "ppc64", "arm", "ppc"],
+)
+def test_every_layout_reads_as_pyelftools_reads_it(
+    tmp_path: Path, elf_class: int, big_endian: bool, machine: int, gnu_hash: bool
+) -> None:
+    """Both classes and byte orders, no section table: every address goes through PT_LOAD."""
+    data = raw_elf(
+        elf_class=elf_class,
+        big_endian=big_endian,
+        machine=machine,
+        soname="libx.so.1",
+        needed=["liba.so", "libb.so.2"],
+        runpath="$ORIGIN:/opt",
+        flags_1=0x800,
+        interp="/lib/ld.so.1",
+        defined=["PyInit__x", "f", "g"],
+        undefined=["PyInit__y"],
+        gnu_hash=gnu_hash,
+    )
+    found = []
+    for name in ("_x.so", "_y.so", "_z.so"):  # PyInit_ defined, imported, absent
+        (tmp_path / name).write_bytes(data)
+        info = read_elf(tmp_path / name)
+        assert info == _pyelftools_facts(tmp_path / name)
+        assert isinstance(info, ElfInfo)
+        found.append(info)
+    assert [info.python_module for info in found] == ["_x", None, None]
+    facts = (info.elf_class, info.soname, info.needed, info.runpath, info.nodeflib)
+    assert facts == (elf_class, "libx.so.1", ("liba.so", "libb.so.2"), ("$ORIGIN", "/opt"), True)
+    assert info.interpreter == "/lib/ld.so.1"
+
+
+def test_machine_names_are_pyelftools_names(tmp_path: Path) -> None:
+    """The names Linux machines have, and pyelftools' decimal string for an unknown one."""
+    path = tmp_path / "libm.so"
+    named = {}
+    for value in sorted({v for v in ENUM_E_MACHINE.values() if isinstance(v, int)} | {0xBEEF}):
+        path.write_bytes(raw_elf(machine=value))
+        ours, theirs = read_elf(path).machine, _pyelftools_facts(path).machine  # type: ignore[union-attr]
+        assert ours in (theirs, str(value)), value
+        named[theirs] = ours
+    common = ["EM_X86_64", "EM_386", "EM_AARCH64", "EM_ARM", "EM_PPC64", "EM_S390", "EM_RISCV"]
+    assert [named[m] for m in common] == common
+    assert named["48879"] == "48879"

@@ -27,8 +27,8 @@ from cudafix.model.names import EnvPath, is_so_name
 log = logging.getLogger("cudafix.linker.elfindex")
 
 CACHE_FORMAT = "cudafix-elf-cache"
-CACHE_VERSION = 4  # 2: garbage dynamic tags are problems; non-ELF files as stat keys only;
-# 4: python_module (PyInit_ export)
+CACHE_VERSION = 5  # 2: garbage dynamic tags are problems; non-ELF files as stat keys only;
+# 4: python_module (PyInit_ export); 5: own reader, section table unread (as by ld.so)
 _NOT_ELF = ("not-elf", "linker-script")
 
 Reader = Callable[[Path], "ElfInfo | ElfProblem"]

@@ -3,8 +3,8 @@
 Every run asks the same questions of the host: the ELF facts of a dozen system libraries
 (libc, libstdc++ ...) and of cudafix's own interpreter, what the host ld.so answers to
 ``--help`` (a subprocess), and the parsed ``/etc/ld.so.cache``. None of it changes unless
-its file does, so a warm run answers from ``.cudafix/cache/host-cache.json`` and never
-imports pyelftools. A file changed within ``treecache.RACY_NS`` of the read is not
+its file does, so a warm run answers from ``.cudafix/cache/host-cache.json`` without
+parsing any of it again. A file changed within ``treecache.RACY_NS`` of the read is not
 remembered (its mtime cannot vouch for its bytes yet).
 
 System lookups happen while resolving, after the facts are gathered, so the cache is

@@ -6,5 +6,6 @@
 ``cli``         the CLI run as a user runs it, and its one-line-error contract
 ``facts``       planner facts made by hand (no venv)
 ``loadertree``  trees of real shared objects, ``ldd`` and cudafix's loader side by side
+``rawelf``      minimal shared objects of any ELF class, byte order and machine, byte by byte
 ``tty``         the CLI on a real terminal (a pty)
 """
