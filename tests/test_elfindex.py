@@ -24,8 +24,8 @@ class Counter:
     def __init__(self) -> None:
         self.paths: list[Path] = []
 
-    def __call__(self, path: Path) -> ElfInfo | ElfProblem:
-        self.paths.append(path)
+    def __call__(self, path: str) -> ElfInfo | ElfProblem:
+        self.paths.append(Path(path))
         return read_elf_nofollow(path)
 
 

@@ -228,7 +228,7 @@ def _read_staged(root: Path, site: EnvPath, find_links: Sequence[str]) -> list[S
                 continue
             files[path] = entry.sha256
             if is_so_name(path):
-                verdict = read_elf_nofollow(root / path)
+                verdict = read_elf_nofollow(str(root / path))
                 if isinstance(verdict, ElfInfo):
                     elf[path] = verdict
         meta = _metadata(info / "METADATA")

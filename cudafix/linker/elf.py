@@ -10,6 +10,7 @@ made thousands of small reads per object and dominated an uncached ``doctor`` ru
 from __future__ import annotations
 
 import os
+import posixpath
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -245,7 +246,7 @@ class _File:
         return None
 
 
-def read_elf(path: Path, *, follow_symlinks: bool = True) -> ElfInfo | ElfProblem:
+def read_elf(path: str | Path, *, follow_symlinks: bool = True) -> ElfInfo | ElfProblem:
     """Read ``path``'s dynamic facts (never the whole file).
 
     Only the pages holding the headers, the dynamic segment, its strings and one hash
@@ -268,7 +269,7 @@ def read_elf(path: Path, *, follow_symlinks: bool = True) -> ElfInfo | ElfProble
         os.close(fd)
 
 
-def _read_fd(path: Path, fd: int) -> ElfInfo | ElfProblem:
+def _read_fd(path: str | Path, fd: int) -> ElfInfo | ElfProblem:
     head = os.pread(fd, _PAGE, 0)
     if not is_elf(head):
         if head and len(head) < len(ELF_MAGIC) and ELF_MAGIC.startswith(head):
@@ -286,14 +287,14 @@ def _read_fd(path: Path, fd: int) -> ElfInfo | ElfProblem:
         return ElfProblem(reason, f"{path}: {exc}")
 
 
-def _not_elf(path: Path, head: bytes) -> ElfProblem:
+def _not_elf(path: str | Path, head: bytes) -> ElfProblem:
     text = head.lstrip()
     if any(word in text for word in _LINKER_SCRIPT_WORDS):
         return ElfProblem("linker-script", f"{path}: a GNU ld linker script, not an ELF object")
     return ElfProblem("not-elf", f"{path}: no ELF magic")
 
 
-def _parse(path: Path, file: _File, layout: _Layout) -> ElfInfo | ElfProblem:
+def _parse(path: str | Path, file: _File, layout: _Layout) -> ElfInfo | ElfProblem:
     machine, phoff, shoff, phentsize, phnum, shentsize, shnum = file.unpack(
         layout.header, 0, "ELF header"
     )
@@ -359,11 +360,11 @@ def _parse(path: Path, file: _File, layout: _Layout) -> ElfInfo | ElfProblem:
         runpath,
         nodeflib,
         _interpreter(file, interp.offset) if interp is not None else None,
-        _python_module(file, layout, loads, first, string, path.name),
+        _python_module(file, layout, loads, first, string, posixpath.basename(path)),
     )
 
 
-def _cut_short(path: Path, size: int, sections_end: int) -> ElfProblem:
+def _cut_short(path: str | Path, size: int, sections_end: int) -> ElfProblem:
     """Which table runs past the end, in words (a broken section table alone is named)."""
     if sections_end > size:
         return ElfProblem(
