@@ -213,3 +213,17 @@ def test_a_write_right_after_a_settled_stamp_moves_the_stamp(tmp_path: Path) -> 
             fh.write(b"B")
         os.utime(lib, ns=(before.st_atime_ns, before.st_mtime_ns))
         assert stamp(tmp_path, read) != start
+
+
+def test_an_answer_file_another_user_owns_is_never_given(tmp_path: Path) -> None:
+    """An answer is printed as it was rendered: one planted by another user (who may own the
+    environment being inspected) could say anything, terminal escapes included."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    prefix = tmp_path / "env"
+    (prefix / "lib").mkdir(parents=True)
+    read = ReadSet(("lib",), ())
+    assert remember(prefix, "k", Answer("\x1b]0;forged\x07Healthy\n", 0), read, since_ns=2**62)
+    assert recall(prefix, "k") is not None
+    os.chown(StateDir(prefix).answers, 65534, 65534)
+    assert recall(prefix, "k") is None

@@ -142,7 +142,7 @@ def answer_once(
         answer, keep = compute(events)
         if keep and not events.more_than_progress:
             app.remember_answer(facts, key, answer, since_ns=started)
-    click.echo(answer.out, color=colour)
+    echo_out(answer.out)
     raise click.exceptions.Exit(answer.code)
 
 
@@ -480,7 +480,7 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
             raise UsageError(f"cannot write the plan to {flags.out}: {exc.strerror}") from exc
     if flags.dry_run:
         answer = dry_run_answer(plan, flags.as_json)
-        click.echo(answer.out)
+        echo_out(answer.out)
         raise click.exceptions.Exit(answer.code)
     if not flags.as_json:
         click.echo(render_plan(plan, stdout_style(), dry_run=False, verbosity=OUTPUT.verbosity))

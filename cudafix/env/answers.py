@@ -102,8 +102,13 @@ def answer_key(command: Sequence[object], style: Mapping[str, object]) -> str:
 
 
 def recall(prefix: Path, key: str) -> Answer | None:
-    """The answer remembered for ``key``, if nothing it was read from changed since."""
-    data = load_cache(StateDir(prefix).answers, FORMAT, VERSION)
+    """The answer remembered for ``key``, if nothing it was read from changed since.
+
+    Only a file this user wrote is trusted: an answer is printed as it was rendered, so
+    one planted by another user (who may own the environment) could say anything, escape
+    sequences included.
+    """
+    data = load_cache(StateDir(prefix).answers, FORMAT, VERSION, own=True)
     if data is None:
         return None
     try:

@@ -278,15 +278,19 @@ def save_cache_file(path: Path, text: str) -> bool:
     return True
 
 
-def load_cache(path: Path, fmt: str, version: int) -> dict[str, Any] | None:
+def load_cache(path: Path, fmt: str, version: int, *, own: bool = False) -> dict[str, Any] | None:
     """A cache file :func:`save_cache` wrote with this format and version, else None.
 
     The one way caches are read: never through a final symlink (a planted link could
-    point anywhere), and a missing, corrupt or foreign file is only a cold start.
+    point anywhere), and a missing, corrupt or foreign file is only a cold start. ``own``:
+    only a file this user owns (checked on the open descriptor), for what is printed as
+    it was stored.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
+            if own and os.fstat(fd).st_uid != os.geteuid():
+                return None
             data = json.load(fh)
     except (OSError, ValueError):
         return None
