@@ -77,6 +77,13 @@ def forget_state(venv: Path) -> None:
     shutil.rmtree(venv / STATE_DIR, ignore_errors=True)
 
 
+def forget_answers(venv: Path) -> None:
+    """Remove the remembered answers only: the next ``doctor`` or dry run computes its
+    answer on warm caches (what a changed environment costs; a remembered answer is
+    ``make bench-real``'s goal 2)."""
+    (venv / STATE_DIR / "cache" / "answers.json").unlink(missing_ok=True)
+
+
 def drop_page_cache() -> bool:
     """``sync; echo 3 > /proc/sys/vm/drop_caches``; False when not permitted."""
     subprocess.run(["sync"], check=False)
