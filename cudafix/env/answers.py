@@ -154,8 +154,8 @@ def stamp(prefix: Path, read: ReadSet) -> str:
 
 def settled_stamp(prefix: Path, read: ReadSet) -> str:
     """:func:`stamp`, returned only once the clock has moved a tick past the newest change
-    it saw: a write after this returns stamps that path with a later time, so a later
-    :func:`stamp` differs (a write in the same tick as the last change could not show)."""
+    it saw: any write after it returns gives its path a later ctime, so a later
+    :func:`stamp` differs (a write in the same tick as the last change might not show)."""
     now = _stamp(prefix, read)
     wait = (now.newest_ns + TICK_NS - time.time_ns()) / 1e9
     time.sleep(min(max(wait, 0.0), TICK_NS / 1e9))
