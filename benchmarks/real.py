@@ -86,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if "goals" in only:
             m = goals.goal_runs(env, venv, args.plan_dist, args.tx_dist)
             wheel = goals.Wheel(args.cache_pin, args.cache_index)
-            results["goals"] = emit(goals.summary(m, goals.cache_growth(env, venv, wheel)))
+            growth, install_seconds = goals.cache_growth(env, venv, wheel)
+            results["goals"] = emit(goals.summary(m, growth, install_seconds))
         if "1" in only:
             plan = sections.plan_cold_warm(env, venv, args.plan_dist, fixtures.link_copy)
             results["plan"] = emit(plan)
