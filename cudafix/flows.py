@@ -520,24 +520,23 @@ def run_command(
     def ready() -> None:
         start.append(settled_stamp(target.prefix, read))
 
-    def judge() -> Judged:
-        if start and stamp(target.prefix, read) == start[0]:
-            on_event(Progress("  nothing the diagnosis reads changed: no new problems"))
-            spec = ProbeSpec(
-                code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout
-            )
-            return Judged((), spec)
-        now = read_facts(args, target)
-        findings = _said(found(now))
-        changed = [d for d in now.inventory.distributions.values() if d.dist_info not in before]
-        modules = sorted({m for d in changed for m in d.top_level}) if run.auto_probes else []
-        spec = ProbeSpec(
+    def probes(modules: Sequence[str]) -> ProbeSpec:
+        return ProbeSpec(
             modules=tuple(modules),
             code=run.probe_code,
             commands=run.probe_commands,
             timeout=run.probe_timeout,
         )
-        return Judged(tuple(findings), spec)
+
+    def judge() -> Judged:
+        if start and stamp(target.prefix, read) == start[0]:
+            on_event(Progress("  nothing the diagnosis reads changed: no new problems"))
+            return Judged((), probes(()))
+        now = read_facts(args, target)
+        findings = _said(found(now))
+        changed = [d for d in now.inventory.distributions.values() if d.dist_info not in before]
+        modules = sorted({m for d in changed for m in d.top_level}) if run.auto_probes else []
+        return Judged(tuple(findings), probes(modules))
 
     dists, owned = facts.inventory.distributions, facts.inventory.owners
 
