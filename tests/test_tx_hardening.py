@@ -10,6 +10,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_transaction import BAD, OK, _run_child, assert_same
@@ -27,6 +28,8 @@ from cudafix.tx.apply import run_transaction
 from cudafix.tx.history import history, show
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from cudafix.tx.recovery import pending_transactions, recover
+from cudafix.tx.snapshot import Entry, post_state_from_json
+from cudafix.tx.snapshot import load as load_manifest
 from cudafix.tx.steps import Opening, RollbackBegin
 from cudafix.tx.undo import undo
 from scenarios.fingerprint import fingerprint
@@ -121,7 +124,9 @@ def test_manifest_paths_outside_are_refused(
         key = next(iter(data["listings"]))
         data["listings"][key].append("../../../../outside")
     else:
-        data["entries"].append(tamper)
+        assert isinstance(tamper, dict)
+        written = vars(Entry(**tamper))
+        data["rows"].append([written[f] for f in data["fields"]])
     t.manifest.write_text(json.dumps(data))
     mid = fingerprint(prefix)
     with pytest.raises(DamagedState) as info:
@@ -136,17 +141,62 @@ def test_manifest_paths_outside_are_refused(
     assert [e.state for e in history(prefix)] == ["pending"]
 
 
+def _older_form(data: dict[str, Any]) -> dict[str, Any]:
+    """The manifest as cudafix wrote it before rows: one dict per entry."""
+    entries = [dict(zip(data["fields"], row, strict=True)) for row in data["rows"]]
+    return {"entries": entries, "listings": data["listings"]}
+
+
+def test_manifest_of_an_older_cudafix_still_restores(
+    venv: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A transaction left pending by a cudafix that wrote one dict per entry: recover reads
+    that form, restores byte-identically, and still refuses a path outside in it."""
+    prefix, wheels = venv
+    before = fingerprint(prefix)
+    t = _only_tx(_crashed(prefix, wheels, tmp_path))
+    data = _older_form(json.loads(t.manifest.read_text()))
+    t.manifest.write_text(
+        json.dumps({**data, "entries": [*data["entries"], {"path": "../x", "kind": "absent"}]})
+    )
+    with pytest.raises(DamagedState):
+        recover(prefix)
+    t.manifest.write_text(json.dumps(data))
+    recover(prefix)
+    assert_same(prefix, before)
+    assert [e.state for e in history(prefix)] == ["rolled-back"]
+
+
 def test_post_state_outside_is_refused_by_undo(venv: tuple[Path, Path], tmp_path: Path) -> None:
     prefix, wheels = venv
     done = run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
     post = StateDir(prefix).tx(done.txid).post
     data = json.loads(post.read_text())
-    data["../../outside"] = ["dir", 0o777, []]
+    data["changed"]["../../outside"] = ["dir", 0o777, []]
     post.write_text(json.dumps(data))
     after = fingerprint(prefix)
     with pytest.raises(DamagedState, match="post-state"):
         undo(prefix, done.txid)
     assert fingerprint(prefix) == after
+
+
+def test_post_state_of_an_older_cudafix_still_undoes(
+    venv: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A post-state written before it was kept as a difference from the manifest (every path
+    itself) is still checked and undone; one naming a path outside is still refused."""
+    prefix, wheels = venv
+    before = fingerprint(prefix)
+    done = run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    t = StateDir(prefix).tx(done.txid)
+    whole = post_state_from_json(json.loads(t.post.read_text()), load_manifest(t))
+    assert len(whole) > len(json.loads(t.post.read_text())["changed"])
+    t.post.write_text(json.dumps({**whole, "../outside": ["absent"]}))
+    with pytest.raises(DamagedState, match="post-state"):
+        undo(prefix, done.txid)
+    t.post.write_text(json.dumps(whole))
+    undo(prefix, done.txid)
+    assert_same(prefix, before)
 
 
 # -- a damaged journal never discards the only copy ---------------------------------------------

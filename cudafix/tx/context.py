@@ -184,7 +184,7 @@ class RunContext:
         journal.append(tx.journal, steps.CommitBegin())
         journal.fail_point("commit")
         after = snapshot.lstat_state(self.prefix, _after_paths(self.prefix, manifest))
-        snapshot.write_json(tx.post, after)
+        snapshot.write_json(tx.post, snapshot.post_state_to_json(manifest, after))
         changed = tuple(distribution_changes(manifest, after))
         journal.append(tx.journal, steps.Commit(changed=changed))
 

@@ -17,9 +17,10 @@ import posixpath
 import resource
 import shutil
 import stat
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +69,10 @@ class Manifest:
     listings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        # vars(), not asdict(): the fields are plain values, and asdict's deep copy was a
-        # third of a whole-venv snapshot's time
-        return {"entries": [dict(vars(e)) for e in self.entries], "listings": dict(self.listings)}
+        # one row per entry under one list of field names: a whole-venv manifest holds 24k
+        # entries, and a dict per entry doubled its size and its encoding time
+        rows = [_row(e) for e in self.entries]
+        return {"fields": list(FIELDS), "rows": rows, "listings": dict(self.listings)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Manifest:
@@ -80,7 +82,7 @@ class Manifest:
         listed name one path component, so a tampered manifest can never make a restore
         act outside the environment.
         """
-        entries = tuple(_entry(e) for e in data["entries"])
+        entries = tuple(_entry(e) for e in _entry_dicts(data))
         dirs = {e.path for e in entries if e.kind == "dir"}
         listings: dict[str, tuple[str, ...]] = {}
         for key, names in dict(data["listings"]).items():
@@ -94,6 +96,24 @@ class Manifest:
 
     def by_path(self) -> dict[str, Entry]:
         return {e.path: e for e in self.entries}
+
+
+FIELDS = tuple(f.name for f in fields(Entry))
+_row = attrgetter(*FIELDS)
+
+
+def _entry_dicts(data: Mapping[str, Any]) -> Iterator[Any]:
+    """The entries of either form: rows under ``fields`` (written now), or one dict per
+    entry (written before; a transaction left pending by an older cudafix still restores)."""
+    if "rows" not in data:
+        yield from data["entries"]
+        return
+    if data["fields"] != list(FIELDS):
+        raise ValueError(f"unknown manifest fields {str(data['fields'])[:80]}")
+    for row in data["rows"]:
+        if not isinstance(row, list) or len(row) != len(FIELDS):
+            raise ValueError(f"not a snapshot row: {str(row)[:80]}")
+        yield dict(zip(FIELDS, row, strict=True))
 
 
 _ENTRY_TYPES: Mapping[str, tuple[type, ...]] = {
@@ -243,7 +263,7 @@ def _snap_one(
     if stat.S_ISFIFO(st.st_mode):  # never opened (it would block); recreated on restore
         return Entry(path, "fifo", mode=mode)
     if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "not a file, symlink, FIFO or directory (a socket?)", live)
+        raise OSError(errno.EINVAL, _NOT_SNAPSHOTTABLE, live)
     if hooks:
         fail_point("snapshot")
     sha = _link_or_copy(live, dest, copy(path, st.st_size))
@@ -275,6 +295,7 @@ def _listing(prefix: Path, directory: str) -> tuple[str, ...] | None:
 
 
 _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def _join(directory: str, name: str) -> str:
@@ -295,25 +316,131 @@ def take(
     ``paths`` are every entry of the prefix, so what appears beside them goes on restore."""
     # A path below a symlink is the symlink's (its entry restores it); never followed. The
     # paths asked for are checked; what expanding them walks below is sound by construction
-    # (names from listdir, under a real directory, symlinked directories not descended).
-    wanted = expand(prefix, _acceptable(prefix, paths))
-    every = sorted(set(wanted) | ancestors(wanted))
-    rewritten = set(detach)
+    # (names from listing a real directory by descriptor, symlinked directories not entered).
+    asked = set(_acceptable(prefix, paths))
     store = tx.snapshot
     statedir.ensure_dir(store, mode=0o700)
     made = {""}
+    rewritten = set(detach)
     hooks = hooks_armed()
-    entries = tuple(_snap_one(prefix, store, p, p in rewritten, made, copy, hooks) for p in every)
-    listings = {
-        e.path: names
-        for e in entries
-        if e.kind == "dir" and (names := _listing(prefix, e.path)) is not None
-    }
+    entries: list[Entry] = []
+    listings: dict[str, tuple[str, ...]] = {}
+    walked: set[str] = set()
+    for path in sorted(asked | ancestors(asked)):
+        if walked and any(a in walked for a in ancestors([path])):
+            continue  # a tree walked below already holds it
+        entry = _snap_one(prefix, store, path, path in rewritten, made, copy, hooks)
+        entries.append(entry)
+        if entry.kind == "dir" and path in asked:
+            tree = _Tree(prefix, store, rewritten, copy, hooks, entries, listings)
+            tree.walk(path)
+            walked.add(path)
+    for e in entries:
+        unlisted = e.kind == "dir" and e.path not in listings  # an ancestor of what was asked
+        if unlisted and (names := _listing(prefix, e.path)) is not None:
+            listings[e.path] = names
     if whole and (names := _listing(prefix, ROOT)) is not None:
         listings[ROOT] = names
-    manifest = Manifest(entries, listings)
+    entries.sort(key=attrgetter("path"))
+    manifest = Manifest(tuple(entries), listings)
     write_json(tx.manifest, manifest.to_json())
     return manifest
+
+
+@dataclass
+class _Tree:
+    """Snapshots everything below a directory in one pass: each directory is listed once,
+    by descriptor, and its names are linked, statted and recorded relative to it (no path
+    is resolved from the root again). A whole-venv snapshot is 24k entries."""
+
+    prefix: Path
+    store: Path
+    rewritten: set[str]
+    copy: CopyWhen
+    hooks: bool
+    entries: list[Entry]
+    listings: dict[str, tuple[str, ...]]
+
+    def walk(self, top: str) -> None:
+        """Entries for everything below the real directory ``top`` (snapshotted already)."""
+        base = os.open(self.prefix, _ROOT_FLAGS)  # the prefix may be reached by a symlink
+        dest = os.open(self.store, _ROOT_FLAGS)
+        try:
+            pending = [top]
+            while pending:
+                directory = pending.pop()
+                try:
+                    src = os.open(directory, _LIST_FLAGS, dir_fd=base)
+                except OSError:
+                    continue  # unreadable: recorded as a directory, its content not
+                try:
+                    dst = os.open(directory, _LIST_FLAGS, dir_fd=dest)
+                    try:
+                        pending += self._directory(directory, src, dst)
+                    finally:
+                        os.close(dst)
+                finally:
+                    os.close(src)
+        finally:
+            os.close(dest)
+            os.close(base)
+
+    def _directory(self, directory: str, src: int, dst: int) -> list[str]:
+        """Snapshot the names in one directory; its subdirectories, to be walked next."""
+        with os.scandir(src) as listed:
+            found = list(listed)
+        names, below = [], []
+        for item in found:
+            name, path = item.name, f"{directory}/{item.name}"
+            try:
+                st = item.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                self.entries.append(Entry(path, "absent"))
+                continue
+            names.append(name)
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISDIR(st.st_mode):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=dst)
+                self.entries.append(Entry(path, "dir", mode=mode))
+                below.append(path)
+            elif stat.S_ISLNK(st.st_mode):
+                target = os.readlink(name, dir_fd=src)
+                os.symlink(target, name, dir_fd=dst)
+                self.entries.append(Entry(path, "symlink", target=target))
+            elif stat.S_ISFIFO(st.st_mode):
+                self.entries.append(Entry(path, "fifo", mode=mode))
+            elif stat.S_ISREG(st.st_mode):
+                self.entries.append(self._file(path, name, st, src, dst))
+            else:
+                raise OSError(errno.EINVAL, _NOT_SNAPSHOTTABLE, f"{self.prefix}/{path}")
+        self.listings[directory] = tuple(sorted(names))
+        return below
+
+    def _file(self, path: str, name: str, st: os.stat_result, src: int, dst: int) -> Entry:
+        if self.hooks:
+            fail_point("snapshot")
+        sha = None
+        if self.copy(path, st.st_size):
+            sha = _link_or_copy(f"{self.prefix}/{path}", f"{self.store}/{path}", copy=True)
+        else:
+            try:
+                os.link(name, name, src_dir_fd=src, dst_dir_fd=dst, follow_symlinks=False)
+            except OSError as exc:
+                if exc.errno not in _COPY_ERRNOS:
+                    raise
+                sha = _link_or_copy(f"{self.prefix}/{path}", f"{self.store}/{path}", copy=True)
+        if self.hooks:
+            crash_point("snapshot-file")
+        linked = os.stat(name, dir_fd=dst, follow_symlinks=False) if sha is None else None
+        return Entry(
+            path, "file", stat.S_IMODE(st.st_mode), st.st_size, None, st.st_dev, st.st_ino,
+            st.st_mtime_ns, sha, path in self.rewritten,
+            ctime_ns=linked.st_ctime_ns if linked else 0, nlink=linked.st_nlink if linked else 0,
+        )  # fmt: skip
+
+
+_NOT_SNAPSHOTTABLE = "not a file, symlink, FIFO or directory (a socket?)"
 
 
 def _acceptable(prefix: Path, paths: Iterable[str]) -> list[str]:
@@ -623,6 +750,44 @@ def lstat_state(prefix: Path, paths: Iterable[str]) -> dict[str, list[Any]]:
             out[path] = ["dir", stat.S_IMODE(st.st_mode), sorted(os.listdir(live))]  # noqa: PTH208
         else:
             out[path] = [kind, st.st_size, st.st_mode, st.st_ino, st.st_mtime_ns, target]
+    return out
+
+
+POST_FORMAT = "cudafix-post-2"
+"""The post-state written as what differs from its manifest (a whole-venv post-state of
+24k paths is then a few rows, not 4 MB encoded and written durably on every commit)."""
+
+
+def post_state_to_json(manifest: Manifest, after: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """``after`` (from :func:`lstat_state`) less every path whose state the manifest implies."""
+    implied = _implied(manifest)
+    changed = {p: state for p, state in after.items() if implied.get(p) != state}
+    return {"format": POST_FORMAT, "changed": changed}
+
+
+def post_state_from_json(data: Any, manifest: Manifest) -> dict[str, Any]:
+    """The whole post-state again; ``ValueError`` when it is not one. A post-state written
+    before :data:`POST_FORMAT` holds every path itself."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("format") != POST_FORMAT:
+        return data  # path -> state (a path's state is a list, never a format string)
+    if set(data) != {"format", "changed"} or not isinstance(data["changed"], dict):
+        raise ValueError("not a post-state")
+    return {**_implied(manifest), **data["changed"]}
+
+
+def _implied(manifest: Manifest) -> dict[str, list[Any]]:
+    """What :func:`lstat_state` says of each path unchanged since the snapshot, where the
+    manifest records enough to say it (symlinks and FIFOs are always written out)."""
+    out: dict[str, list[Any]] = {}
+    for e in manifest.entries:
+        if e.kind == "file":
+            out[e.path] = ["other", e.size, stat.S_IFREG | e.mode, e.ino, e.mtime_ns, None]
+        elif e.kind == "dir" and e.path in manifest.listings:
+            out[e.path] = ["dir", e.mode, list(manifest.listings[e.path])]
+        elif e.kind == "absent":
+            out[e.path] = ["absent"]
     return out
 
 

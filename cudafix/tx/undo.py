@@ -41,8 +41,9 @@ def preview(prefix: Path, txid: str) -> UndoPreview:
     if done.state != "committed" or not done.snapshot or not old.post.is_file():
         raise UsageError(f"transaction {txid} is {done.state} and has no snapshot to undo")
     try:
-        post = _post_state(old)
-        conflicts = tuple(_undo_conflicts(Path(prefix), old, post))
+        manifest = snapshot.load(old)
+        post = _post_state(old, manifest)
+        conflicts = tuple(_undo_conflicts(Path(prefix), old, manifest, post))
     except PermissionError:
         return UndoPreview(entry=done, paths=0, conflicts=(), readable=False)
     return UndoPreview(entry=done, paths=len(post), conflicts=conflicts)
@@ -71,9 +72,9 @@ def undo(
         done = entry(old)
         if done.state != "committed" or not done.snapshot or not old.post.is_file():
             raise UsageError(f"transaction {txid} is {done.state} and has no snapshot to undo")
-        post = _post_state(old)
         old_manifest = snapshot.load(old)
-        conflicts = _undo_conflicts(prefix, old, post)
+        post = _post_state(old, old_manifest)
+        conflicts = _undo_conflicts(prefix, old, old_manifest, post)
         if conflicts:
             raise StalePlan(f"cannot undo {txid}: the environment changed since", context=conflicts)
         again = [m for m in journal.head(journal.read(old.journal)).probe_modules if m not in gone]
@@ -108,14 +109,13 @@ def undo(
     )
 
 
-def _post_state(tx: TxDir) -> dict[str, list[Any]]:
+def _post_state(tx: TxDir, manifest: snapshot.Manifest) -> dict[str, list[Any]]:
     """A committed transaction's post-state, every path checked like the manifest's."""
-    post = snapshot.load_json(tx.post, "post-state")
-    bad = (
-        ["not a JSON object"]
-        if not isinstance(post, dict)
-        else [w for p in post if (w := snapshot.path_syntax(p)) is not None]
-    )
+    try:
+        post = snapshot.post_state_from_json(snapshot.load_json(tx.post, "post-state"), manifest)
+        bad = [w for p in post if (w := snapshot.path_syntax(p)) is not None]
+    except ValueError as exc:
+        bad = [str(exc)]
     if bad:
         raise DamagedState(
             f"the post-state {tx.post} is damaged or names a path outside the environment "
@@ -125,10 +125,12 @@ def _post_state(tx: TxDir) -> dict[str, list[Any]]:
     return dict(post)
 
 
-def _undo_conflicts(prefix: Path, old: TxDir, post: dict[str, list[Any]]) -> list[str]:
+def _undo_conflicts(
+    prefix: Path, old: TxDir, manifest: snapshot.Manifest, post: dict[str, list[Any]]
+) -> list[str]:
     now = snapshot.lstat_state(prefix, post)
     conflicts = [f"{p}: changed since the commit" for p in sorted(post) if now[p] != post[p]]
-    for e in snapshot.load(old).entries:
+    for e in manifest.entries:
         if e.kind == "file" and e.sha256 is None:
             live = snapshot.Entry(**{**e.__dict__, "path": f"snapshot/{e.path}"})
             if snapshot.mismatch(old.root, live) is not None:
