@@ -183,7 +183,7 @@ class RunContext:
         """The durable ``commit`` record is the commit point: any failure before it rolls back."""
         journal.append(tx.journal, steps.CommitBegin())
         journal.fail_point("commit")
-        after = snapshot.lstat_state(self.prefix, _after_paths(self.prefix, manifest))
+        after = snapshot.after_state(self.prefix, manifest)
         snapshot.write_json(tx.post, snapshot.post_state_to_json(manifest, after))
         changed = tuple(distribution_changes(manifest, after))
         journal.append(tx.journal, steps.Commit(changed=changed))
@@ -276,9 +276,3 @@ def _dist_infos(paths: Iterable[str]) -> dict[str, str]:
             if split is not None:
                 out[normalize_name(split[0])] = split[1]
     return out
-
-
-def _after_paths(prefix: Path, manifest: Manifest) -> list[str]:
-    """Touched paths now: the snapshot's, plus whatever appeared in the touched directories."""
-    new = snapshot.new_names(prefix, manifest)
-    return sorted({e.path for e in manifest.entries} | set(snapshot.expand(prefix, new)))

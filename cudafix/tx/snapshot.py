@@ -753,6 +753,18 @@ def lstat_state(prefix: Path, paths: Iterable[str]) -> dict[str, list[Any]]:
     return out
 
 
+def after_state(prefix: Path, manifest: Manifest) -> dict[str, list[Any]]:
+    """:func:`lstat_state` of the touched paths now (the snapshot's, plus whatever appeared
+    in the touched directories), each directory listed once: its row holds its names."""
+    after = lstat_state(prefix, [e.path for e in manifest.entries])
+    new = []
+    for directory, before in manifest.listings.items():
+        now = after.get(directory, [])
+        names = now[2] if now[:1] == ["dir"] else (_listing(prefix, directory) or ())
+        new += [_join(directory, n) for n in sorted(set(names) - set(before))]
+    return after | lstat_state(prefix, expand(prefix, new))
+
+
 POST_FORMAT = "cudafix-post-2"
 """The post-state written as what differs from its manifest (a whole-venv post-state of
 24k paths is then a few rows, not 4 MB encoded and written durably on every commit)."""
