@@ -212,13 +212,11 @@ def ancestors(paths: Iterable[str]) -> set[str]:
 def _link_or_copy(src: str | Path, dest: str | Path, copy: bool = False) -> str | None:
     """Hard-link ``src`` to ``dest``; copy (when asked, or where linking is impossible) and
     return the copy's sha256."""
-    if not copy:
-        try:
-            os.link(src, dest, follow_symlinks=False)
-            return None
-        except OSError as exc:
-            if exc.errno not in _COPY_ERRNOS:
-                raise
+    return None if not copy and _linked(src, dest, None, None) else _copied(src, dest)
+
+
+def _copied(src: str | Path, dest: str | Path) -> str:
+    """Copy ``src`` to ``dest`` (a symlink as a symlink); the copy's sha256."""
     shutil.copy2(src, dest, follow_symlinks=False)
     return sha256_file(Path(dest))
 
@@ -230,50 +228,6 @@ CopyWhen = Callable[[str, int], bool]
 def never(_path: str, _size: int) -> bool:
     """Link every file (the default)."""
     return False
-
-
-def _snap_one(
-    prefix: Path,
-    store: Path,
-    path: str,
-    detach: bool,
-    made: set[str],
-    copy: CopyWhen,
-    hooks: bool,
-) -> Entry:
-    """Snapshot one path. ``made`` holds the directories this snapshot created so far: paths
-    come sorted, parents first, so most files need no ``mkdir`` of their own. Plain ``str``
-    paths and ``os`` calls: this runs for every path of a whole-venv snapshot."""
-    live, dest = f"{prefix}/{path}", f"{store}/{path}"
-    try:
-        st = os.lstat(live)
-    except FileNotFoundError:
-        return Entry(path, "absent")
-    mode = stat.S_IMODE(st.st_mode)
-    if stat.S_ISDIR(st.st_mode):
-        os.makedirs(dest, exist_ok=True)  # noqa: PTH103 - hot path, str paths
-        made.add(path)
-        return Entry(path, "dir", mode=mode)
-    if posixpath.dirname(path) not in made:
-        os.makedirs(posixpath.dirname(dest), exist_ok=True)  # noqa: PTH103
-    if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(live)  # noqa: PTH115
-        os.symlink(target, dest)  # noqa: PTH211
-        return Entry(path, "symlink", target=target)
-    if stat.S_ISFIFO(st.st_mode):  # never opened (it would block); recreated on restore
-        return Entry(path, "fifo", mode=mode)
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, _NOT_SNAPSHOTTABLE, live)
-    if hooks:
-        fail_point("snapshot")
-    sha = _link_or_copy(live, dest, copy(path, st.st_size))
-    if hooks:
-        crash_point("snapshot-file")
-    linked = os.lstat(dest) if sha is None else None
-    return Entry(
-        path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha, detach,
-        ctime_ns=linked.st_ctime_ns if linked else 0, nlink=linked.st_nlink if linked else 0,
-    )  # fmt: skip
 
 
 ROOT = ""
@@ -318,23 +272,16 @@ def take(
     # paths asked for are checked; what expanding them walks below is sound by construction
     # (names from listing a real directory by descriptor, symlinked directories not entered).
     asked = set(_acceptable(prefix, paths))
-    store = tx.snapshot
-    statedir.ensure_dir(store, mode=0o700)
-    made = {""}
-    rewritten = set(detach)
-    hooks = hooks_armed()
-    entries: list[Entry] = []
-    listings: dict[str, tuple[str, ...]] = {}
+    statedir.ensure_dir(tx.snapshot, mode=0o700)
+    snap = _Snapper(prefix, tx.snapshot, set(detach), copy, hooks_armed())
     walked: set[str] = set()
     for path in sorted(asked | ancestors(asked)):
         if walked and any(a in walked for a in ancestors([path])):
             continue  # a tree walked below already holds it
-        entry = _snap_one(prefix, store, path, path in rewritten, made, copy, hooks)
-        entries.append(entry)
-        if entry.kind == "dir" and path in asked:
-            tree = _Tree(prefix, store, rewritten, copy, hooks, entries, listings)
-            tree.walk(path)
+        if snap.one(path).kind == "dir" and path in asked:
+            snap.walk(path)
             walked.add(path)
+    entries, listings = snap.entries, snap.listings
     for e in entries:
         unlisted = e.kind == "dir" and e.path not in listings  # an ancestor of what was asked
         if unlisted and (names := _listing(prefix, e.path)) is not None:
@@ -348,18 +295,37 @@ def take(
 
 
 @dataclass
-class _Tree:
-    """Snapshots everything below a directory in one pass: each directory is listed once,
-    by descriptor, and its names are linked, statted and recorded relative to it (no path
-    is resolved from the root again). A whole-venv snapshot is 24k entries."""
+class _Snapper:
+    """Snapshots paths into ``store``, collecting their entries and the listing of each
+    directory it walks. A tree is walked in one pass: each directory is listed once, by
+    descriptor, and its names are linked, statted and recorded relative to it (no path is
+    resolved from the root again). A whole-venv snapshot is 24k entries."""
 
     prefix: Path
     store: Path
     rewritten: set[str]
     copy: CopyWhen
     hooks: bool
-    entries: list[Entry]
-    listings: dict[str, tuple[str, ...]]
+    entries: list[Entry] = field(default_factory=list)
+    listings: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    made: set[str] = field(default_factory=lambda: {""})
+    """Directories created in the store by :meth:`one`: paths come sorted, parents first,
+    so most need no ``makedirs`` of their own."""
+
+    def one(self, path: str) -> Entry:
+        """Snapshot one path by its full name (a directory's content is not walked)."""
+        live = f"{self.prefix}/{path}"
+        try:
+            st = os.lstat(live)
+        except FileNotFoundError:
+            return self._add(Entry(path, "absent"))
+        if (parent := posixpath.dirname(path)) not in self.made:
+            os.makedirs(f"{self.store}/{parent}", exist_ok=True)  # noqa: PTH103 - str paths
+            self.made.add(parent)
+        entry = self._record(path, st, live, f"{self.store}/{path}", None, None)
+        if entry.kind == "dir":
+            self.made.add(path)
+        return self._add(entry)
 
     def walk(self, top: str) -> None:
         """Entries for everything below the real directory ``top`` (snapshotted already)."""
@@ -391,53 +357,66 @@ class _Tree:
             found = list(listed)
         names, below = [], []
         for item in found:
-            name, path = item.name, f"{directory}/{item.name}"
+            path = f"{directory}/{item.name}"
             try:
                 st = item.stat(follow_symlinks=False)
             except FileNotFoundError:
-                self.entries.append(Entry(path, "absent"))
+                self._add(Entry(path, "absent"))
                 continue
-            names.append(name)
-            mode = stat.S_IMODE(st.st_mode)
-            if stat.S_ISDIR(st.st_mode):
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, dir_fd=dst)
-                self.entries.append(Entry(path, "dir", mode=mode))
+            names.append(item.name)
+            if self._add(self._record(path, st, item.name, item.name, src, dst)).kind == "dir":
                 below.append(path)
-            elif stat.S_ISLNK(st.st_mode):
-                target = os.readlink(name, dir_fd=src)
-                os.symlink(target, name, dir_fd=dst)
-                self.entries.append(Entry(path, "symlink", target=target))
-            elif stat.S_ISFIFO(st.st_mode):
-                self.entries.append(Entry(path, "fifo", mode=mode))
-            elif stat.S_ISREG(st.st_mode):
-                self.entries.append(self._file(path, name, st, src, dst))
-            else:
-                raise OSError(errno.EINVAL, _NOT_SNAPSHOTTABLE, f"{self.prefix}/{path}")
         self.listings[directory] = tuple(sorted(names))
         return below
 
-    def _file(self, path: str, name: str, st: os.stat_result, src: int, dst: int) -> Entry:
+    def _add(self, entry: Entry) -> Entry:
+        self.entries.append(entry)
+        return entry
+
+    def _record(
+        self, path: str, st: os.stat_result, live: str, dest: str, src: int | None, dst: int | None
+    ) -> Entry:
+        """Snapshot ``path``, whose lstat is ``st``: ``live`` and ``dest`` are its names
+        relative to the descriptors ``src`` and ``dst`` (full paths where those are None).
+        A directory is made in the store, not walked."""
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISDIR(st.st_mode):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(dest, dir_fd=dst)
+            return Entry(path, "dir", mode=mode)
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(live, dir_fd=src)
+            os.symlink(target, dest, dir_fd=dst)
+            return Entry(path, "symlink", target=target)
+        if stat.S_ISFIFO(st.st_mode):  # never opened (it would block); recreated on restore
+            return Entry(path, "fifo", mode=mode)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, _NOT_SNAPSHOTTABLE, f"{self.prefix}/{path}")
         if self.hooks:
             fail_point("snapshot")
         sha = None
-        if self.copy(path, st.st_size):
-            sha = _link_or_copy(f"{self.prefix}/{path}", f"{self.store}/{path}", copy=True)
-        else:
-            try:
-                os.link(name, name, src_dir_fd=src, dst_dir_fd=dst, follow_symlinks=False)
-            except OSError as exc:
-                if exc.errno not in _COPY_ERRNOS:
-                    raise
-                sha = _link_or_copy(f"{self.prefix}/{path}", f"{self.store}/{path}", copy=True)
+        if self.copy(path, st.st_size) or not _linked(live, dest, src, dst):
+            sha = _copied(f"{self.prefix}/{path}", f"{self.store}/{path}")
         if self.hooks:
             crash_point("snapshot-file")
-        linked = os.stat(name, dir_fd=dst, follow_symlinks=False) if sha is None else None
+        linked = os.stat(dest, dir_fd=dst, follow_symlinks=False) if sha is None else None
         return Entry(
-            path, "file", stat.S_IMODE(st.st_mode), st.st_size, None, st.st_dev, st.st_ino,
-            st.st_mtime_ns, sha, path in self.rewritten,
+            path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha,
+            path in self.rewritten,
             ctime_ns=linked.st_ctime_ns if linked else 0, nlink=linked.st_nlink if linked else 0,
         )  # fmt: skip
+
+
+def _linked(live: str | Path, dest: str | Path, src: int | None, dst: int | None) -> bool:
+    """Hard-link ``live`` to ``dest`` (names relative to ``src`` and ``dst``); False where
+    linking is impossible (:data:`_COPY_ERRNOS`), so the file is copied instead."""
+    try:
+        os.link(live, dest, src_dir_fd=src, dst_dir_fd=dst, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in _COPY_ERRNOS:
+            raise
+        return False
+    return True
 
 
 _NOT_SNAPSHOTTABLE = "not a file, symlink, FIFO or directory (a socket?)"
