@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,14 @@ from cudafix.app import FactArgs, InstallArgs, LiveArgs, Progress, RemoveArgs, R
 from cudafix.env.answers import (
     Answer,
     ReadSet,
+    answer_key,
+    recall,
     remember,
     settled_stamp,
     sorted_unique,
     stamp,
 )
+from cudafix.env.inventory import Distribution
 from cudafix.env.statedir import STATE_DIR_NAME, StateDir
 from cudafix.env.target import TargetEnv, locate_target
 from cudafix.env.treecache import TreeCache
@@ -36,6 +39,7 @@ from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.gather import gather, live_differences, with_hashes, with_staging
 from cudafix.linker.elfindex import SHARED_SYSTEM
 from cudafix.linker.hostcache import HOST
+from cudafix.linker.loader import SearchConfig, split_ld_library_path
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
@@ -209,9 +213,9 @@ def _stage(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Staging:
     return stage(python, pins, sources, inv.site_packages[0])
 
 
-def remember_answer(args: FactArgs, key: str, answer: Answer, *, since_ns: int) -> bool:
-    """Keep a read-only command's answer for its next identical run, stamped with what it
-    was read from (:func:`read_set`).
+def remember_answer(args: FactArgs, answers: Mapping[str, Answer], *, since_ns: int) -> bool:
+    """Keep a read-only command's answers (by key) for its next identical run, stamped with
+    what they were read from (:func:`read_set`).
 
     Never while a transaction is unfinished or unreadable: such an answer carries a
     warning that must be given again, freshly, each time.
@@ -220,7 +224,7 @@ def remember_answer(args: FactArgs, key: str, answer: Answer, *, since_ns: int) 
     if pending_transactions(target.prefix) or unreadable_transactions(target.prefix):
         return False
     tree = TreeCache.load(StateDir(target.prefix).tree_cache).read_paths()
-    return remember(target.prefix, key, answer, read_set(args, target, tree), since_ns=since_ns)
+    return remember(target.prefix, answers, read_set(args, target, tree), since_ns=since_ns)
 
 
 def read_set(
@@ -242,11 +246,21 @@ def read_set(
 # -- the flows ------------------------------------------------------------------------------
 
 
-def doctor(args: FactArgs, on_event: OnEvent = quiet) -> DoctorReport:
+@dataclass(frozen=True)
+class Diagnosis:
+    """doctor's report, and what a later ``run`` judges its command against (the same
+    reading, remembered beside the report: :func:`run_command`)."""
+
+    report: DoctorReport
+    before_run: Mapping[str, Answer]
+
+
+def doctor(args: FactArgs, on_event: OnEvent = quiet) -> Diagnosis:
     """Diagnose the target: what is broken, and the command to run next."""
     target, facts = open_target(args, mutating=False, on_event=on_event)
     on_event(Progress("  diagnosing"))
-    return diagnose(facts, target_flags(args.target, target))
+    report = diagnose(facts, target_flags(args.target, target))
+    return Diagnosis(report, {_before_run_key(args): _before_run_answer(facts, report)})
 
 
 def plan_remove(
@@ -479,6 +493,89 @@ def execute(plan: Plan, run: RunArgs, on_event: OnEvent = quiet) -> TransactionR
     )
 
 
+@dataclass(frozen=True)
+class _Before:
+    """What ``run`` judges its command against: the state the diagnosis read before it."""
+
+    read: ReadSet
+    """What the diagnosis read: unchanged after the command, nothing new can be wrong."""
+    dist_infos: frozenset[str]
+    """The distributions installed (their ``.dist-info`` EnvPaths): the others are probed."""
+    findings: Callable[[], Sequence[Finding]]
+    """doctor's findings (computed only when the command changed what the diagnosis reads)."""
+    owners: Callable[[Sequence[str]], list[str]]
+    """``NAME==VERSION`` of the distributions whose RECORD claims any of the paths."""
+
+
+def _before_run_key(args: FactArgs) -> str:
+    return answer_key(("before-run", args), {})
+
+
+def _before_run_answer(facts: Facts, report: DoctorReport) -> Answer:
+    """doctor's findings and the distributions they were found among, kept as an answer
+    (:mod:`cudafix.env.answers`) so that ``run`` need not read them again."""
+    body = {
+        "findings": [f.model_dump(mode="json") for f in report.findings],
+        "dist_infos": sorted(d.dist_info for d in facts.inventory.distributions.values()),
+    }
+    return Answer(json.dumps(body, separators=(",", ":")), 0)
+
+
+def _remembered_before(args: FactArgs, target: TargetEnv, on_event: OnEvent) -> _Before | None:
+    """The last doctor's reading of the target, when nothing it was read from has changed
+    since (None: none kept, or not this user's, or stale); the diagnosis then need not
+    read the environment again before the command."""
+    found = recall(target.prefix, _before_run_key(args))
+    if found is None:
+        return None
+    try:
+        body = json.loads(found.answer.out)
+        findings = tuple(Finding.model_validate(f) for f in body["findings"])
+        dist_infos = frozenset(str(d) for d in body["dist_infos"])
+    except (ValueError, TypeError, KeyError, ValidationError):
+        return None
+    on_event(
+        Progress(
+            f"Environment: {target.prefix}: nothing the last doctor read changed since; "
+            "the command is judged against its findings"
+        )
+    )
+    search = SearchConfig.for_host(split_ld_library_path(os.environ.get("LD_LIBRARY_PATH", "")))
+    host = sorted_unique([*found.read.host, *search.default_dirs, *search.ld_library_path])
+
+    def owners(paths: Sequence[str]) -> list[str]:
+        # asked only when the command wrote files in place, which keeps their owners
+        # installed: those still installed that were installed before
+        now = read_facts(args, target).inventory
+        kept = {n: d for n, d in now.distributions.items() if d.dist_info in dist_infos}
+        return _owners(kept, now.owners, paths)
+
+    return _Before(ReadSet(found.read.env, host), dist_infos, lambda: findings, owners)
+
+
+def _read_before(
+    args: FactArgs, target: TargetEnv, flags: TargetFlags, on_event: OnEvent
+) -> _Before:
+    """The target's reading before the command, read now."""
+    facts = read_facts(args, target, on_event)
+    inv, search = facts.inventory, facts.search
+    return _Before(
+        read_set(args, target, facts.read_paths, [*search.default_dirs, *search.ld_library_path]),
+        frozenset(d.dist_info for d in inv.distributions.values()),
+        functools.cache(lambda: diagnose(facts, flags).findings),
+        functools.partial(_owners, inv.distributions, inv.owners),
+    )
+
+
+def _owners(
+    dists: Mapping[DistName, Distribution],
+    owned: Mapping[EnvPath, Sequence[DistName]],
+    paths: Sequence[str],
+) -> list[str]:
+    names = {n for p in paths for n in owned.get(EnvPath(p), ())}
+    return sorted(f"{n}=={dists[n].version}" for n in names if n in dists)
+
+
 def _new_problems(
     args: FactArgs, target: TargetEnv, facts: Facts
 ) -> Callable[[Facts], list[Finding]]:
@@ -510,15 +607,16 @@ def run_command(
     environment is diagnosed again after, and the run is rolled back when it introduced a
     problem doctor reports (``accept``: commit anyway) or a probe fails. The automatic
     probes import what the distributions the command added or changed provide."""
-    target, facts = open_target(args, mutating=True, on_event=on_event)
-    found = _new_problems(args, target, facts)
-    before = {d.dist_info for d in facts.inventory.distributions.values()}
-    search = facts.search
-    read = read_set(args, target, facts.read_paths, [*search.default_dirs, *search.ld_library_path])
+    target = locate(args.target)
+    check_pending(target, mutating=True, on_event=on_event)
+    flags = target_flags(args.target, target)
+    before = _remembered_before(args, target, on_event) or _read_before(
+        args, target, flags, on_event
+    )
     start: list[str] = []
 
     def ready() -> None:
-        start.append(settled_stamp(target.prefix, read))
+        start.append(settled_stamp(target.prefix, before.read))
 
     def probes(modules: Sequence[str]) -> ProbeSpec:
         return ProbeSpec(
@@ -529,26 +627,21 @@ def run_command(
         )
 
     def judge() -> Judged:
-        if start and stamp(target.prefix, read) == start[0]:
+        if start and stamp(target.prefix, before.read) == start[0]:
             on_event(Progress("  nothing the diagnosis reads changed: no new problems"))
             return Judged((), probes(()))
         now = read_facts(args, target)
-        findings = _said(found(now))
-        changed = [d for d in now.inventory.distributions.values() if d.dist_info not in before]
+        findings = _said(new_problems(before.findings(), diagnose(now, flags).findings))
+        dists = now.inventory.distributions.values()
+        changed = [d for d in dists if d.dist_info not in before.dist_infos]
         modules = sorted({m for d in changed for m in d.top_level}) if run.auto_probes else []
         return Judged(tuple(findings), probes(modules))
-
-    dists, owned = facts.inventory.distributions, facts.inventory.owners
-
-    def owners(paths: Sequence[str]) -> list[str]:
-        names = {n for p in paths for n in owned.get(EnvPath(p), ())}
-        return sorted(f"{n}=={dists[n].version}" for n in names if n in dists)
 
     return run_guarded(
         target.prefix,
         argv,
         judge=judge,
-        owners=owners,
+        owners=before.owners,
         ready=ready,
         accept=accept,
         timeout=live.timeout,

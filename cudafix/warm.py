@@ -23,5 +23,5 @@ def recall_answer(target: TargetArgs, key: str) -> tuple[Path, Answer] | None:
         env = locate_target(target.python, target.venv, os.environ, Path.cwd())
     except (CudafixError, OSError):
         return None
-    answer = recall(env.prefix, key)
-    return None if answer is None else (env.prefix, answer)
+    found = recall(env.prefix, key)
+    return None if found is None else (env.prefix, found.answer)

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.env.answers import Answer, ReadSet, recall, remember, settled_stamp, stamp
+from cudafix.env.answers import (
+    Answer,
+    ReadSet,
+    Recalled,
+    recall,
+    remember,
+    settled_stamp,
+    stamp,
+)
 from cudafix.env.statedir import StateDir
 from cudafix.env.treecache import RACY_NS
 from scenarios import BuiltScenario
@@ -186,15 +194,15 @@ def test_a_corrupt_or_foreign_memo_is_a_cold_start(tmp_path: Path) -> None:
     (prefix / "lib").mkdir(parents=True)
     read = ReadSet(("lib",), ())
     old = time.time_ns() + RACY_NS * 2  # as if the command had started later
-    assert remember(prefix, "k", Answer("out\n", 1), read, since_ns=old)
-    assert recall(prefix, "k") == Answer("out\n", 1)
+    assert remember(prefix, {"k": Answer("out\n", 1)}, read, since_ns=old)
+    assert recall(prefix, "k") == Recalled(Answer("out\n", 1), read)
     assert recall(prefix, "other") is None
     answers = StateDir(prefix).answers
     for corrupt in ("", "{not json", '{"format": "cudafix-answers", "version": 1}', "[]"):
         answers.write_text(corrupt)
         assert recall(prefix, "k") is None
     (prefix / "lib" / "new").write_text("")  # the directory changed: the stamp no longer holds
-    assert remember(prefix, "k", Answer("out\n", 1), read, since_ns=old)
+    assert remember(prefix, {"k": Answer("out\n", 1)}, read, since_ns=old)
     (prefix / "lib" / "newer").write_text("")
     assert recall(prefix, "k") is None
 
@@ -223,7 +231,7 @@ def test_an_answer_file_another_user_owns_is_never_given(tmp_path: Path) -> None
     prefix = tmp_path / "env"
     (prefix / "lib").mkdir(parents=True)
     read = ReadSet(("lib",), ())
-    assert remember(prefix, "k", Answer("\x1b]0;forged\x07Healthy\n", 0), read, since_ns=2**62)
+    assert remember(prefix, {"k": Answer("\x1b]0;forged\x07Healthy\n", 0)}, read, since_ns=2**62)
     assert recall(prefix, "k") is not None
     os.chown(StateDir(prefix).answers, 65534, 65534)
     assert recall(prefix, "k") is None

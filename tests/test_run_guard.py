@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cudafix.env.treecache import RACY_NS
 from cudafix.process import group_members
 from cudafix.tx.history import history, show
 from cudafix.tx.recovery import pending_transactions
@@ -35,6 +36,17 @@ def venv(tmp_path: Path) -> Path:
     wheels = tmp_path / "wheels"
     make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
     return venv_with(tmp_path / "venv", wheels, "pa==1.0")
+
+
+REMEMBERED = "the command is judged against its findings"
+
+
+def _doctor_kept(prefix: Path, code: int = 0) -> None:
+    """doctor, and again past the racy window (the first made ``.cudafix/``): its
+    findings are remembered for the next run."""
+    for _ in range(2):
+        time.sleep(RACY_NS / 1e9 + 0.1)
+        assert cudafix("doctor", "--venv", prefix).returncode == code
 
 
 def _journal(prefix: Path) -> list[dict[str, object]]:
@@ -253,7 +265,14 @@ def test_the_whole_prefix_is_restored(venv: Path) -> None:
     assert not diff_fingerprints(before, fingerprint(venv))
 
 
-def test_a_write_in_place_that_keeps_size_and_mtime_is_found(venv: Path) -> None:
+@pytest.mark.parametrize("after_doctor", [False, True])
+def test_a_write_in_place_that_keeps_size_and_mtime_is_found(
+    venv: Path, after_doctor: bool
+) -> None:
+    """Its owners are named whether the run read the environment itself or was judged
+    against the last doctor's remembered reading."""
+    if after_doctor:
+        _doctor_kept(venv)
     sp = site_dir(venv)
     target = sp / "pa_mod.py"
     writer = (
@@ -264,8 +283,9 @@ def test_a_write_in_place_that_keeps_size_and_mtime_is_found(venv: Path) -> None
         "os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))\n"
         "raise SystemExit(1)\n"
     )
-    done = cudafix("run", "--venv", venv, "--", venv / "bin" / "python", "-c", writer, target)
+    done = cudafix("run", "-v", "--venv", venv, "--", venv / "bin" / "python", "-c", writer, target)
     assert done.returncode == 1, done.stderr
+    assert (REMEMBERED in done.stderr) == after_doctor
     assert "rewritten in place" in done.stderr and "pa_mod.py" in done.stderr
     assert target.read_bytes() == b"B = 1\n"  # what the command left, and cudafix says so
     said = json.dumps(show(venv, history(venv)[-1].txid).journal)
@@ -515,6 +535,43 @@ def test_a_command_that_changes_nothing_is_judged_without_reading_again(venv: Pa
     assert broke.returncode == 1, broke.stderr
     assert "nothing the diagnosis reads changed" not in broke.stderr
     assert "[missing-files]" in broke.stderr and target.is_file()
+
+
+def test_after_doctor_a_run_is_judged_against_its_remembered_findings(tmp_path: Path) -> None:
+    """doctor's findings are kept beside its answer, so a run right after it does not read
+    the environment first: a problem doctor found is not the command's doing (the command
+    changes what the diagnosis reads, so the findings after are compared), and a problem
+    the command makes still rolls it back."""
+    wheels = tmp_path / "wheels"
+    files = {f"pm/m{i}.py": f"X = {i}\n".encode() for i in range(3)}
+    make_wheel(wheels, "pm", "1.0", {"pm/__init__.py": b"", **files})
+    prefix = venv_with(tmp_path / "venv", wheels, "pm==1.0")
+    pm = site_dir(prefix) / "pm"
+    (pm / "m0.py").unlink()
+    _doctor_kept(prefix, code=1)
+    touch = cudafix("run", "-v", "--venv", prefix, "--", "touch", str(pm / "new.py"))
+    assert touch.returncode == 0, touch.stderr
+    assert REMEMBERED in touch.stderr and (pm / "new.py").is_file()
+    _doctor_kept(prefix, code=1)
+    worse = cudafix("run", "-v", "--venv", prefix, "--", "rm", str(pm / "m1.py"))
+    assert worse.returncode == 1, worse.stderr
+    assert REMEMBERED in worse.stderr
+    assert "[missing-files]" in worse.stderr and (pm / "m1.py").is_file()
+
+
+def test_a_change_since_doctor_is_not_judged_against_its_findings(tmp_path: Path) -> None:
+    """A file deleted after doctor ran (outside cudafix) moves the stamp of what doctor
+    read: the run reads the environment itself, so the deletion is not taken for the
+    command's doing and the run commits."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "pm", "1.0", {"pm/__init__.py": b"", "pm/m0.py": b"X = 0\n"})
+    prefix = venv_with(tmp_path / "venv", wheels, "pm==1.0")
+    pm = site_dir(prefix) / "pm"
+    _doctor_kept(prefix, code=0)
+    (pm / "m0.py").unlink()
+    done = cudafix("run", "-v", "--venv", prefix, "--", "touch", str(pm / "new.py"))
+    assert done.returncode == 0, done.stderr
+    assert REMEMBERED not in done.stderr and "reading distributions" in done.stderr
 
 
 def test_a_process_that_leaves_the_group_does_not_outlive_the_run(venv: Path) -> None:

@@ -12,8 +12,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 
@@ -114,14 +114,26 @@ class _Events:
         echo_err(message)
 
 
+@dataclass(frozen=True)
+class Computed:
+    """A read-only command's answer, computed."""
+
+    answer: app.Answer
+    keep: bool = True
+    """Whether it may be remembered (not when it depended on an index)."""
+    also: Mapping[str, app.Answer] = field(default_factory=dict)
+    """Other answers read from the same state, remembered with it by key (doctor's
+    findings, for ``run``)."""
+
+
 def answer_once(
     facts: app.FactArgs,
     command: Sequence[object],
-    compute: Callable[[Callable[[str], None]], tuple[app.Answer, bool]],
+    compute: Callable[[Callable[[str], None]], Computed],
 ) -> NoReturn:
     """Print a read-only command's answer and exit with its code: the one remembered for
     the same ``command`` when nothing it was read from has changed since, else
-    ``compute``'s (given the event sink; it says whether its answer may be remembered).
+    ``compute``'s (given the event sink).
 
     Only what stdout says is remembered; progress is said afresh.
     """
@@ -139,9 +151,10 @@ def answer_once(
         )
     else:
         events = _Events()
-        answer, keep = compute(events)
-        if keep and not events.more_than_progress:
-            app.remember_answer(facts, key, answer, since_ns=started)
+        computed = compute(events)
+        answer = computed.answer
+        if computed.keep and not events.more_than_progress:
+            app.remember_answer(facts, {key: answer, **computed.also}, since_ns=started)
     echo_out(answer.out)
     raise click.exceptions.Exit(answer.code)
 

@@ -21,6 +21,7 @@ from cudafix.cli.apply import apply as apply_command
 from cudafix.cli.common import (
     EXIT_CODES_HELP,
     OUTPUT,
+    Computed,
     PlanFlags,
     answer_once,
     confirm,
@@ -109,18 +110,20 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
     -q says only the verdict and the command to run next).
     """
 
-    def diagnose(on_event: Callable[[str], None]) -> tuple[app.Answer, bool]:
+    def diagnose(on_event: Callable[[str], None]) -> Computed:
         try:
-            report = app.doctor(facts, on_event=on_event)
+            diagnosis = app.doctor(facts, on_event=on_event)
         except CudafixError as err:
             if as_json:
                 emit_json_error(err)
             raise
+        report = diagnosis.report
         if as_json:
             out = report.model_dump_json(indent=2)
         else:
             out = render_report(report, stdout_style(), OUTPUT.verbosity)
-        return app.Answer(out, ExitCode.OK if report.healthy else ExitCode.FAILURE), True
+        code = ExitCode.OK if report.healthy else ExitCode.FAILURE
+        return Computed(app.Answer(out, code), also=diagnosis.before_run)
 
     answer_once(facts, ("doctor", facts, as_json), diagnose)
 
@@ -166,10 +169,10 @@ def remove(
 
     if flags.dry_run and flags.out is None:
 
-        def dry_run(on_event: Callable[[str], None]) -> tuple[app.Answer, bool]:
+        def dry_run(on_event: Callable[[str], None]) -> Computed:
             made = plan(on_event)
             staged = bool(made.reinstall or made.install)  # its answer depends on an index
-            return dry_run_answer(made, flags.as_json), not staged
+            return Computed(dry_run_answer(made, flags.as_json), keep=not staged)
 
         answer_once(flags.facts, ("remove", request, flags), dry_run)
     present_and_apply(plan(echo_err), flags)

@@ -11,7 +11,9 @@ Each is compared on (inode, mode, size, mtime, ctime); no write from user space 
 ctime alone.
 
 ``cudafix run --`` uses the same stamp to see whether the command changed anything the
-diagnosis reads (:func:`settled_stamp` before it, :func:`stamp` after).
+diagnosis reads (:func:`settled_stamp` before it, :func:`stamp` after), and judges its
+command against doctor's last findings, remembered here beside doctor's answer, while
+nothing they were read from changed (:func:`recall` gives what they were read from too).
 
 An answer is remembered only when none of those changed within ``RACY_NS`` before its
 command started, so a change made while it ran can never hide behind the stamp taken
@@ -77,6 +79,14 @@ TICK_NS = 20_000_000
 
 
 @dataclass(frozen=True)
+class Recalled:
+    """A remembered answer, and what it was read from (still as it was)."""
+
+    answer: Answer
+    read: ReadSet
+
+
+@dataclass(frozen=True)
 class _Stamp:
     digest: str
     newest_ns: int
@@ -101,7 +111,7 @@ def answer_key(command: Sequence[object], style: Mapping[str, object]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def recall(prefix: Path, key: str) -> Answer | None:
+def recall(prefix: Path, key: str) -> Recalled | None:
     """The answer remembered for ``key``, if nothing it was read from changed since.
 
     Only a file this user wrote is trusted: an answer is printed as it was rendered, so
@@ -118,13 +128,14 @@ def recall(prefix: Path, key: str) -> Answer | None:
         read = ReadSet(tuple(data["env"]), tuple(data["host"]))
         if _stamp(prefix, read).digest != data["stamp"]:
             return None
-        return Answer(str(found["out"]), int(found["code"]))
+        return Recalled(Answer(str(found["out"]), int(found["code"])), read)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
-def remember(prefix: Path, key: str, answer: Answer, read: ReadSet, *, since_ns: int) -> bool:
-    """Keep ``answer`` for ``key`` (False: not kept, e.g. something changed too recently).
+def remember(prefix: Path, answers: Mapping[str, Answer], read: ReadSet, *, since_ns: int) -> bool:
+    """Keep each of ``answers`` for its key (False: not kept, e.g. something changed too
+    recently); answers kept for other keys stay while the stamp is the same.
 
     ``since_ns`` is when the command started: a path changed after ``since_ns - RACY_NS``
     may have changed while the answer was being computed.
@@ -134,10 +145,11 @@ def remember(prefix: Path, key: str, answer: Answer, read: ReadSet, *, since_ns:
         return False
     path = StateDir(prefix).answers
     old = load_cache(path, FORMAT, VERSION) or {}
-    answers = old.get("answers") if old.get("stamp") == now.digest else None
-    kept = dict(answers) if isinstance(answers, dict) else {}
-    kept.pop(key, None)
-    kept[key] = {"out": answer.out, "code": answer.code}
+    same = old.get("answers") if old.get("stamp") == now.digest else None
+    kept = dict(same) if isinstance(same, dict) else {}
+    for key, answer in answers.items():
+        kept.pop(key, None)
+        kept[key] = {"out": answer.out, "code": answer.code}
     body = {
         "env": list(read.env),
         "host": list(read.host),

@@ -625,6 +625,7 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
         if (m := mismatch(prefix, e)) is not None
         and not (_derived(e.path) and m.endswith(": missing"))
     ]
+    modes = {e.path: e.mode for e in manifest.entries if e.kind == "dir"}
     for directory, before in manifest.listings.items():
         now = _listing(prefix, directory)
         if now is not None and now != before:
@@ -637,8 +638,8 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
         if now is None:
             if not _derived(directory):
                 problems.append(f"{directory}: missing directory")
-        elif directory != ROOT and stat.S_IMODE(os.lstat(prefix / directory).st_mode) != _dir_mode(
-            manifest, directory
+        elif directory != ROOT and stat.S_IMODE(os.lstat(prefix / directory).st_mode) != modes.get(
+            directory
         ):
             problems.append(f"{directory}: mode differs")
     return problems
@@ -648,10 +649,6 @@ def _derived(path: str) -> bool:
     """Bytecode: a ``__pycache__`` directory, anything in one, or a ``.pyc`` file."""
     name = posixpath.basename(path)
     return name == "__pycache__" or name.endswith(".pyc") or "/__pycache__/" in f"/{path}"
-
-
-def _dir_mode(manifest: Manifest, directory: str) -> int:
-    return next(e.mode for e in manifest.entries if e.path == directory)
 
 
 def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
