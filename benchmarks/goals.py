@@ -7,8 +7,9 @@ its answer), then a warm ``doctor`` and a warm ``remove --dry-run`` (goal 2, the
 again right before; both answered from ``.cudafix/cache/answers.json``), a ``doctor`` with
 that file deleted (the warm path that computes its answer, for information), ``cudafix run
 -- python -c pass`` against the bare command (goal 4; run right after that doctor, so judged
-against its remembered findings, then once more after itself, for information: a run's
-hard links move every file's ctime, so no doctor reading is current and it reads first),
+against its remembered findings; then twice more, for information: the first run added
+uv's ``.lock`` to the venv's root, a change doctor reads, so the second reads first; the
+third gets doctor's findings carried over the second, which changed nothing doctor reads),
 and ``cudafix remove DIST --yes --no-probe`` against ``uv pip uninstall DIST`` on twin
 copies in alternating order (goal 5). Goal 1 counts the unpacked wheels in a private
 ``UV_CACHE_DIR`` (``archive-v0`` entries) after repeated dry runs and repairs of one plan,
@@ -80,7 +81,8 @@ def goal_runs(
         _one(m, "bare/cmd", check(timed([py, "-c", "pass"])))
         run: list[str | Path] = ["run", "--venv", a, "--", py, "-c", "pass"]
         _one(m, "run/cmd", sections.cli(run))  # right after a doctor: its findings are current
-        _one(m, "run/again", sections.cli(run))  # after a run, whose links moved every ctime
+        _one(m, "run/again", sections.cli(run))  # the first run made uv's .lock: reads first
+        _one(m, "run/third", sections.cli(run))  # findings carried over the last run
         ours: list[str | Path] = ["remove", tx_dist, "--yes", "--no-probe", "--venv", a]
         theirs = _uv_argv("pip", "uninstall", "--python", b / "bin" / "python", tx_dist)
         for who in ("cudafix", "uv") if i % 2 == 0 else ("uv", "cudafix"):
@@ -182,6 +184,7 @@ def summary(
     extra = {
         "run/extra": [r - c for r, c in zip(m["run/cmd"], m["bare/cmd"], strict=False)],
         "run/extra-again": [r - c for r, c in zip(m["run/again"], m["bare/cmd"], strict=False)],
+        "run/extra-third": [r - c for r, c in zip(m["run/third"], m["bare/cmd"], strict=False)],
         "tx/extra": [o - t for o, t in zip(m["tx/cudafix"], m["tx/uv"], strict=False)],
     }
     m = {**m, **extra}
@@ -247,8 +250,16 @@ def summary(
     )
     row(
         "4",
-        "for information: the same run again (no doctor reading current: read first)",
+        "for information: the same run again (the first added uv's .lock: read first)",
         "run/extra-again",
+        None,
+        None,
+        "-",
+    )
+    row(
+        "4",
+        "for information: a third time (doctor's findings carried over the last run)",
+        "run/extra-third",
         None,
         None,
         "-",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -260,7 +261,7 @@ def doctor(args: FactArgs, on_event: OnEvent = quiet) -> Diagnosis:
     target, facts = open_target(args, mutating=False, on_event=on_event)
     on_event(Progress("  diagnosing"))
     report = diagnose(facts, target_flags(args.target, target))
-    return Diagnosis(report, {_before_run_key(args): _before_run_answer(facts, report)})
+    return Diagnosis(report, {_before_run_key(args): _before_run_answer(facts, report.findings)})
 
 
 def plan_remove(
@@ -511,21 +512,23 @@ def _before_run_key(args: FactArgs) -> str:
     return answer_key(("before-run", args), {})
 
 
-def _before_run_answer(facts: Facts, report: DoctorReport) -> Answer:
+def _before_run_answer(facts: Facts, findings: Sequence[Finding]) -> Answer:
     """doctor's findings and the distributions they were found among, kept as an answer
     (:mod:`cudafix.env.answers`) so that ``run`` need not read them again."""
     body = {
-        "findings": [f.model_dump(mode="json") for f in report.findings],
+        "findings": [f.model_dump(mode="json") for f in findings],
         "dist_infos": sorted(d.dist_info for d in facts.inventory.distributions.values()),
     }
     return Answer(json.dumps(body, separators=(",", ":")), 0)
 
 
 def _remembered_before(args: FactArgs, target: TargetEnv, on_event: OnEvent) -> _Before | None:
-    """The last doctor's reading of the target, when nothing it was read from has changed
-    since (None: none kept, or not this user's, or stale); the diagnosis then need not
-    read the environment again before the command."""
-    found = recall(target.prefix, _before_run_key(args))
+    """The last reading doctor's findings were kept from (by ``doctor``, or by a ``run``
+    that read first), when nothing it was read from has changed since but ctimes (None:
+    none kept, or not this user's, or stale); the environment then need not be read
+    again before the command. Ctimes alone move with every run's snapshot, and doctor's
+    findings do not depend on them (:func:`cudafix.env.answers.recall`)."""
+    found = recall(target.prefix, _before_run_key(args), ctimes=False)
     if found is None:
         return None
     try:
@@ -536,8 +539,8 @@ def _remembered_before(args: FactArgs, target: TargetEnv, on_event: OnEvent) -> 
         return None
     on_event(
         Progress(
-            f"Environment: {target.prefix}: nothing the last doctor read changed since; "
-            "the command is judged against its findings"
+            f"Environment: {target.prefix}: nothing doctor's last reading depends on changed "
+            "since; the command is judged against its findings"
         )
     )
     search = SearchConfig.for_host(split_ld_library_path(os.environ.get("LD_LIBRARY_PATH", "")))
@@ -556,13 +559,20 @@ def _remembered_before(args: FactArgs, target: TargetEnv, on_event: OnEvent) -> 
 def _read_before(
     args: FactArgs, target: TargetEnv, flags: TargetFlags, on_event: OnEvent
 ) -> _Before:
-    """The target's reading before the command, read now."""
+    """The target's reading before the command, read now; its findings are kept for the
+    next run, as doctor keeps them (:func:`_remembered_before`)."""
+    started = time.time_ns()
     facts = read_facts(args, target, on_event)
     inv, search = facts.inventory, facts.search
+    read = read_set(args, target, facts.read_paths, [*search.default_dirs, *search.ld_library_path])
+    findings = diagnose(facts, flags).findings
+    if not pending_transactions(target.prefix):  # else another run is half-way through
+        kept = {_before_run_key(args): _before_run_answer(facts, findings)}
+        remember(target.prefix, kept, read, since_ns=started, ctimes=False)
     return _Before(
-        read_set(args, target, facts.read_paths, [*search.default_dirs, *search.ld_library_path]),
+        read,
         frozenset(d.dist_info for d in inv.distributions.values()),
-        functools.cache(lambda: diagnose(facts, flags).findings),
+        lambda: findings,
         functools.partial(_owners, inv.distributions, inv.owners),
     )
 

@@ -207,6 +207,25 @@ def test_a_corrupt_or_foreign_memo_is_a_cold_start(tmp_path: Path) -> None:
     assert recall(prefix, "k") is None
 
 
+def test_an_answer_of_no_ctime_outlives_a_hard_link_but_not_a_write(tmp_path: Path) -> None:
+    """A hard link (a run's snapshot) moves only a file's ctime: an answer that depends on
+    no ctime (``ctimes=False``, doctor's findings) is still given, a printed one is not. A
+    write moves mtime, and neither is given."""
+    prefix = tmp_path / "env"
+    (prefix / "lib").mkdir(parents=True)
+    lib = prefix / "lib" / "libx.so"
+    lib.write_bytes(b"A" * 64)
+    read = ReadSet(("lib", "lib/libx.so"), ())
+    later = time.time_ns() + RACY_NS * 2
+    assert remember(prefix, {"k": Answer("out\n", 0)}, read, since_ns=later)
+    os.link(lib, tmp_path / "snapshot-of-libx")
+    assert recall(prefix, "k") is None
+    assert recall(prefix, "k", ctimes=False) == Recalled(Answer("out\n", 0), read)
+    lib.write_bytes(b"B" * 64)
+    os.utime(lib, ns=(lib.stat().st_atime_ns, lib.stat().st_mtime_ns + 1_000_000_000))
+    assert recall(prefix, "k", ctimes=False) is None
+
+
 def test_a_write_right_after_a_settled_stamp_moves_the_stamp(tmp_path: Path) -> None:
     """``run --`` stamps just before the command starts; a write the command makes at once,
     keeping size and mtime, lands in a later clock tick than anything stamped, so it shows."""

@@ -559,6 +559,31 @@ def test_after_doctor_a_run_is_judged_against_its_remembered_findings(tmp_path: 
     assert "[missing-files]" in worse.stderr and (pm / "m1.py").is_file()
 
 
+def test_runs_after_doctor_keep_its_findings_while_nothing_doctor_reads_changed(
+    venv: Path,
+) -> None:
+    """A run's snapshot moves the ctime of every file it links, and doctor's findings do
+    not depend on ctimes: runs that change nothing doctor reads keep being judged against
+    them. A command that changes what doctor reads ends that; the next run reads first,
+    and keeps its own reading's findings for the run after it."""
+    _doctor_kept(venv)
+    for _ in range(2):
+        idle = cudafix("run", "-v", "--venv", venv, "--", "python", "-c", "pass")
+        assert idle.returncode == 0, idle.stderr
+        assert REMEMBERED in idle.stderr
+    new = site_dir(venv) / "new_mod.py"
+    touch = cudafix("run", "-v", "--venv", venv, "--", "touch", str(new))
+    assert touch.returncode == 0, touch.stderr
+    assert REMEMBERED in touch.stderr and new.is_file()
+    time.sleep(RACY_NS / 1e9 + 0.1)  # the new file is then no recent change
+    after = cudafix("run", "-v", "--venv", venv, "--", "python", "-c", "pass")
+    assert after.returncode == 0, after.stderr
+    assert REMEMBERED not in after.stderr and "reading distributions" in after.stderr
+    again = cudafix("run", "-v", "--venv", venv, "--", "python", "-c", "pass")
+    assert again.returncode == 0, again.stderr
+    assert REMEMBERED in again.stderr
+
+
 def test_a_change_since_doctor_is_not_judged_against_its_findings(tmp_path: Path) -> None:
     """A file deleted after doctor ran (outside cudafix) moves the stamp of what doctor
     read: the run reads the environment itself, so the deletion is not taken for the

@@ -12,8 +12,9 @@ ctime alone.
 
 ``cudafix run --`` uses the same stamp to see whether the command changed anything the
 diagnosis reads (:func:`settled_stamp` before it, :func:`stamp` after), and judges its
-command against doctor's last findings, remembered here beside doctor's answer, while
-nothing they were read from changed (:func:`recall` gives what they were read from too).
+command against doctor's findings, remembered here beside doctor's answer, while nothing
+they were read from changed but ctimes (``ctimes=False``; :func:`recall` gives what they
+were read from too).
 
 An answer is remembered only when none of those changed within ``RACY_NS`` before its
 command started, so a change made while it ran can never hide behind the stamp taken
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix import __version__
-from cudafix.env.statedir import StateDir, load_cache, save_cache
+from cudafix.env.statedir import STATE_DIR_NAME, StateDir, load_cache, save_cache
 from cudafix.env.treecache import RACY_NS
 
 FORMAT = "cudafix-answers"
@@ -92,6 +93,11 @@ class _Stamp:
     newest_ns: int
     """The latest ctime among the paths (the racy check): every change moves ctime to the
     kernel's clock, and no user-space call sets it (mtime can be set anywhere, even ahead)."""
+    quiet: str
+    """The digest less the ctimes of the environment's paths and less cudafix's own state
+    (``.cudafix/``): what an answer that depends on no ctime is compared on."""
+    quiet_newest_ns: int
+    """The latest of what ``quiet`` holds: the environment's mtimes, the host's ctimes."""
 
 
 def answer_key(command: Sequence[object], style: Mapping[str, object]) -> str:
@@ -111,8 +117,13 @@ def answer_key(command: Sequence[object], style: Mapping[str, object]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def recall(prefix: Path, key: str) -> Recalled | None:
+def recall(prefix: Path, key: str, *, ctimes: bool = True) -> Recalled | None:
     """The answer remembered for ``key``, if nothing it was read from changed since.
+
+    ``ctimes=False`` for an answer that depends on no ctime of the environment's files:
+    doctor's findings, computed through caches keyed without it (its tree, ELF and hash
+    caches), hold while only ctimes and cudafix's own state moved, as after a ``run``
+    whose snapshot hard-linked every file and whose command changed nothing.
 
     Only a file this user wrote is trusted: an answer is printed as it was rendered, so
     one planted by another user (who may own the environment) could say anything, escape
@@ -126,23 +137,37 @@ def recall(prefix: Path, key: str) -> Recalled | None:
         if found is None:
             return None
         read = ReadSet(tuple(data["env"]), tuple(data["host"]))
-        if _stamp(prefix, read).digest != data["stamp"]:
+        now = _stamp(prefix, read)
+        if (now.digest if ctimes else now.quiet) != data["stamp" if ctimes else "quiet"]:
             return None
         return Recalled(Answer(str(found["out"]), int(found["code"])), read)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
-def remember(prefix: Path, answers: Mapping[str, Answer], read: ReadSet, *, since_ns: int) -> bool:
+def remember(
+    prefix: Path,
+    answers: Mapping[str, Answer],
+    read: ReadSet,
+    *,
+    since_ns: int,
+    ctimes: bool = True,
+) -> bool:
     """Keep each of ``answers`` for its key (False: not kept, e.g. something changed too
     recently); answers kept for other keys stay while the stamp is the same.
 
     ``since_ns`` is when the command started: a path changed after ``since_ns - RACY_NS``
-    may have changed while the answer was being computed.
+    may have changed while the answer was being computed. ``ctimes=False``: ``answers``
+    depend on no ctime of the environment's files (:func:`recall`), so a recent ctime
+    alone (a hard link just made) does not keep them from being remembered.
     """
     now = _stamp(prefix, read)
-    if now.newest_ns >= since_ns - RACY_NS:
+    if (now.newest_ns if ctimes else now.quiet_newest_ns) >= since_ns - RACY_NS:
         return False
+    return _save(prefix, answers, read, now)
+
+
+def _save(prefix: Path, answers: Mapping[str, Answer], read: ReadSet, now: _Stamp) -> bool:
     path = StateDir(prefix).answers
     old = load_cache(path, FORMAT, VERSION) or {}
     same = old.get("answers") if old.get("stamp") == now.digest else None
@@ -154,6 +179,7 @@ def remember(prefix: Path, answers: Mapping[str, Answer], read: ReadSet, *, sinc
         "env": list(read.env),
         "host": list(read.host),
         "stamp": now.digest,
+        "quiet": now.quiet,
         "answers": dict(list(kept.items())[-KEPT:]),
     }
     return save_cache(path, FORMAT, VERSION, body)
@@ -174,28 +200,44 @@ def settled_stamp(prefix: Path, read: ReadSet) -> str:
     return now.digest
 
 
+_OWN_STATE = STATE_DIR_NAME + "/"
+
+
 def _stamp(prefix: Path, read: ReadSet) -> _Stamp:
     """One digest of the stat of every path in ``read``: environment paths by ``lstat``
-    (a symlink is compared, never followed), host paths both ways (the loader follows)."""
-    values = array("q")
-    newest = 0
+    (a symlink is compared, never followed), host paths both ways (the loader follows);
+    and the same less ctimes (``_Stamp.quiet``)."""
+    values, quiet = array("q"), array("q")
+    newest = quiet_newest = 0
     base = str(prefix)
     for rel in read.env:
-        newest = _add(values, os.path.join(base, rel), os.lstat, newest)  # noqa: PTH118
+        st = _stat(os.path.join(base, rel), os.lstat)  # noqa: PTH118
+        values.extend(st)
+        newest = max(newest, st[4])
+        if not rel.startswith(_OWN_STATE):
+            quiet.extend(st[:4])
+            quiet_newest = max(quiet_newest, st[3])
     for path in read.host:
-        newest = _add(values, path, os.lstat, newest)
-        newest = _add(values, path, os.stat, newest)
-    return _Stamp(hashlib.blake2b(values.tobytes(), digest_size=16).hexdigest(), newest)
+        for how in (os.lstat, os.stat):
+            st = _stat(path, how)
+            values.extend(st)
+            quiet.extend(st)
+            newest = max(newest, st[4])
+            quiet_newest = max(quiet_newest, st[4])
+    return _Stamp(_digest(values), newest, _digest(quiet), quiet_newest)
 
 
-def _add(values: array[int], path: str, stat: Callable[[str], os.stat_result], newest: int) -> int:
+def _stat(path: str, how: Callable[[str], os.stat_result]) -> tuple[int, ...]:
+    """(inode, mode, size, mtime, ctime); all -1 when there is nothing to stat."""
     try:
-        st = stat(path)
+        st = how(path)
     except (OSError, ValueError):
-        values.append(-1)
-        return newest
-    values.extend((st.st_ino & _INODE_MASK, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return max(newest, st.st_ctime_ns)
+        return (-1, -1, -1, -1, -1)
+    return (st.st_ino & _INODE_MASK, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _digest(values: array[int]) -> str:
+    return hashlib.blake2b(values.tobytes(), digest_size=16).hexdigest()
 
 
 def _code_stamp() -> list[object]:
