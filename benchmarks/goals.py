@@ -8,8 +8,8 @@ again right before; both answered from ``.cudafix/cache/answers.json``), a ``doc
 that file deleted (the warm path that computes its answer, for information), ``cudafix run
 -- python -c pass`` against the bare command (goal 4; run right after that doctor, so judged
 against its remembered findings; then twice more, for information: the first run added
-uv's ``.lock`` to the venv's root, a change doctor reads, so the second reads first; the
-third gets doctor's findings carried over the second, which changed nothing doctor reads),
+uv's ``.lock`` to the venv's root, a change doctor reads, so the second, past the racy
+window, reads first and keeps its findings, and the third is judged against those),
 and ``cudafix remove DIST --yes --no-probe`` against ``uv pip uninstall DIST`` on twin
 copies in alternating order (goal 5). Goal 1 counts the unpacked wheels in a private
 ``UV_CACHE_DIR`` (``archive-v0`` entries) after repeated dry runs and repairs of one plan,
@@ -81,8 +81,9 @@ def goal_runs(
         _one(m, "bare/cmd", check(timed([py, "-c", "pass"])))
         run: list[str | Path] = ["run", "--venv", a, "--", py, "-c", "pass"]
         _one(m, "run/cmd", sections.cli(run))  # right after a doctor: its findings are current
-        _one(m, "run/again", sections.cli(run))  # the first run made uv's .lock: reads first
-        _one(m, "run/third", sections.cli(run))  # findings carried over the last run
+        sections.settle()  # the first run made uv's .lock in the root: no recent change now
+        _one(m, "run/again", sections.cli(run))  # reads first (the root changed), keeps findings
+        _one(m, "run/third", sections.cli(run))  # judged against the findings the second kept
         ours: list[str | Path] = ["remove", tx_dist, "--yes", "--no-probe", "--venv", a]
         theirs = _uv_argv("pip", "uninstall", "--python", b / "bin" / "python", tx_dist)
         for who in ("cudafix", "uv") if i % 2 == 0 else ("uv", "cudafix"):
@@ -250,7 +251,7 @@ def summary(
     )
     row(
         "4",
-        "for information: the same run again (the first added uv's .lock: read first)",
+        "for information: again (the first added uv's .lock to the root: reads first)",
         "run/extra-again",
         None,
         None,
@@ -258,7 +259,7 @@ def summary(
     )
     row(
         "4",
-        "for information: a third time (doctor's findings carried over the last run)",
+        "for information: a third time (judged against the findings the second kept)",
         "run/extra-third",
         None,
         None,

@@ -68,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     env = sections.Env(
         work=work, runs=args.runs, drop=not args.no_drop_caches and fixtures.drop_page_cache()
     )
+    fixtures.byte_compile(sections.REPO)
     facts = machine.describe()
     print(
         "\n\n".join(

@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         runs=args.runs,
         drop=not args.no_drop_caches and fixtures.drop_page_cache(),
     )
+    fixtures.byte_compile(sections.REPO)
     facts = machine.describe()
     header = [
         f"# cudafix benchmarks ({time.strftime('%Y-%m-%d %H:%M:%S')})",

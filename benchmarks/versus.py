@@ -5,7 +5,8 @@ only seen against the code before it measured on the same machine at the same mo
 run, for each checkout in alternating order: a fresh hard-linked copy of the real venv
 (``fixtures.link_copy``), ``doctor`` twice past the racy window as ``goals`` does, a
 ``sync`` so neither side pays for the other's copy being written back, then the bare
-command and ``cudafix run`` on it. Each checkout runs as ``python -m cudafix`` from outside
+command and ``cudafix run`` on it. Both checkouts are byte-compiled first
+(``fixtures.byte_compile``). Each checkout runs as ``python -m cudafix`` from outside
 either tree, with its own directory first on ``PYTHONPATH``.
 
     python -m benchmarks.versus --base /path/to/other/checkout --runs 6
@@ -51,6 +52,8 @@ def main() -> int:
     trees = {"base": args.base.resolve(), "this": REPO}
     work = args.work or args.venv.parent / "versus-work"
     got: dict[str, list[float]] = {k: [] for k in trees}
+    for tree in trees.values():
+        fixtures.byte_compile(tree)
     try:
         for i in range(args.runs):
             order = list(trees) if i % 2 == 0 else list(reversed(trees))
