@@ -502,8 +502,8 @@ class _Before:
     """What the diagnosis read: unchanged after the command, nothing new can be wrong."""
     dist_infos: frozenset[str]
     """The distributions installed (their ``.dist-info`` EnvPaths): the others are probed."""
-    findings: Callable[[], Sequence[Finding]]
-    """doctor's findings (computed only when the command changed what the diagnosis reads)."""
+    findings: Sequence[Finding]
+    """doctor's findings (remembered, or read now and kept for the next run)."""
     owners: Callable[[Sequence[str]], list[str]]
     """``NAME==VERSION`` of the distributions whose RECORD claims any of the paths."""
 
@@ -553,7 +553,7 @@ def _remembered_before(args: FactArgs, target: TargetEnv, on_event: OnEvent) -> 
         kept = {n: d for n, d in now.distributions.items() if d.dist_info in dist_infos}
         return _owners(kept, now.owners, paths)
 
-    return _Before(ReadSet(found.read.env, host), dist_infos, lambda: findings, owners)
+    return _Before(ReadSet(found.read.env, host), dist_infos, findings, owners)
 
 
 def _read_before(
@@ -572,7 +572,7 @@ def _read_before(
     return _Before(
         read,
         frozenset(d.dist_info for d in inv.distributions.values()),
-        lambda: findings,
+        findings,
         functools.partial(_owners, inv.distributions, inv.owners),
     )
 
@@ -641,7 +641,7 @@ def run_command(
             on_event(Progress("  nothing the diagnosis reads changed: no new problems"))
             return Judged((), probes(()))
         now = read_facts(args, target)
-        findings = _said(new_problems(before.findings(), diagnose(now, flags).findings))
+        findings = _said(new_problems(before.findings, diagnose(now, flags).findings))
         dists = now.inventory.distributions.values()
         changed = [d for d in dists if d.dist_info not in before.dist_infos]
         modules = sorted({m for d in changed for m in d.top_level}) if run.auto_probes else []
