@@ -138,10 +138,18 @@ def lock_users(path: Path) -> list[LockUser]:
 
 def outsiders(path: Path, ours: Collection[int] = ()) -> list[LockUser]:
     """Users of the lock at ``path`` that are neither this process, nor one it started,
-    nor in process groups ``ours`` (the transaction's own commands)."""
-    return [
-        u for u in lock_users(path) if not _descends_from_me(u.pid) and _group(u.pid) not in ours
-    ]
+    nor in process groups ``ours`` (the transaction's own commands).
+
+    A user gone since the lock table was read holds nothing: the command's own uv exiting
+    just then has no process group or parent left to tell it by, and is no outsider."""
+    found = []
+    for u in lock_users(path):
+        group = _group(u.pid)
+        if group is None or group in ours or _descends_from_me(u.pid):
+            continue
+        if _group(u.pid) is not None:  # still there once its ancestry was read
+            found.append(u)
+    return found
 
 
 def _group(pid: int) -> int | None:
