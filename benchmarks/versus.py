@@ -7,9 +7,11 @@ run, for each checkout in alternating order: a fresh hard-linked copy of the rea
 ``sync`` so neither side pays for the other's copy being written back, then the bare
 command and ``cudafix run`` on it. Both checkouts are byte-compiled first
 (``fixtures.byte_compile``). Each checkout runs as ``python -m cudafix`` from outside
-either tree, with its own directory first on ``PYTHONPATH``.
+either tree, with its own directory first on ``PYTHONPATH``. ``--kept 5`` first commits
+five untimed runs on each copy, so the timed one is a commit past the five snapshots kept
+(it deletes the oldest): the steady state of a user who runs often.
 
-    python -m benchmarks.versus --base /path/to/other/checkout --runs 6
+    python -m benchmarks.versus --base /path/to/other/checkout --runs 6 [--kept 5]
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def main() -> int:
     p.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="the real venv (read only)")
     p.add_argument("--work", type=Path, default=None, help="where copies go (default: beside it)")
     p.add_argument("--runs", type=int, default=6)
+    p.add_argument("--kept", type=int, default=0, help="untimed runs committed first")
     args = p.parse_args()
     trees = {"base": args.base.resolve(), "this": REPO}
     work = args.work or args.venv.parent / "versus-work"
@@ -59,6 +62,9 @@ def main() -> int:
             order = list(trees) if i % 2 == 0 else list(reversed(trees))
             for name in order:
                 copy = fixtures.link_copy(args.venv, work / name)
+                py = copy / "bin" / "python"
+                for _ in range(args.kept):
+                    _cli(trees[name], "run", "--venv", copy, "--", py, "-c", "pass")
                 sections.settle()
                 _cli(trees[name], "doctor", "--venv", copy, ok=(0, 1))
                 sections.settle()
@@ -70,7 +76,8 @@ def main() -> int:
     rows = [[f"{k} ({trees[k]})", spread(v)] for k, v in got.items()]
     ratio = median(got["this"]) / median(got["base"])
     print(table(["checkout", "run -- python -c pass, over the bare command (s)"], rows))
-    print(f"\nthis / base: {ratio:.2f}x (medians of {args.runs} runs each)")
+    kept = f", after {args.kept} committed runs" if args.kept else ""
+    print(f"\nthis / base: {ratio:.2f}x (medians of {args.runs} runs each{kept})")
     return 0
 
 

@@ -40,7 +40,6 @@ from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.gather import gather, live_differences, with_hashes, with_staging
 from cudafix.linker.elfindex import SHARED_SYSTEM
 from cudafix.linker.hostcache import HOST
-from cudafix.linker.loader import SearchConfig, split_ld_library_path
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
@@ -214,9 +213,17 @@ def _stage(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Staging:
     return stage(python, pins, sources, inv.site_packages[0])
 
 
-def remember_answer(args: FactArgs, answers: Mapping[str, Answer], *, since_ns: int) -> bool:
+def remember_answer(
+    args: FactArgs,
+    answers: Mapping[str, Answer],
+    *,
+    since_ns: int,
+    read: ReadSet | None = None,
+    ctimes: bool = True,
+) -> bool:
     """Keep a read-only command's answers (by key) for its next identical run, stamped with
-    what they were read from (:func:`read_set`).
+    what they were read from: ``read``, else what the last walk read (:func:`read_set`);
+    ``ctimes`` as :func:`cudafix.env.answers.remember` takes it.
 
     Never while a transaction is unfinished or unreadable: such an answer carries a
     warning that must be given again, freshly, each time.
@@ -224,8 +231,10 @@ def remember_answer(args: FactArgs, answers: Mapping[str, Answer], *, since_ns: 
     target = locate(args.target)
     if pending_transactions(target.prefix) or unreadable_transactions(target.prefix):
         return False
-    tree = TreeCache.load(StateDir(target.prefix).tree_cache).read_paths()
-    return remember(target.prefix, answers, read_set(args, target, tree), since_ns=since_ns)
+    if read is None:
+        tree = TreeCache.load(StateDir(target.prefix).tree_cache).read_paths()
+        read = read_set(args, target, tree)
+    return remember(target.prefix, answers, read, since_ns=since_ns, ctimes=ctimes)
 
 
 def read_set(
@@ -518,6 +527,7 @@ def _before_run_answer(facts: Facts, findings: Sequence[Finding]) -> Answer:
     body = {
         "findings": [f.model_dump(mode="json") for f in findings],
         "dist_infos": sorted(d.dist_info for d in facts.inventory.distributions.values()),
+        "search_dirs": [*facts.search.default_dirs, *facts.search.ld_library_path],
     }
     return Answer(json.dumps(body, separators=(",", ":")), 0)
 
@@ -535,6 +545,7 @@ def _remembered_before(args: FactArgs, target: TargetEnv, on_event: OnEvent) -> 
         body = json.loads(found.answer.out)
         findings = tuple(Finding.model_validate(f) for f in body["findings"])
         dist_infos = frozenset(str(d) for d in body["dist_infos"])
+        search_dirs = [str(d) for d in body["search_dirs"]]
     except (ValueError, TypeError, KeyError, ValidationError):
         return None
     on_event(
@@ -543,8 +554,7 @@ def _remembered_before(args: FactArgs, target: TargetEnv, on_event: OnEvent) -> 
             "since; the command is judged against its findings"
         )
     )
-    search = SearchConfig.for_host(split_ld_library_path(os.environ.get("LD_LIBRARY_PATH", "")))
-    host = sorted_unique([*found.read.host, *search.default_dirs, *search.ld_library_path])
+    host = sorted_unique([*found.read.host, *search_dirs])  # listed again after the command
 
     def owners(paths: Sequence[str]) -> list[str]:
         # asked only when the command wrote files in place, which keeps their owners
@@ -566,9 +576,8 @@ def _read_before(
     inv, search = facts.inventory, facts.search
     read = read_set(args, target, facts.read_paths, [*search.default_dirs, *search.ld_library_path])
     findings = diagnose(facts, flags).findings
-    if not pending_transactions(target.prefix):  # else another run is half-way through
-        kept = {_before_run_key(args): _before_run_answer(facts, findings)}
-        remember(target.prefix, kept, read, since_ns=started, ctimes=False)
+    kept = {_before_run_key(args): _before_run_answer(facts, findings)}
+    remember_answer(args, kept, since_ns=started, read=read, ctimes=False)
     return _Before(
         read,
         frozenset(d.dist_info for d in inv.distributions.values()),
@@ -584,19 +593,6 @@ def _owners(
 ) -> list[str]:
     names = {n for p in paths for n in owned.get(EnvPath(p), ())}
     return sorted(f"{n}=={dists[n].version}" for n in names if n in dists)
-
-
-def _new_problems(
-    args: FactArgs, target: TargetEnv, facts: Facts
-) -> Callable[[Facts], list[Finding]]:
-    """For a change made outside the planner (a command, an undo): the problems doctor finds
-    in the facts after it that it did not find before (``facts``), compared by subject."""
-    flags = target_flags(args.target, target)
-
-    def found(now: Facts) -> list[Finding]:
-        return new_problems(diagnose(facts, flags).findings, diagnose(now, flags).findings)
-
-    return found
 
 
 def _said(findings: Sequence[Finding]) -> list[str]:
@@ -703,12 +699,13 @@ def undo(
     its plan probed are probed again, and doctor's findings after are compared with before
     (an undo that puts back a broken state is rolled back and says so, unless ``accept``)."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
-    problems_after = _new_problems(args, target, facts)
+    flags = target_flags(args.target, target)
+    before = diagnose(facts, flags).findings
 
     def judge() -> list[str]:
         """Errors block (an import the undo would break); warnings it brings back are said:
         they were there before the transaction being undone."""
-        found = problems_after(read_facts(args, target))
+        found = new_problems(before, diagnose(read_facts(args, target), flags).findings)
         for said in _said([f for f in found if f.severity != "error"]):
             on_event(f"warning: the undo brings back {said}")
         return _said([f for f in found if f.severity == "error"])

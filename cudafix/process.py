@@ -1,5 +1,7 @@
-"""Every process cudafix spawns goes through here: uv, pip, the target interpreter, and the
-command ``cudafix run`` wraps.
+"""Every process cudafix starts goes through here, waited for or not.
+
+uv, pip, the target interpreter, the command ``cudafix run`` wraps, and the deletion of old
+snapshots that outlives cudafix (``spawn_detached``).
 
 ``run`` logs the command and captures its output, so the transaction journal can record
 exactly what was run and what it said (pypa/build's ``run_subprocess``). ``run_live`` is
@@ -61,6 +63,30 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 def _own_group() -> None:  # runs in the child between fork and exec
     os.setpgid(0, 0)
+
+
+_detached: set[int] = set()
+"""Pids :func:`spawn_detached` started: not orphans of a command (:func:`stop_orphans`)."""
+
+
+def spawn_detached(code: str, fd: int) -> int:
+    """Start Python ``code`` with ``fd`` (its number is ``sys.argv[1]``) in a session of its
+    own, and do not wait for it: work that must not hold the user's prompt.
+
+    It holds none of cudafix's streams (``/dev/null`` for all three), so a pipe reading
+    cudafix's output ends when cudafix does. Returns its pid; it is not reaped here.
+    """
+    inherited = os.dup(fd)
+    try:
+        os.set_inheritable(inherited, True)
+        argv = [sys.executable, "-I", "-S", "-c", code, str(inherited)]
+        null = [(os.POSIX_SPAWN_OPEN, n, os.devnull, os.O_RDWR, 0) for n in (0, 1, 2)]
+        pid = os.posix_spawn(sys.executable, argv, os.environ, file_actions=null, setsid=True)
+    finally:
+        os.close(inherited)
+    log.debug("spawned detached process %d", pid)
+    _detached.add(pid)
+    return pid
 
 
 def run(
@@ -327,7 +353,11 @@ def stop_orphans(rounds: int = 50) -> None:
     children, hence the rounds."""
     me, mine = os.getpid(), os.getpgrp()
     for _ in range(rounds):
-        orphans = [pid for pid, _, ppid, pgid in _processes() if ppid == me and pgid != mine]
+        orphans = [
+            pid
+            for pid, _, ppid, pgid in _processes()
+            if ppid == me and pgid != mine and pid not in _detached
+        ]
         if not orphans:
             return
         for pid in orphans:

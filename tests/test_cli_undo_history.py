@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,44 @@ def test_run_history_says_what_the_command_changed_and_gc_says_what_it_freed(
     collected = cudafix("gc", "--venv", built.venv, "--keep", "0")
     assert collected.returncode == 0
     assert re.search(r"Deleted 1 snapshot\(s\), freeing \d+(\.\d)? (B|KiB|MiB)\.", collected.stdout)
+
+
+def _trash(built: BuiltScenario) -> Path:
+    return Path(built.venv) / ".cudafix" / "trash"
+
+
+def test_a_commit_past_the_kept_five_sets_the_oldest_snapshot_aside_and_deletes_it_unwaited(
+    scenario: ScenarioFactory,
+) -> None:
+    built = scenario("clean")
+    for _ in range(6):
+        done = cudafix("run", "--venv", built.venv, "--", "true")
+        assert done.returncode == 0, done.stdout + done.stderr
+    entries = json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)
+    assert [e["snapshot"] for e in entries] == [False] + [True] * 5
+    oldest = Path(built.venv) / ".cudafix" / "transactions" / entries[0]["txid"]
+    assert (oldest / "journal.jsonl").is_file() and not (oldest / "snapshot").exists()
+    deadline = time.monotonic() + 60
+    while any(_trash(built).iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_trash(built).iterdir())
+
+
+def test_gc_deletes_what_an_interrupted_deletion_left_and_never_follows_a_link_out(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    built = scenario("clean")
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "keep.txt").write_text("not cudafix's\n")
+    left = _trash(built) / "20260101T000000-000000001-abcdef-0a1b2c"
+    (left / "site-packages").mkdir(parents=True)
+    (left / "site-packages" / "old.so").write_bytes(b"\0" * 4096)
+    (left / "site-packages" / "out").symlink_to(outside)
+    (_trash(built) / "planted").symlink_to(outside / "deep")
+
+    collected = cudafix("gc", "--venv", built.venv)
+    assert collected.returncode == 0, collected.stderr
+    assert collected.stdout.strip() == "Deleted 1 snapshot(s), freeing 4.0 KiB."
+    assert not any(_trash(built).iterdir())
+    assert (outside / "deep" / "keep.txt").read_text() == "not cudafix's\n"

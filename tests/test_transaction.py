@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from filelock import FileLock
 
+from cudafix import process
 from cudafix.env.statedir import StateDir
 from cudafix.model.errors import (
     ExitCode,
@@ -367,3 +369,27 @@ def test_gc_keeps_the_newest_snapshots(venv: tuple[Path, Path]) -> None:
         json.loads((StateDir(prefix).tx(current).journal).read_text().splitlines()[0])["kind"]
         == "undo"
     )
+
+
+def test_a_detached_process_holds_no_stream_of_its_caller_and_is_not_waited_for(
+    tmp_path: Path,
+) -> None:
+    """What deletes old snapshots after a commit: a pipe reading cudafix's output must end
+    when cudafix does, and Ctrl-C at the prompt must not reach it."""
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        code = "import os, sys, time; os.mkdir('seen', dir_fd=int(sys.argv[1])); time.sleep(60)"
+        pid = process.spawn_detached(code, fd)
+    finally:
+        os.close(fd)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "seen").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "seen").is_dir()
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0)
+        assert os.getsid(pid) == pid != os.getsid(0)
+        assert {os.readlink(f"/proc/{pid}/fd/{n}") for n in (0, 1, 2)} == {os.devnull}
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)

@@ -8,6 +8,7 @@
     .cudafix/transactions/<id>/snapshot/<EnvPath>  hard links (or copies) of the pre-state
     .cudafix/transactions/<id>/post.json       post-state of touched paths at commit (for undo)
     .cudafix/cache/                        caches other layers may keep (tree, ELF, hashes)
+    .cudafix/trash/<id>-<random>           old snapshots moved aside, being deleted
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ class StateDir:
     @property
     def transactions(self) -> Path:
         return self.root / "transactions"
+
+    @property
+    def trash(self) -> Path:
+        """Snapshots moved aside to be deleted (:mod:`cudafix.tx.trash`)."""
+        return self.root / "trash"
 
     @property
     def cache(self) -> Path:

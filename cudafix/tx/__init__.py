@@ -2,6 +2,6 @@
 
 ``context`` holds one run (both locks, begin/snapshot/execute/commit; the rollback is
 ``recovery``'s); ``apply`` (with ``files``), ``guard`` (``run --``) and ``undo`` are the
-flows built on it; ``history`` reads the log back. ``journal`` is the one codec for
-journal records. No module keeps state between runs.
+flows built on it; ``history`` reads the log back, ``trash`` deletes old snapshots.
+``journal`` is the one codec for journal records. No module keeps state between runs.
 """

@@ -176,7 +176,7 @@ class RunContext:
                 self._fail(tx, _reason(exc), exc, narrowed or manifest)
         self.on_event(Progress(f"committed transaction {tx.txid}"))
         with contextlib.suppress(OSError, CudafixError):
-            gc(self.prefix, keep=DEFAULT_KEEP)
+            gc(self.prefix, keep=DEFAULT_KEEP, wait=False)
         return done
 
     def commit(self, tx: TxDir, manifest: Manifest) -> None:

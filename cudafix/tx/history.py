@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -17,7 +16,7 @@ from cudafix.env.statedir import StateDir, TxDir
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import UsageError
 from cudafix.model.transaction import DEFAULT_KEEP, HistoryEntry, TransactionDetail
-from cudafix.tx import journal, snapshot
+from cudafix.tx import journal, snapshot, trash
 from cudafix.tx.journal import Record
 from cudafix.tx.steps import Event, RollbackBegin
 
@@ -133,22 +132,26 @@ def _history_hint(prefix: Path) -> str:
     return cudafix_line("history", target=venv_flags(prefix))
 
 
-def gc(prefix: Path, keep: int = DEFAULT_KEEP) -> list[str]:
-    """Delete snapshots of all but the newest ``keep`` committed transactions (journals stay)."""
-    doomed = collectable(prefix, keep)
+def gc(prefix: Path, keep: int = DEFAULT_KEEP, *, wait: bool = True) -> list[str]:
+    """Delete snapshots of all but the newest ``keep`` committed transactions (journals
+    stay), and those an interrupted deletion left; their ids. ``wait=False`` (after a
+    commit): they leave the log at once and are deleted by a process nobody waits for."""
     state = StateDir(Path(prefix))
-    for txid in doomed:
-        shutil.rmtree(state.tx(txid).snapshot, ignore_errors=True)
-    return doomed
+    left = [p.name.rpartition("-")[0] for p in trash.held(state)] if wait else []
+    doomed = trash.discard(state, collectable(prefix, keep))
+    if doomed or wait:
+        trash.empty(state, wait=wait)
+    return left + doomed
 
 
 def freeable(prefix: Path, txids: Iterable[str]) -> int:
-    """Bytes deleting these snapshots frees: files whose only link is the snapshot's (a
-    hard link to a file the environment still holds frees nothing)."""
+    """Bytes :func:`gc` frees deleting these snapshots and what the trash holds: files
+    whose only link is there (a hard link to a file the environment still holds frees
+    nothing)."""
     state = StateDir(Path(prefix))
     total = 0
-    for txid in txids:
-        for root, _dirs, files in os.walk(state.tx(txid).snapshot):
+    for top in [*(state.tx(txid).snapshot for txid in txids), *trash.held(state)]:
+        for root, _dirs, files in os.walk(top):
             for name in files:
                 with contextlib.suppress(OSError):
                     st = (Path(root) / name).lstat()
