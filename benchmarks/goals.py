@@ -9,7 +9,8 @@ that file deleted (the warm path that computes its answer, for information), ``c
 -- python -c pass`` against the bare command (goal 4; run right after that doctor, so judged
 against its remembered findings; then twice more, for information: the first run added
 uv's ``.lock`` to the venv's root, a change doctor reads, so the second, past the racy
-window, reads first and keeps its findings, and the third is judged against those),
+window, reads first and keeps its findings, and the third is judged against those; after
+two more untimed, a sixth: the first commit past the five snapshots kept),
 and ``cudafix remove DIST --yes --no-probe`` against ``uv pip uninstall DIST`` on twin
 copies in alternating order (goal 5). Goal 1 counts the unpacked wheels in a private
 ``UV_CACHE_DIR`` (``archive-v0`` entries) after repeated dry runs and repairs of one plan,
@@ -84,6 +85,9 @@ def goal_runs(
         sections.settle()  # the first run made uv's .lock in the root: no recent change now
         _one(m, "run/again", sections.cli(run))  # reads first (the root changed), keeps findings
         _one(m, "run/third", sections.cli(run))  # judged against the findings the second kept
+        for _ in range(2):
+            sections.cli(run)  # five snapshots kept: the next commit sets the oldest aside
+        _one(m, "run/sixth", sections.cli(run))
         ours: list[str | Path] = ["remove", tx_dist, "--yes", "--no-probe", "--venv", a]
         theirs = _uv_argv("pip", "uninstall", "--python", b / "bin" / "python", tx_dist)
         for who in ("cudafix", "uv") if i % 2 == 0 else ("uv", "cudafix"):
@@ -186,6 +190,7 @@ def summary(
         "run/extra": [r - c for r, c in zip(m["run/cmd"], m["bare/cmd"], strict=False)],
         "run/extra-again": [r - c for r, c in zip(m["run/again"], m["bare/cmd"], strict=False)],
         "run/extra-third": [r - c for r, c in zip(m["run/third"], m["bare/cmd"], strict=False)],
+        "run/extra-sixth": [r - c for r, c in zip(m["run/sixth"], m["bare/cmd"], strict=False)],
         "tx/extra": [o - t for o, t in zip(m["tx/cudafix"], m["tx/uv"], strict=False)],
     }
     m = {**m, **extra}
@@ -261,6 +266,14 @@ def summary(
         "4",
         "for information: a third time (judged against the findings the second kept)",
         "run/extra-third",
+        None,
+        None,
+        "-",
+    )
+    row(
+        "4",
+        "for information: a sixth time (past the five snapshots kept: the oldest goes)",
+        "run/extra-sixth",
         None,
         None,
         "-",

@@ -463,6 +463,23 @@ def test_a_command_that_replaces_the_state_with_a_symlink(venv: Path, tmp_path: 
     assert pending_transactions(venv) == []
 
 
+@pytest.mark.parametrize(
+    "change", ['rm "$f"', 'echo B = 2 > "$f.new" && mv "$f.new" "$f"'], ids=["rm", "mv"]
+)
+def test_a_command_that_removes_or_replaces_one_snapshotted_file_is_rolled_back(
+    venv: Path, change: str
+) -> None:
+    """One name deep in the snapshot, not the whole state: found through its directory."""
+    before = fingerprint(venv)
+    snap = f'"$VIRTUAL_ENV"/.cudafix/transactions/*/snapshot/{site_rel(venv)}/pa_mod.py'
+    script = f"echo x > {site_dir(venv)}/new_mod.py; for f in {snap}; do {change}; done"
+    done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
+    assert done.returncode == 1, done.stderr
+    assert "removed or replaced cudafix's own state" in done.stderr and "rolled back" in done.stderr
+    assert not diff_fingerprints(before, fingerprint(venv))
+    assert (site_dir(venv) / "pa_mod.py").read_bytes() == b"A = 1\n"
+
+
 def test_on_a_terminal_the_command_gets_a_terminal(venv: Path) -> None:
     """uv draws its progress only on a terminal: the command sees one where cudafix has one."""
     import shlex

@@ -793,6 +793,10 @@ class Pins:
     journal: bytes
     missed: int = 0
     """Files no fd was left for (the process's open-file limit)."""
+    settled: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    """``(dev, ino, mtime_ns)`` of the snapshot's directories last changed before the
+    journal's last write: while one keeps them, none of its names was removed or
+    replaced, so its files need no check of their own (:func:`state_lost`)."""
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -828,7 +832,27 @@ def pin(tx: TxDir, manifest: Manifest) -> Pins:
             pins.fds[path] = os.open(f"{store}/{path}", flags)
         except OSError:
             pins.missed += 1
+    pins.settled = _settled(tx, manifest)
     return pins
+
+
+def _settled(tx: TxDir, manifest: Manifest) -> dict[str, tuple[int, int, int]]:
+    """The snapshot's directories (``""``: its root) whose mtime is older than the
+    journal's: a change to a directory's names moves its mtime, and any change after the
+    journal's last write gets an mtime no older than it (one clock stamps both). One
+    stamped in the same tick as the journal could change unseen, so it is left out."""
+    store = tx.snapshot
+    try:
+        now = tx.journal.lstat().st_mtime_ns
+    except OSError:
+        return {}
+    out = {}
+    for directory in ("", *(e.path for e in manifest.entries if e.kind == "dir")):
+        with contextlib.suppress(OSError):
+            st = os.lstat(f"{store}/{directory}" if directory else store)
+            if stat.S_ISDIR(st.st_mode) and st.st_mtime_ns < now:
+                out[directory] = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    return out
 
 
 def _open_fds() -> int:
@@ -845,7 +869,13 @@ def state_lost(tx: TxDir, pins: Pins) -> bool:
         read_bytes(tx.manifest)
         read_bytes(tx.journal)
         store = tx.snapshot
+        for directory, was in pins.settled.items():
+            st = os.lstat(f"{store}/{directory}" if directory else store)
+            if (st.st_dev, st.st_ino, st.st_mtime_ns) != was:
+                return True
         for path, fd in pins.fds.items():
+            if path.rpartition("/")[0] in pins.settled:
+                continue  # its directory's names are as they were
             live, held = os.lstat(f"{store}/{path}"), os.fstat(fd)
             if (live.st_dev, live.st_ino) != (held.st_dev, held.st_ino):
                 return True
