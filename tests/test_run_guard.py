@@ -464,7 +464,13 @@ def test_a_command_that_replaces_the_state_with_a_symlink(venv: Path, tmp_path: 
 
 
 @pytest.mark.parametrize(
-    "change", ['rm "$f"', 'echo B = 2 > "$f.new" && mv "$f.new" "$f"'], ids=["rm", "mv"]
+    "change",
+    [
+        'rm "$f"',
+        'echo B = 2 > "$f.new" && mv "$f.new" "$f"',
+        'd=$(dirname "$f"); t=$(stat -c %y "$d"); rm "$f"; touch -d "$t" "$d"',
+    ],
+    ids=["rm", "mv", "rm-and-put-the-mtime-back"],
 )
 def test_a_command_that_removes_or_replaces_one_snapshotted_file_is_rolled_back(
     venv: Path, change: str

@@ -794,7 +794,7 @@ class Pins:
     missed: int = 0
     """Files no fd was left for (the process's open-file limit)."""
     settled: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    """``(dev, ino, mtime_ns)`` of the snapshot's directories last changed before the
+    """``(dev, ino, ctime_ns)`` of the snapshot's directories last changed before the
     journal's last write: while one keeps them, none of its names was removed or
     replaced, so its files need no check of their own (:func:`state_lost`)."""
 
@@ -837,21 +837,22 @@ def pin(tx: TxDir, manifest: Manifest) -> Pins:
 
 
 def _settled(tx: TxDir, manifest: Manifest) -> dict[str, tuple[int, int, int]]:
-    """The snapshot's directories (``""``: its root) whose mtime is older than the
-    journal's: a change to a directory's names moves its mtime, and any change after the
-    journal's last write gets an mtime no older than it (one clock stamps both). One
-    stamped in the same tick as the journal could change unseen, so it is left out."""
+    """The snapshot's directories (``""``: its root) whose ctime is older than the
+    journal's: a change to a directory's names moves its ctime (which, unlike its mtime,
+    cannot be set back), and any change after the journal's last write gets a ctime no
+    older than it (one clock stamps both). One stamped in the same tick as the journal
+    could change unseen, so it is left out."""
     store = tx.snapshot
     try:
-        now = tx.journal.lstat().st_mtime_ns
+        now = tx.journal.lstat().st_ctime_ns
     except OSError:
         return {}
     out = {}
     for directory in ("", *(e.path for e in manifest.entries if e.kind == "dir")):
         with contextlib.suppress(OSError):
             st = os.lstat(f"{store}/{directory}" if directory else store)
-            if stat.S_ISDIR(st.st_mode) and st.st_mtime_ns < now:
-                out[directory] = (st.st_dev, st.st_ino, st.st_mtime_ns)
+            if stat.S_ISDIR(st.st_mode) and st.st_ctime_ns < now:
+                out[directory] = (st.st_dev, st.st_ino, st.st_ctime_ns)
     return out
 
 
@@ -871,7 +872,7 @@ def state_lost(tx: TxDir, pins: Pins) -> bool:
         store = tx.snapshot
         for directory, was in pins.settled.items():
             st = os.lstat(f"{store}/{directory}" if directory else store)
-            if (st.st_dev, st.st_ino, st.st_mtime_ns) != was:
+            if (st.st_dev, st.st_ino, st.st_ctime_ns) != was:
                 return True
         for path, fd in pins.fds.items():
             if path.rpartition("/")[0] in pins.settled:
