@@ -140,3 +140,11 @@ def test_gc_deletes_what_an_interrupted_deletion_left_and_never_follows_a_link_o
     assert collected.stdout.strip() == "Deleted 1 snapshot(s), freeing 4.0 KiB."
     assert not any(_trash(built).iterdir())
     assert (outside / "deep" / "keep.txt").read_text() == "not cudafix's\n"
+
+
+def test_gc_of_a_venv_cudafix_never_changed_writes_nothing(scenario: ScenarioFactory) -> None:
+    built = scenario("clean")
+    collected = cudafix("gc", "--venv", built.venv)
+    assert collected.returncode == 0, collected.stderr
+    assert collected.stdout.strip() == "Deleted 0 snapshot(s), freeing 0 B."
+    assert not (Path(built.venv) / ".cudafix" / "trash").exists()

@@ -60,8 +60,11 @@ def discard(state: StateDir, txids: Iterable[str]) -> list[str]:
 
 def empty(state: StateDir, *, wait: bool) -> None:
     """Delete what the trash holds: now, or (``wait=False``) in a detached process."""
-    with open_dir(state.trash, create=True) as fd:
-        pid = process.spawn_detached(_EMPTY, fd)
+    try:
+        with open_dir(state.trash) as fd:
+            pid = process.spawn_detached(_EMPTY, fd)
+    except FileNotFoundError:
+        return  # no trash: nothing was ever set aside
     if wait:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
