@@ -53,6 +53,14 @@ def _archives(cache: Path) -> int:
     return sum(1 for _ in root.iterdir()) if root.is_dir() else 0
 
 
+_RUNS_AFTER = {
+    "again": "again (the first added uv's .lock to the root: reads first)",
+    "third": "a third time (judged against the findings the second kept)",
+    "sixth": "a sixth time (past the five snapshots kept: the oldest goes)",
+}
+"""The runs of goal 4 after its first, timed for information (``run/<key>``)."""
+
+
 def _one(m: dict[str, list[float]], key: str, done: Timed) -> None:
     m[key].append(done.seconds)
 
@@ -188,11 +196,11 @@ def summary(
 
     extra = {
         "run/extra": [r - c for r, c in zip(m["run/cmd"], m["bare/cmd"], strict=False)],
-        "run/extra-again": [r - c for r, c in zip(m["run/again"], m["bare/cmd"], strict=False)],
-        "run/extra-third": [r - c for r, c in zip(m["run/third"], m["bare/cmd"], strict=False)],
-        "run/extra-sixth": [r - c for r, c in zip(m["run/sixth"], m["bare/cmd"], strict=False)],
         "tx/extra": [o - t for o, t in zip(m["tx/cudafix"], m["tx/uv"], strict=False)],
     }
+    for k in _RUNS_AFTER:
+        runs = zip(m[f"run/{k}"], m["bare/cmd"], strict=False)
+        extra[f"run/extra-{k}"] = [r - c for r, c in runs]
     m = {**m, **extra}
     if growth:
         added = growth["cudafix"][-1] - growth["cudafix"][0]
@@ -254,30 +262,8 @@ def summary(
         lambda v, r: v <= 1.5,
         "<= 1.5 s",
     )
-    row(
-        "4",
-        "for information: again (the first added uv's .lock to the root: reads first)",
-        "run/extra-again",
-        None,
-        None,
-        "-",
-    )
-    row(
-        "4",
-        "for information: a third time (judged against the findings the second kept)",
-        "run/extra-third",
-        None,
-        None,
-        "-",
-    )
-    row(
-        "4",
-        "for information: a sixth time (past the five snapshots kept: the oldest goes)",
-        "run/extra-sixth",
-        None,
-        None,
-        "-",
-    )
+    for k, what in _RUNS_AFTER.items():
+        row("4", f"for information: {what}", f"run/extra-{k}", None, None, "-")
     row(
         "5",
         "remove --yes --no-probe, over uv pip uninstall",

@@ -527,9 +527,15 @@ def _before_run_answer(facts: Facts, findings: Sequence[Finding]) -> Answer:
     body = {
         "findings": [f.model_dump(mode="json") for f in findings],
         "dist_infos": sorted(d.dist_info for d in facts.inventory.distributions.values()),
-        "search_dirs": [*facts.search.default_dirs, *facts.search.ld_library_path],
+        "search_dirs": _search_dirs(facts),
     }
     return Answer(json.dumps(body, separators=(",", ":")), 0)
+
+
+def _search_dirs(facts: Facts) -> list[str]:
+    """The system directories the loader lists (its defaults, ``LD_LIBRARY_PATH``): the
+    judgement after the command lists them again, so they are part of what it reads."""
+    return [*facts.search.default_dirs, *facts.search.ld_library_path]
 
 
 def _remembered_before(args: FactArgs, target: TargetEnv, on_event: OnEvent) -> _Before | None:
@@ -573,8 +579,8 @@ def _read_before(
     next run, as doctor keeps them (:func:`_remembered_before`)."""
     started = time.time_ns()
     facts = read_facts(args, target, on_event)
-    inv, search = facts.inventory, facts.search
-    read = read_set(args, target, facts.read_paths, [*search.default_dirs, *search.ld_library_path])
+    inv = facts.inventory
+    read = read_set(args, target, facts.read_paths, _search_dirs(facts))
     findings = diagnose(facts, flags).findings
     kept = {_before_run_key(args): _before_run_answer(facts, findings)}
     remember_answer(args, kept, since_ns=started, read=read, ctimes=False)
