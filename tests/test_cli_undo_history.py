@@ -148,3 +148,26 @@ def test_gc_of_a_venv_cudafix_never_changed_writes_nothing(scenario: ScenarioFac
     assert collected.returncode == 0, collected.stderr
     assert collected.stdout.strip() == "Deleted 0 snapshot(s), freeing 0 B."
     assert not (Path(built.venv) / ".cudafix" / "trash").exists()
+
+
+def test_a_clock_set_back_still_makes_the_newest_transaction_last(
+    scenario: ScenarioFactory,
+) -> None:
+    """ids sort by creation time, and ``undo last`` and ``gc`` rely on it: a transaction begun
+    after the clock went back (NTP, a VM resumed) must still sort after the ones before."""
+    built = scenario("clean")
+    uv = [uv_binary(), "pip", "uninstall", "--python", str(built.python)]
+    first = cudafix("run", "--venv", built.venv, "--json", "--", *uv, "nvidia-nvtx-cu12")
+    assert first.returncode == 0, first.stdout + first.stderr
+    transactions = Path(built.venv) / ".cudafix" / "transactions"
+    ahead = "20991231T235959-999999999-abcdef"  # begun when the clock read 2099
+    (transactions / str(as_json(first)["transaction"])).rename(transactions / ahead)
+
+    second = cudafix("run", "--venv", built.venv, "--json", "--", *uv, "torch")
+    assert second.returncode == 0, second.stdout + second.stderr
+    txid = str(as_json(second)["transaction"])
+    assert txid > ahead
+    ids = [e["txid"] for e in json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)]
+    assert ids == [ahead, txid]
+    preview = as_json(cudafix("undo", "last", "--venv", built.venv, "--dry-run", "--json"))
+    assert preview["transaction"] == txid

@@ -110,7 +110,7 @@ def test_every_plan_that_passes_commits_keeps_records_and_undoes(
             assert _incomplete_records(prefix, site) == [], said
             assert new_problems(before, _findings(prefix, table)) == [], said
             undone = cudafix("undo", "last", "--venv", prefix, "--yes", *accept, *table)
-            assert undone.returncode == 0, (said, undone.stderr)
+            assert undone.returncode == 0, (said, as_json(done)["transaction"], undone.stderr)
             assert diff_fingerprints(pristine, _tree(prefix)) == [], said
             passed.append(said)
     # every scenario but the refusal-only ones has a plan that passes; none is vacuous

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_transaction import BAD, OK, _run_child, assert_same
 
-from cudafix.env.statedir import StateDir
+from cudafix.env.statedir import StateDir, new_txid
 from cudafix.model.errors import (
     DamagedState,
     ExitCode,
@@ -354,3 +354,12 @@ def test_verify_reports_a_missing_name(venv: tuple[Path, Path], tmp_path: Path) 
     (prefix / sp / "shared" / "lib.so").unlink()
     problems = snapshot.verify(prefix, manifest)
     assert f"{sp}/shared: missing lib.so" in problems
+
+
+def test_a_new_id_sorts_after_the_newest_even_with_the_clock_behind_it() -> None:
+    ahead = "20991231T235959-999999999-abcdef"
+    assert new_txid(ahead).startswith("21000101T000000-000000000-")
+    assert new_txid("20991231T235959-000000041-abcdef").startswith("20991231T235959-000000042-")
+    now = new_txid()
+    assert now > "20261201T000000" and new_txid(now) > now
+    assert new_txid("not-an-id") < ahead  # a name cudafix did not make: the clock decides

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import calendar
 import errno
 import json
 import os
@@ -130,10 +131,32 @@ class StateDir:
             return []
 
 
-def new_txid() -> str:
-    """A sortable, unique transaction id: UTC time plus randomness."""
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return f"{stamp}-{time.time_ns() % 10**9:09d}-{secrets.token_hex(3)}"
+def new_txid(newest: str | None = None) -> str:
+    """A unique transaction id that sorts after ``newest`` (the newest id already there):
+    UTC time in ns, plus randomness.
+
+    ``undo last`` and ``gc`` take the order of ids for the order of creation, so the time is
+    read once: ``time.gmtime()`` reads a coarse clock that lags ``time_ns()`` by up to a
+    tick, so the second from one and the nanoseconds from the other misordered about one id
+    in 200. A clock set back (NTP, a VM resumed) still yields an id after ``newest``: one ns
+    past it."""
+    now = time.time_ns()
+    was = _txid_ns(newest) if newest else None
+    if was is not None and now <= was:
+        now = was + 1
+    seconds, ns = divmod(now, 10**9)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
+    return f"{stamp}-{ns:09d}-{secrets.token_hex(3)}"
+
+
+def _txid_ns(txid: str) -> int | None:
+    """The time a transaction id was made, in ns since the epoch; None for another name."""
+    stamp, _, rest = txid.partition("-")
+    try:
+        seconds = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%S"))
+        return seconds * 10**9 + int(rest.partition("-")[0])
+    except ValueError:
+        return None
 
 
 def write_durably(fd: int, data: bytes) -> None:

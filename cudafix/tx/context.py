@@ -87,7 +87,8 @@ class RunContext:
 
     def begin(self, opening: steps.Opening) -> TxDir:
         """A new transaction with its first journal record, or nothing at all (then raise)."""
-        tx = self.state.tx(new_txid())
+        ids = self.state.transaction_ids()
+        tx = self.state.tx(new_txid(ids[-1] if ids else None))
         try:
             ensure_dir(tx.root)  # readable: history and doctor work for any reader of the venv
             journal.append(tx.journal, opening)
