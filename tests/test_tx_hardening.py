@@ -362,4 +362,5 @@ def test_a_new_id_sorts_after_the_newest_even_with_the_clock_behind_it() -> None
     assert new_txid("20991231T235959-000000041-abcdef").startswith("20991231T235959-000000042-")
     now = new_txid()
     assert now > "20261201T000000" and new_txid(now) > now
-    assert new_txid("not-an-id") < ahead  # a name cudafix did not make: the clock decides
+    for other in ("not-an-id", "20261301T000000-000000000-abcdef", "20261201T000000-1" + "0" * 30):
+        assert new_txid(other) < ahead  # a name cudafix did not make: the clock decides

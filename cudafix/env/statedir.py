@@ -17,6 +17,7 @@ import calendar
 import errno
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterator, Mapping
@@ -149,14 +150,20 @@ def new_txid(newest: str | None = None) -> str:
     return f"{stamp}-{ns:09d}-{secrets.token_hex(3)}"
 
 
+_TXID = re.compile(r"(\d{8}T\d{6})-(\d{9})-")
+"""What :func:`new_txid` writes: the UTC second, then its nanoseconds."""
+
+
 def _txid_ns(txid: str) -> int | None:
     """The time a transaction id was made, in ns since the epoch; None for another name."""
-    stamp, _, rest = txid.partition("-")
-    try:
-        seconds = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%S"))
-        return seconds * 10**9 + int(rest.partition("-")[0])
-    except ValueError:
+    made = _TXID.match(txid)
+    if made is None:
         return None
+    try:
+        seconds = calendar.timegm(time.strptime(made[1], "%Y%m%dT%H%M%S"))
+    except ValueError:  # a month 13, a day 32: not one cudafix made
+        return None
+    return seconds * 10**9 + int(made[2])
 
 
 def write_durably(fd: int, data: bytes) -> None:
