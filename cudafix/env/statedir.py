@@ -132,6 +132,10 @@ class StateDir:
             return []
 
 
+_STAMP = "%Y%m%dT%H%M%S"
+"""A transaction id's UTC second: written by :func:`new_txid`, read back by :func:`_txid_ns`."""
+
+
 def new_txid(newest: str | None = None) -> str:
     """A unique transaction id that sorts after ``newest`` (the newest id already there):
     UTC time in ns, plus randomness.
@@ -146,7 +150,7 @@ def new_txid(newest: str | None = None) -> str:
     if was is not None and now <= was:
         now = was + 1
     seconds, ns = divmod(now, 10**9)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
+    stamp = time.strftime(_STAMP, time.gmtime(seconds))
     return f"{stamp}-{ns:09d}-{secrets.token_hex(3)}"
 
 
@@ -160,7 +164,7 @@ def _txid_ns(txid: str) -> int | None:
     if made is None:
         return None
     try:
-        seconds = calendar.timegm(time.strptime(made[1], "%Y%m%dT%H%M%S"))
+        seconds = calendar.timegm(time.strptime(made[1], _STAMP))
     except ValueError:  # a month 13, a day 32: not one cudafix made
         return None
     return seconds * 10**9 + int(made[2])
