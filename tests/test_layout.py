@@ -1,6 +1,6 @@
-"""README's layout table is the code's: every module of cudafix/ with its docstring's first line.
+"""docs/design.md's module table is the code's: every module of cudafix/ with its docstring's first line.
 
-On a mismatch the assertion prints the table to paste between the README's markers.
+On a mismatch the assertion prints the table to paste between the markers in docs/design.md.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ def layout_table() -> str:
     return "\n".join(rows)
 
 
-def test_readme_layout_table_lists_every_module_with_its_docstring() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert BEGIN in readme and END in readme, f"README.md lacks {BEGIN} ... {END}"
-    current = readme.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert current == layout_table(), "README.md's layout table is stale; paste:\n" + layout_table()
+def test_design_layout_table_lists_every_module_with_its_docstring() -> None:
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    assert BEGIN in design and END in design, f"docs/design.md lacks {BEGIN} ... {END}"
+    current = design.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert current == layout_table(), (
+        "docs/design.md's module table is stale; paste:\n" + layout_table()
+    )
