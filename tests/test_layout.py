@@ -1,4 +1,4 @@
-"""docs/design.md's module table is the code's: every module of cudafix/ with its docstring's first line.
+"""docs/design.md's module table is the code's: every module with its docstring's first line.
 
 On a mismatch the assertion prints the table to paste between the markers in docs/design.md.
 """
