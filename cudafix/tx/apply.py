@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import TxDir
+from cudafix.env.target import interpreter
 from cudafix.fetch.backend import Backend, make_backend
 from cudafix.fetch.staging import scratch_dir
 from cudafix.fetch.wheelfile import checked_copy, written_paths
@@ -184,7 +185,7 @@ class _Apply:
         calls: list[_Call] = []
         if local:
             scratch = str(next(w for w in copies if w is not None).parent)
-            python = Path(self.plan.target.python or self.ctx.prefix / "bin" / "python")
+            python = interpreter(self.ctx.prefix, self.plan.target.python)
             private = make_backend(
                 self.plan.options.backend, python, Sources(offline=True, find_links=(scratch,))
             )
@@ -201,7 +202,7 @@ class _Apply:
         detached = [e.path for e in manifest.entries if e.detach]
         journal.append(tx.journal, steps.DetachBegin(paths=tuple(detached)))
         snapshot.detach(prefix, manifest)
-        python = Path(plan.target.python or prefix / "bin" / "python")
+        python = interpreter(prefix, plan.target.python)
         opts = plan.options
         backend = self.backend or make_backend(opts.backend, python, opts.sources)
         files.sanitize_records(prefix, tx, plan)

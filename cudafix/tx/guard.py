@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
+from cudafix.env.target import interpreter
 from cudafix.fetch.backend import UvBackend
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.probe import ProbeSpec
@@ -119,7 +120,7 @@ def _reinstall_hint(prefix: Path, pins: Sequence[str]) -> str:
     # The bundled uv, with --no-cache: uv hard-links installed files from its cache, so a
     # write in place may have gone through the link into the cached copy itself, which a
     # reinstall (even with --refresh) would link back.
-    argv = UvBackend(prefix / "bin" / "python").reinstall_argv(pins, options=["--no-cache"])
+    argv = UvBackend(interpreter(prefix)).reinstall_argv(pins, options=["--no-cache"])
     line = cudafix_line("run", target=venv_flags(prefix), tail=["--", *argv])
     return f"reinstall their distributions to bring them back: `{line}`"
 
@@ -149,7 +150,7 @@ class _Guarded:
         in_place = snapshot.written_in_place(prefix, self.manifest)
         try:
             judged = self._judge(done, intrusion)
-            passed = ctx.probe(tx, prefix / "bin" / "python", judged.probes)
+            passed = ctx.probe(tx, interpreter(prefix), judged.probes)
         except StepFailed as failed:
             if not in_place:
                 raise
