@@ -13,7 +13,7 @@ import posixpath
 from pathlib import Path
 
 from cudafix.env.hashing import hash_path
-from cudafix.env.inventory import find_dist_info
+from cudafix.env.inventory import find_dist_info, pyc_source
 from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
 from cudafix.env.statedir import TxDir, write_atomic
 from cudafix.model.names import EnvPath, normalize_name
@@ -52,16 +52,13 @@ def recompile(prefix: Path, python: Path, manifest: snapshot.Manifest) -> None:
     ``--no-compile``), with the target interpreter, so the post-state has it as before."""
     args: list[str] = []
     for e in manifest.entries:
-        head, name = posixpath.split(e.path)
-        if (
-            e.kind != "file"
-            or posixpath.basename(head) != "__pycache__"
-            or not name.endswith(".pyc")
-        ):
+        cached = pyc_source(e.path) if e.kind == "file" else None
+        if cached is None:
             continue
-        source = prefix / posixpath.dirname(head) / (name.split(".", 1)[0] + ".py")
+        source = prefix / cached
         if os.path.lexists(prefix / e.path) or not source.is_file():
             continue
+        name = posixpath.basename(e.path)
         level = name.split(".opt-")[1].split(".")[0] if ".opt-" in name else "0"
         args += [str(source), str(prefix / e.path), level]
     if args:

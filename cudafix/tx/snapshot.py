@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env import statedir
+from cudafix.env.inventory import is_bytecode
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
 from cudafix.model.errors import DamagedState, UnsafeState
 from cudafix.tx.journal import append as journal_append
@@ -623,7 +624,7 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
         m
         for e in manifest.entries
         if (m := mismatch(prefix, e)) is not None
-        and not (_derived(e.path) and m.endswith(": missing"))
+        and not (is_bytecode(e.path) and m.endswith(": missing"))
     ]
     modes = {e.path: e.mode for e in manifest.entries if e.kind == "dir"}
     for directory, before in manifest.listings.items():
@@ -632,23 +633,17 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
             extra = sorted(set(now) - set(before))
             if extra:
                 problems.append(f"{directory}: unexpected {', '.join(extra)}")
-            missing = sorted(n for n in set(before) - set(now) if not _derived(n))
+            missing = sorted(n for n in set(before) - set(now) if not is_bytecode(n))
             if missing:
                 problems.append(f"{directory}: missing {', '.join(missing)}")
         if now is None:
-            if not _derived(directory):
+            if not is_bytecode(directory):
                 problems.append(f"{directory}: missing directory")
         elif directory != ROOT and stat.S_IMODE(os.lstat(prefix / directory).st_mode) != modes.get(
             directory
         ):
             problems.append(f"{directory}: mode differs")
     return problems
-
-
-def _derived(path: str) -> bool:
-    """Bytecode: a ``__pycache__`` directory, anything in one, or a ``.pyc`` file."""
-    name = posixpath.basename(path)
-    return name == "__pycache__" or name.endswith(".pyc") or "/__pycache__/" in f"/{path}"
 
 
 def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
