@@ -109,7 +109,7 @@ def parse_pin(pin: str) -> tuple[DistName, str]:
     return normalize_name(req.name), specs[0].version
 
 
-class Step(_Strict):
+class StepTable(_Strict):
     """One ``[[steps]]`` table: exactly one of ``remove``, ``reinstall``, ``install``."""
 
     remove: list[str] | None = None
@@ -145,7 +145,7 @@ class Step(_Strict):
         return selectors
 
     @model_validator(mode="after")
-    def _one_action(self) -> Step:
+    def _one_action(self) -> StepTable:
         actions = [a for a in ("remove", "reinstall", "install") if getattr(self, a) is not None]
         if len(actions) != 1:
             raise ValueError("a step needs exactly one of remove, reinstall, install")
@@ -167,7 +167,7 @@ class Script(_Strict):
     version: Literal[1] = 1
     description: str = ""
     policy: Policy = Field(default_factory=Policy)
-    steps: list[Step] = Field(min_length=1)
+    steps: list[StepTable] = Field(min_length=1)
     probes: Probes = Field(default_factory=Probes)
 
 

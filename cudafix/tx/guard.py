@@ -138,13 +138,13 @@ class _Guarded:
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
         journal.append(tx.journal, steps.RunBegin(argv=args.argv))
         ctx.on_event(Progress(f"running {shlex.join(args.argv)}"))
-        pins = snapshot.pin(tx, self.manifest)
+        held = snapshot.hold_state(tx, self.manifest)
         try:
             args.ready()
             done, intrusion = self._run()
-            taken = self._state_taken(pins)
+            taken = self._state_taken(held)
         finally:
-            pins.close()
+            held.close()
         if taken is not None:
             raise taken
         in_place = snapshot.written_in_place(prefix, self.manifest)
@@ -214,15 +214,15 @@ class _Guarded:
             )
         return judged
 
-    def _state_taken(self, pins: snapshot.Pins) -> StepFailed | None:
+    def _state_taken(self, held: snapshot.HeldState) -> StepFailed | None:
         """When the command removed or replaced cudafix's state (``uv venv --clear``), write
         it again from what was held open, take cudafix's lock again, and fail the step so the
         rollback restores the environment from it (a command that removes the state cannot
         be judged against it)."""
         ctx, tx = self.ctx, self.tx
-        if not snapshot.state_lost(tx, pins):
+        if not snapshot.state_lost(tx, held):
             return None
-        manifest, lost = snapshot.rebuild(ctx.prefix, tx, pins)
+        manifest, lost = snapshot.rebuild(ctx.prefix, tx, held)
         ctx.locks.retake_own()
         ctx.on_event(f"the command removed cudafix's state in {ctx.state.root}; rebuilt it")
         unrestorable = f"; {len(lost)} file(s) cannot be restored: {', '.join(lost[:5])}"

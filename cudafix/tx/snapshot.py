@@ -778,7 +778,7 @@ def _implied(manifest: Manifest) -> dict[str, list[Any]]:
 
 
 @dataclass
-class Pins:
+class HeldState:
     """What survives a command that deletes cudafix's own state (``uv venv --clear``, a
     ``.cudafix`` replaced by a symlink): an open fd of every snapshotted file (an open file
     outlives its last name), the manifest and the journal as bytes."""
@@ -801,12 +801,12 @@ class Pins:
 
 
 FD_RESERVE = 256
-"""Descriptors :func:`pin` leaves free for the run itself (the lock, the journal, the
+"""Descriptors :func:`hold_state` leaves free for the run itself (the lock, the journal, the
 command's pipes, uv and the probes): a snapshot larger than the open-file limit allows is
-pinned in part, never to the last descriptor."""
+held in part, never to the last descriptor."""
 
 
-def pin(tx: TxDir, manifest: Manifest) -> Pins:
+def hold_state(tx: TxDir, manifest: Manifest) -> HeldState:
     """Hold the snapshot open (the soft open-file limit raised to the hard one), keeping
     :data:`FD_RESERVE` descriptors free; the files beyond that are counted as ``missed``."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -819,16 +819,16 @@ def pin(tx: TxDir, manifest: Manifest) -> Pins:
         files, skipped = files[:room], len(files[room:])
     else:
         skipped = 0
-    pins = Pins({}, manifest, read_bytes(tx.journal), missed=skipped)
+    held = HeldState({}, manifest, read_bytes(tx.journal), missed=skipped)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     store = tx.snapshot
     for path in files:
         try:
-            pins.fds[path] = os.open(f"{store}/{path}", flags)
+            held.fds[path] = os.open(f"{store}/{path}", flags)
         except OSError:
-            pins.missed += 1
-    pins.settled = _settled(tx, manifest)
-    return pins
+            held.missed += 1
+    held.settled = _settled(tx, manifest)
+    return held
 
 
 def _settled(tx: TxDir, manifest: Manifest) -> dict[str, tuple[int, int, int]]:
@@ -859,29 +859,30 @@ def _open_fds() -> int:
         return 64
 
 
-def state_lost(tx: TxDir, pins: Pins) -> bool:
-    """Whether anything of the transaction's state is gone or replaced since :func:`pin`."""
+def state_lost(tx: TxDir, held: HeldState) -> bool:
+    """Whether anything of the transaction's state is gone or replaced since
+    :func:`hold_state`."""
     try:
         read_bytes(tx.manifest)
         read_bytes(tx.journal)
         store = tx.snapshot
-        for directory, was in pins.settled.items():
+        for directory, was in held.settled.items():
             st = os.lstat(f"{store}/{directory}" if directory else store)
             if (st.st_dev, st.st_ino, st.st_ctime_ns) != was:
                 return True
-        for path, fd in pins.fds.items():
-            if path.rpartition("/")[0] in pins.settled:
+        for path, fd in held.fds.items():
+            if path.rpartition("/")[0] in held.settled:
                 continue  # its directory's names are as they were
-            live, held = os.lstat(f"{store}/{path}"), os.fstat(fd)
-            if (live.st_dev, live.st_ino) != (held.st_dev, held.st_ino):
+            live, opened = os.lstat(f"{store}/{path}"), os.fstat(fd)
+            if (live.st_dev, live.st_ino) != (opened.st_dev, opened.st_ino):
                 return True
     except (OSError, UnsafeState):
         return True
     return False
 
 
-def rebuild(prefix: Path, tx: TxDir, pins: Pins) -> tuple[Manifest, list[str]]:
-    """Write the transaction's state again from :class:`Pins`: the manifest, the journal
+def rebuild(prefix: Path, tx: TxDir, held: HeldState) -> tuple[Manifest, list[str]]:
+    """Write the transaction's state again from :class:`HeldState`: the manifest, the journal
     (plus a ``state-rebuilt`` record), and a copy of each snapshotted file
     whose link is gone (its entry then carries the copy's sha256, so a restore is checked
     by content). Returns the manifest to restore and the files that cannot be restored."""
@@ -890,8 +891,8 @@ def rebuild(prefix: Path, tx: TxDir, pins: Pins) -> tuple[Manifest, list[str]]:
         state.unlink()  # the command put something else there; never followed
     statedir.ensure_dir(tx.snapshot, mode=0o700)
     entries, lost = [], []
-    for e in pins.manifest.entries:
-        fd = pins.fds.get(e.path)
+    for e in held.manifest.entries:
+        fd = held.fds.get(e.path)
         if e.kind != "file" or not _link_gone(tx.snapshot / e.path, fd):
             entries.append(e)
         elif fd is None:
@@ -899,10 +900,10 @@ def rebuild(prefix: Path, tx: TxDir, pins: Pins) -> tuple[Manifest, list[str]]:
             lost.append(e.path)
         else:
             entries.append(replace(e, sha256=_copy_fd(fd, tx.snapshot / e.path)))
-    manifest = Manifest(tuple(entries), pins.manifest.listings)
+    manifest = Manifest(tuple(entries), held.manifest.listings)
     write_json(tx.manifest, manifest.to_json())
-    write_atomic(tx.journal, pins.journal.decode("utf-8"))
-    journal_append(tx.journal, StateRebuilt(missed=pins.missed, unrestorable=tuple(lost)))
+    write_atomic(tx.journal, held.journal.decode("utf-8"))
+    journal_append(tx.journal, StateRebuilt(missed=held.missed, unrestorable=tuple(lost)))
     return manifest, lost
 
 
