@@ -9,6 +9,7 @@ import pytest
 
 from cudafix.env.statedir import TxDir
 from cudafix.tx import snapshot
+from cudafix.tx.difference import Difference, difference_text
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
@@ -65,9 +66,24 @@ def test_verify_detects_in_place_write(tmp_path: Path) -> None:
     manifest = snapshot.take(prefix, tx, ["lib/pkg/sub/b.py"])
     with (prefix / "lib/pkg/sub/b.py").open("a") as fh:
         fh.write("# more\n")
-    assert snapshot.verify(prefix, manifest) == [
-        "lib/pkg/sub/b.py: content or mode differs from the snapshot"
-    ]
+    assert snapshot.verify(prefix, manifest) == [Difference("lib/pkg/sub/b.py", "content-or-mode")]
+
+
+@pytest.mark.parametrize(
+    ("difference", "text"),
+    [
+        (Difference("a/b.so", "missing"), "a/b.so: missing"),
+        (Difference("a/b.so", "appeared"), "a/b.so: exists, but did not before"),
+        (Difference("a/l", "not-the-symlink", target="b.so"), "a/l: not the symlink -> b.so"),
+        (Difference("a", "unexpected-names", ("x", "y")), "a: unexpected x, y"),
+        (Difference("a", "missing-names", ("x",)), "a: missing x"),
+        (Difference("a", "missing-directory"), "a: missing directory"),
+        (Difference("a", "mode-differs"), "a: mode differs"),
+    ],
+)
+def test_the_sentence_a_journal_record_carries(difference: Difference, text: str) -> None:
+    """The journal's words for a difference are those of the journals already written."""
+    assert difference_text(difference) == text
 
 
 def test_detach_leaves_the_snapshot_unreachable(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from cudafix.model.names import EnvPath, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.process import run
 from cudafix.tx import journal, snapshot, steps
+from cudafix.tx.difference import difference_text
 
 
 def dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
@@ -161,7 +162,7 @@ def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> lis
             problems.append(f"{path}: still present")
     for path in plan.kept_paths:
         if (why := snapshot.mismatch(prefix, entries[path])) is not None:
-            problems.append(f"kept {why}")
+            problems.append(f"kept {difference_text(why)}")
     return problems
 
 

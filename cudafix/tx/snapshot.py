@@ -28,6 +28,7 @@ from cudafix.env import statedir
 from cudafix.env.inventory import is_bytecode
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
 from cudafix.model.errors import DamagedState, UnsafeState
+from cudafix.tx.difference import Difference, difference_text
 from cudafix.tx.journal import append as journal_append
 from cudafix.tx.journal import crash_point, fail_point, hooks_armed
 from cudafix.tx.steps import StateRebuilt
@@ -536,32 +537,32 @@ def _written(st: os.stat_result, e: Entry) -> bool:
     return touched and st.st_nlink == e.nlink and stat.S_IMODE(st.st_mode) == e.mode
 
 
-def mismatch(prefix: Path, e: Entry) -> str | None:
+def mismatch(prefix: Path, e: Entry) -> Difference | None:
     """How the live path differs from entry ``e``, or None when it is identical."""
     live = prefix / e.path
     try:
         st = os.lstat(live)
     except FileNotFoundError:
-        return None if e.kind == "absent" else f"{e.path}: missing"
+        return None if e.kind == "absent" else Difference(e.path, "missing")
     if e.kind == "absent":
-        return f"{e.path}: exists, but did not before"
+        return Difference(e.path, "appeared")
     if e.kind == "dir":
-        return None if stat.S_ISDIR(st.st_mode) else f"{e.path}: not a directory"
+        return None if stat.S_ISDIR(st.st_mode) else Difference(e.path, "not-a-directory")
     if e.kind == "symlink":
         ok = stat.S_ISLNK(st.st_mode) and str(live.readlink()) == e.target
-        return None if ok else f"{e.path}: not the symlink -> {e.target}"
+        return None if ok else Difference(e.path, "not-the-symlink", target=e.target)
     if e.kind == "fifo":
         ok = stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == e.mode
-        return None if ok else f"{e.path}: not the FIFO it was"
+        return None if ok else Difference(e.path, "not-the-fifo")
     if not stat.S_ISREG(st.st_mode):
-        return f"{e.path}: not a regular file"
+        return Difference(e.path, "not-a-regular-file")
     if e.sha256 is None:
         now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         ok = now == (e.dev, e.ino, e.size, e.mtime_ns)
     else:
         ok = st.st_size == e.size and sha256_file(live) == e.sha256
     ok = ok and stat.S_IMODE(st.st_mode) == e.mode
-    return None if ok else f"{e.path}: content or mode differs from the snapshot"
+    return None if ok else Difference(e.path, "content-or-mode")
 
 
 def restore_entry(prefix: Path, tx: TxDir, e: Entry) -> None:
@@ -614,7 +615,7 @@ def new_names(prefix: Path, manifest: Manifest) -> list[str]:
     ]
 
 
-def verify(prefix: Path, manifest: Manifest) -> list[str]:
+def verify(prefix: Path, manifest: Manifest) -> list[Difference]:
     """Every way the live tree differs from the manifest (empty: byte-identical).
 
     Bytecode (``__pycache__``, ``*.pyc``) is derived data: Python writes it again on import,
@@ -624,7 +625,7 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
         m
         for e in manifest.entries
         if (m := mismatch(prefix, e)) is not None
-        and not (is_bytecode(e.path) and m.endswith(": missing"))
+        and not (is_bytecode(e.path) and m.kind == "missing")
     ]
     modes = {e.path: e.mode for e in manifest.entries if e.kind == "dir"}
     for directory, before in manifest.listings.items():
@@ -632,17 +633,17 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
         if now is not None and now != before:
             extra = sorted(set(now) - set(before))
             if extra:
-                problems.append(f"{directory}: unexpected {', '.join(extra)}")
+                problems.append(Difference(directory, "unexpected-names", tuple(extra)))
             missing = sorted(n for n in set(before) - set(now) if not is_bytecode(n))
             if missing:
-                problems.append(f"{directory}: missing {', '.join(missing)}")
+                problems.append(Difference(directory, "missing-names", tuple(missing)))
         if now is None:
             if not is_bytecode(directory):
-                problems.append(f"{directory}: missing directory")
+                problems.append(Difference(directory, "missing-directory"))
         elif directory != ROOT and stat.S_IMODE(os.lstat(prefix / directory).st_mode) != modes.get(
             directory
         ):
-            problems.append(f"{directory}: mode differs")
+            problems.append(Difference(directory, "mode-differs"))
     return problems
 
 
@@ -675,8 +676,8 @@ def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
         attempt(e.path, partial(restore_entry, prefix, tx, e))
     for e in dirs:
         attempt(e.path, partial(set_dir_mode, prefix / e.path, e.mode))
-    left = [p for p in verify(prefix, manifest) if not _explained(p, failed)]
-    return [*failed.values(), *left]
+    left = [d for d in verify(prefix, manifest) if not _explained(d, failed)]
+    return [*failed.values(), *map(difference_text, left)]
 
 
 def _remove_new(prefix: Path, path: str) -> None:
@@ -685,13 +686,11 @@ def _remove_new(prefix: Path, path: str) -> None:
     remove_path(prefix / path)
 
 
-def _explained(problem: str, failed: Mapping[str, str]) -> bool:
-    """Whether a verify line only repeats a path whose restore failure is already reported."""
-    where, _, what = problem.partition(": ")
-    if where in failed or any(where.startswith(f + "/") for f in failed):
+def _explained(d: Difference, failed: Mapping[str, str]) -> bool:
+    """Whether a difference only repeats a path whose restore failure is already reported."""
+    if d.path in failed or any(d.path.startswith(f + "/") for f in failed):
         return True
-    names = what.removeprefix("missing ").split(", ") if what.startswith("missing ") else []
-    return bool(names) and all(f"{where}/{n}" in failed for n in names)
+    return d.kind == "missing-names" and all(f"{d.path}/{n}" in failed for n in d.names)
 
 
 def put_back(prefix: Path, tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> None:
