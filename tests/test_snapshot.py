@@ -9,7 +9,7 @@ import pytest
 
 from cudafix.env.statedir import TxDir
 from cudafix.tx import snapshot
-from cudafix.tx.difference import Difference, difference_text
+from cudafix.tx.difference import Deviation, Difference, deviation_text, difference_text
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
@@ -113,3 +113,23 @@ def test_check_path_refuses(tmp_path: Path, path: str, why: str) -> None:
     problem = snapshot.check_path(prefix, path)
     assert problem is not None and why in problem
     assert snapshot.check_path(prefix, "lib/pkg/a.so") is None
+
+
+@pytest.mark.parametrize(
+    ("deviation", "text"),
+    [
+        (Deviation("other-version", "x", version="2", planned="1"), "x is at 2, not 1"),
+        (Deviation("kept-differs", "a", difference=Difference("a", "missing")), "kept a: missing"),
+        (Deviation("other-holder", "a/f", distribution="x"), "a/f should hold x's bytes"),
+        (
+            Deviation("not-installed", "x", version="1"),
+            "x==1 is not installed after the install step",
+        ),
+        (
+            Deviation("staged-differs", "a/f", distribution="x", version="1"),
+            "a/f: other bytes than the staged wheel (x==1)",
+        ),
+    ],
+)
+def test_the_sentence_a_failed_verify_carries(deviation: Deviation, text: str) -> None:
+    assert deviation_text(deviation) == text

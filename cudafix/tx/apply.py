@@ -32,9 +32,13 @@ from cudafix.model.transaction import (
 )
 from cudafix.tx import files, journal, snapshot, steps
 from cudafix.tx.context import RunContext, StepFailed
+from cudafix.tx.difference import Deviation, deviation_text
 from cudafix.tx.verify import install_mismatches
 
-Verify = Callable[[], list[str]]
+Verify = Callable[[], list[Deviation]]
+"""What the result differs from the plan in, beyond the built-in checks (empty: as planned)."""
+Precondition = Callable[[], list[str]]
+"""What the environment differs from the plan in, before anything changes."""
 _Call = tuple[Backend, list[str]]
 
 
@@ -47,7 +51,7 @@ def run_transaction(
     force: bool = False,
     command: Sequence[str] = (),
     on_event: OnEvent = quiet,
-    precondition: Verify | None = None,
+    precondition: Precondition | None = None,
     backend: Backend | None = None,
 ) -> TransactionResult:
     """Apply ``plan``; commit when verify and probes pass, else roll back and raise.
@@ -225,7 +229,9 @@ class _Apply:
         problems += files.holders_verify(prefix, plan)
         problems += self.verify() if self.verify else []
         if problems:
-            raise StepFailed("the result differs from the plan: " + "; ".join(problems))
+            raise StepFailed(
+                "the result differs from the plan: " + "; ".join(map(deviation_text, problems))
+            )
         if plan.install:
             self._install(backend)
         return ctx.probe(tx, python, self.probes)
@@ -256,5 +262,7 @@ class _Apply:
         if problems:
             more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
             raise StepFailed(
-                "the install differs from the staged wheels: " + "; ".join(problems[:5]) + more
+                "the install differs from the staged wheels: "
+                + "; ".join(map(deviation_text, problems[:5]))
+                + more
             )

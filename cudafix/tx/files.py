@@ -20,7 +20,7 @@ from cudafix.model.names import EnvPath, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.process import run
 from cudafix.tx import journal, snapshot, steps
-from cudafix.tx.difference import difference_text
+from cudafix.tx.difference import Deviation
 
 
 def dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
@@ -150,7 +150,7 @@ def _prune_empty_parents(prefix: Path, plan: Plan) -> None:
             (prefix / directory).rmdir()
 
 
-def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[str]:
+def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[Deviation]:
     """Deleted paths are gone (unless a reinstall re-created them); kept paths are intact."""
     entries = manifest.by_path()
     rewritten = {e.path for e in manifest.entries if e.detach}
@@ -159,14 +159,14 @@ def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> lis
         entry = entries.get(path)
         skip = path in plan.kept_paths or path in rewritten or (entry and entry.kind == "dir")
         if not skip and ((prefix / path).is_symlink() or (prefix / path).exists()):
-            problems.append(f"{path}: still present")
+            problems.append(Deviation("still-present", path))
     for path in plan.kept_paths:
         if (why := snapshot.mismatch(prefix, entries[path])) is not None:
-            problems.append(f"kept {difference_text(why)}")
+            problems.append(Deviation("kept-differs", path, difference=why))
     return problems
 
 
-def holders_verify(prefix: Path, plan: Plan) -> list[str]:
+def holders_verify(prefix: Path, plan: Plan) -> list[Deviation]:
     """Each path several reinstalled distributions claim holds its planned holder's bytes."""
     problems = []
     for holder in sorted(set(plan.holders_after.values())):
@@ -180,5 +180,5 @@ def holders_verify(prefix: Path, plan: Plan) -> list[str]:
         for path, who in plan.holders_after.items():
             expected = want.get(EnvPath(path)) if who == holder else None
             if expected and hash_path(prefix / path) != expected:
-                problems.append(f"{path} should hold {holder}'s bytes")
+                problems.append(Deviation("other-holder", path, distribution=holder))
     return problems
