@@ -32,7 +32,7 @@ from cudafix.env.answers import (
 )
 from cudafix.env.inventory import Distribution
 from cudafix.env.statedir import STATE_DIR_NAME, StateDir
-from cudafix.env.target import TargetEnv, locate_target
+from cudafix.env.target import TargetEnv, interpreter, locate_target
 from cudafix.env.treecache import TreeCache
 from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
@@ -189,7 +189,7 @@ def _check_backend(backend: BackendName, facts: Facts) -> None:
     if backend != "pip":
         return
     inv = facts.inventory
-    python = inv.python or inv.prefix / "bin" / "python"
+    python = interpreter(inv.prefix, inv.python)
     if find_pip(python) is None:
         raise InputError(
             f"--backend pip: no pip can act on {inv.prefix} (it has none, cudafix's own "
@@ -209,7 +209,7 @@ def _stage(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Staging:
     if not sources.fetch:
         return Staging(fetched=False)
     inv = facts.inventory
-    python = inv.python or inv.prefix / "bin" / "python"
+    python = interpreter(inv.prefix, inv.python)
     return stage(python, pins, sources, inv.site_packages[0])
 
 
@@ -332,7 +332,7 @@ def _pins(facts: Facts, specs: tuple[str, ...], sources: Sources) -> tuple[Pin, 
     if not ranged:
         return tuple(exact)
     inv = facts.inventory
-    resolved = resolve(str(inv.python or inv.prefix / "bin" / "python"), ranged, sources)
+    resolved = resolve(str(interpreter(inv.prefix, inv.python)), ranged, sources)
     have = {name for name, _ in exact}
     return (*exact, *(pin for pin in resolved.installs if pin[0] not in have))
 
@@ -382,7 +382,7 @@ def _install_plan(
 ) -> Plan:
     """Resolve with uv (what it would install and uninstall), stage, plan the after-state."""
     inv = facts.inventory
-    python = inv.python or inv.prefix / "bin" / "python"
+    python = interpreter(inv.prefix, inv.python)
     on_event(Progress(f"  asking uv what installing {' '.join(request.specs)} takes"))
     resolution = resolve(str(python), request.specs, sources)
     options = _options(

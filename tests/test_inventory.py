@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from cudafix.env.hashing import CACHE_FORMAT, CACHE_VERSION, HashCache
-from cudafix.env.inventory import Inventory, holder_of, read_inventory, walk_files
+from cudafix.env.inventory import (
+    Inventory,
+    holder_of,
+    is_bytecode,
+    pyc_source,
+    read_inventory,
+    walk_files,
+)
 from cudafix.env.record import (
     Refusal,
     parse_record,
@@ -82,6 +89,31 @@ def _ep(venv: Path, rel: str) -> EnvPath:
 def _append_record(venv: Path, dist_info: str, *lines: str) -> None:
     record = site_dir(venv) / dist_info / "RECORD"
     record.write_text(record.read_text() + "".join(f"{line}\n" for line in lines))
+
+
+# --- bytecode ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "bytecode", "source"),
+    [
+        ("pkg/__pycache__/mod.cpython-311.pyc", True, "pkg/mod.py"),
+        ("pkg/__pycache__/mod.cpython-311.opt-1.pyc", True, "pkg/mod.py"),
+        ("__pycache__/single.cpython-311.pyc", True, "single.py"),
+        ("pkg/mod.pyc", True, None),  # sourceless bytecode: nothing recompiles it
+        ("pkg/__pycache__", True, None),  # the directory itself
+        ("__pycache__", True, None),  # a bare name from a directory listing
+        ("pkg/__pycache__/sub/x.pyc", True, None),
+        ("pkg/__pycache__/notes.txt", True, None),
+        ("pkg/mod.py", False, None),
+        ("pkg/my__pycache__/x.txt", False, None),  # a whole path component only
+        ("pkg/__pycache__x/y.txt", False, None),
+    ],
+)
+def test_bytecode_and_the_source_of_a_cache_file(
+    path: str, bytecode: bool, source: str | None
+) -> None:
+    assert (is_bytecode(path), pyc_source(path)) == (bytecode, source)
 
 
 # --- ownership and holders -------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.linker.loader import DlopenTable, SearchConfig, Step, expand_entry, resolve
+from cudafix.linker.loader import DlopenTable, Lookup, SearchConfig, expand_entry, resolve
 from cudafix.linker.runtime import BoundLoads, RuntimeTable, bind
 from cudafix.model.names import DistName, EnvPath, Soname
 from scenarios.cc import CompileError, SharedObject, compile_shared
@@ -174,7 +174,7 @@ def test_resolver_agrees_with_ldd(name: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     oracle = parse_ldd(proc.stdout)
     tree = cudafix_tree(case.root, case.llp)
-    ours: dict[str, Step] = {}
+    ours: dict[str, Lookup] = {}
     for step in tree.steps:
         ours.setdefault(step.need, step)  # ldd names an object by its first need
     for need, where in oracle.items():

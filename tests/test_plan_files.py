@@ -68,6 +68,9 @@ def test_every_problem_is_reported_with_its_line() -> None:
         ("steps = 3\n", 1),
         ('[policy]\nbackend = "conda"\n[[steps]]\nremove = ["a"]\n', 2),
         ('[[steps]]\nremove = ["a"]\nrepair = "yes"\n', 3),
+        ('[[steps]]\nremove = ["a"]\n[probes]\nauto = "yes"\n', 4),
+        ('[[steps]]\nremove = ["a"]\n[probes]\nimports = "torch"\n', 4),
+        ('[[steps]]\nremove = ["a"]\n[[probes.expect]]\noutput = "1"\n', 3),
     ],
 )
 def test_line_of_each_kind_of_error(text: str, line: int) -> None:

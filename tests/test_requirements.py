@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from cudafix.env.inventory import Distribution
 from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.model.plan import RequirementBreak
 from cudafix.plan.requirements import (
-    RequirementProblem,
     check_requirements,
     requested_extras,
     requirement_closure,
@@ -35,7 +35,7 @@ def _dist(name: str, version: str, *requires: str) -> Distribution:
     )
 
 
-def _check(*dists: Distribution) -> tuple[RequirementProblem, ...]:
+def _check(*dists: Distribution) -> tuple[RequirementBreak, ...]:
     return check_requirements({d.name: d for d in dists}, LINUX_311)
 
 
@@ -46,8 +46,10 @@ def test_satisfied_set_is_clean() -> None:
 
 def test_missing_dependency() -> None:
     (problem,) = _check(_dist("torch", "2.5.0", "Nvidia.CUDNN_cu12==9.1.0.70"))
-    assert problem == RequirementProblem(
-        DistName("torch"), "Nvidia.CUDNN_cu12==9.1.0.70", "nvidia-cudnn-cu12 is not installed"
+    assert problem == RequirementBreak(
+        distribution=DistName("torch"),
+        requirement="Nvidia.CUDNN_cu12==9.1.0.70",
+        reason="nvidia-cudnn-cu12 is not installed",
     )
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from cudafix.env.statedir import TxDir
 from cudafix.tx import snapshot
+from cudafix.tx.difference import Deviation, Difference, deviation_text, difference_text
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
@@ -65,9 +66,24 @@ def test_verify_detects_in_place_write(tmp_path: Path) -> None:
     manifest = snapshot.take(prefix, tx, ["lib/pkg/sub/b.py"])
     with (prefix / "lib/pkg/sub/b.py").open("a") as fh:
         fh.write("# more\n")
-    assert snapshot.verify(prefix, manifest) == [
-        "lib/pkg/sub/b.py: content or mode differs from the snapshot"
-    ]
+    assert snapshot.verify(prefix, manifest) == [Difference("lib/pkg/sub/b.py", "content-or-mode")]
+
+
+@pytest.mark.parametrize(
+    ("difference", "text"),
+    [
+        (Difference("a/b.so", "missing"), "a/b.so: missing"),
+        (Difference("a/b.so", "appeared"), "a/b.so: exists, but did not before"),
+        (Difference("a/l", "not-the-symlink", target="b.so"), "a/l: not the symlink -> b.so"),
+        (Difference("a", "unexpected-names", ("x", "y")), "a: unexpected x, y"),
+        (Difference("a", "missing-names", ("x",)), "a: missing x"),
+        (Difference("a", "missing-directory"), "a: missing directory"),
+        (Difference("a", "mode-differs"), "a: mode differs"),
+    ],
+)
+def test_the_sentence_a_journal_record_carries(difference: Difference, text: str) -> None:
+    """The journal's words for a difference are those of the journals already written."""
+    assert difference_text(difference) == text
 
 
 def test_detach_leaves_the_snapshot_unreachable(tmp_path: Path) -> None:
@@ -97,3 +113,23 @@ def test_check_path_refuses(tmp_path: Path, path: str, why: str) -> None:
     problem = snapshot.check_path(prefix, path)
     assert problem is not None and why in problem
     assert snapshot.check_path(prefix, "lib/pkg/a.so") is None
+
+
+@pytest.mark.parametrize(
+    ("deviation", "text"),
+    [
+        (Deviation("other-version", "x", version="2", planned="1"), "x is at 2, not 1"),
+        (Deviation("kept-differs", "a", difference=Difference("a", "missing")), "kept a: missing"),
+        (Deviation("other-holder", "a/f", distribution="x"), "a/f should hold x's bytes"),
+        (
+            Deviation("not-installed", "x", version="1"),
+            "x==1 is not installed after the install step",
+        ),
+        (
+            Deviation("staged-differs", "a/f", distribution="x", version="1"),
+            "a/f: other bytes than the staged wheel (x==1)",
+        ),
+    ],
+)
+def test_the_sentence_a_failed_verify_carries(deviation: Deviation, text: str) -> None:
+    assert deviation_text(deviation) == text

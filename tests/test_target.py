@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.env.target import TargetEnv, fallback_info, locate_target, query_interpreter
+from cudafix.env.target import (
+    TargetEnv,
+    fallback_info,
+    interpreter,
+    locate_target,
+    query_interpreter,
+)
 from cudafix.model.errors import ExitCode, TargetError, UsageError
 from tests.support.venvs import new_venv, site_dir
 
@@ -30,6 +36,13 @@ def _break_python(venv: Path, script: str) -> Path:
     python.write_text(f"#!/bin/sh\n{script}\n")
     python.chmod(0o755)
     return python
+
+
+def test_interpreter_is_the_one_found_else_bin_python() -> None:
+    prefix = Path("/env")
+    assert interpreter(prefix, Path("/env/bin/python3")) == Path("/env/bin/python3")
+    assert interpreter(prefix, "/env/bin/python3.11") == Path("/env/bin/python3.11")
+    assert interpreter(prefix, None) == interpreter(prefix) == Path("/env/bin/python")
 
 
 # --- locate_target --------------------------------------------------------------------

@@ -27,6 +27,7 @@ from cudafix.model.errors import (
 from cudafix.model.plan import Plan
 from cudafix.model.probe import ProbeSpec
 from cudafix.tx.apply import run_transaction
+from cudafix.tx.difference import Deviation
 from cudafix.tx.history import gc, history, show
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from cudafix.tx.recovery import pending_transactions, recover
@@ -109,11 +110,12 @@ def test_probe_command_error_is_reported(venv: tuple[Path, Path]) -> None:
 def test_verify_mismatch_and_interrupt_roll_back(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     before = fingerprint(prefix)
-    with pytest.raises(TransactionFailed, match=r"predicted lib\.so differs"):
-        run_transaction(remove_pa_plan(prefix, wheels), verify=lambda: ["predicted lib.so differs"])
+    differs = [Deviation("not-present", "predicted/lib.so")]
+    with pytest.raises(TransactionFailed, match=r"predicted/lib\.so should be present"):
+        run_transaction(remove_pa_plan(prefix, wheels), verify=lambda: differs)
     assert_same(prefix, before)
 
-    def interrupt() -> list[str]:
+    def interrupt() -> list[Deviation]:
         raise KeyboardInterrupt
 
     with pytest.raises(TransactionFailed, match="KeyboardInterrupt"):

@@ -25,6 +25,7 @@ from cudafix.model.errors import (
 )
 from cudafix.tx import journal
 from cudafix.tx.apply import run_transaction
+from cudafix.tx.difference import Difference
 from cudafix.tx.history import history, show
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from cudafix.tx.recovery import pending_transactions, recover
@@ -353,7 +354,7 @@ def test_verify_reports_a_missing_name(venv: tuple[Path, Path], tmp_path: Path) 
     manifest = snapshot.take(prefix, t, [f"{sp}/shared"])
     (prefix / sp / "shared" / "lib.so").unlink()
     problems = snapshot.verify(prefix, manifest)
-    assert f"{sp}/shared: missing lib.so" in problems
+    assert Difference(f"{sp}/shared", "missing-names", ("lib.so",)) in problems
 
 
 def test_a_new_id_sorts_after_the_newest_even_with_the_clock_behind_it() -> None:

@@ -177,19 +177,17 @@ class Inventory:
         paths.update(p for p in self.files if p.startswith(info_prefix))
         for e in dist.files:
             if e.path.endswith(".py"):
-                paths.update(self._pyc_index.get(_pyc_stem(e.path), ()))
+                paths.update(self._pyc_index.get(e.path, ()))
         return tuple(sorted(paths))
 
     @cached_property
     def _pyc_index(self) -> Mapping[str, tuple[EnvPath, ...]]:
+        """The cache files of each source path (:func:`pyc_source`)."""
         index: dict[str, list[EnvPath]] = {}
         for p in self.files:
-            if "__pycache__/" not in p or not p.endswith(".pyc"):
-                continue  # cheap string tests first: this visits every file of the venv
-            head, name = posixpath.split(p)
-            if posixpath.basename(head) == "__pycache__":
-                key = posixpath.join(posixpath.dirname(head), name.split(".", 1)[0])
-                index.setdefault(key, []).append(p)
+            source = pyc_source(p)
+            if source is not None:
+                index.setdefault(source, []).append(p)
         return {k: tuple(v) for k, v in index.items()}
 
 
@@ -220,12 +218,23 @@ def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvP
 
 
 def is_bytecode(path: str) -> bool:
-    """``.pyc`` files and anything under ``__pycache__``: written by compileall or import."""
-    return path.endswith(".pyc") or "__pycache__/" in path
+    """Bytecode, derived data that compileall or an import writes again: a ``.pyc`` file, a
+    ``__pycache__`` directory, or anything in one (``__pycache__`` matched as a whole path
+    component). ``path`` is an EnvPath or a bare name from a directory listing."""
+    return path.endswith(".pyc") or ("__pycache__" in path and "/__pycache__/" in f"/{path}/")
 
 
-def _pyc_stem(py: EnvPath) -> str:
-    return py[: -len(".py")]
+def pyc_source(path: str) -> str | None:
+    """The source a PEP 3147 cache file was compiled from (``pkg/__pycache__/mod.cpython-311
+    .opt-1.pyc`` -> ``pkg/mod.py``); None for any other path. Narrower than
+    :func:`is_bytecode` on purpose: a sourceless ``mod.pyc``, the ``__pycache__`` directory
+    and anything deeper in it are bytecode, but no ``.py`` names them nor recompiles them."""
+    if not path.endswith(".pyc") or "__pycache__/" not in path:
+        return None  # cheap string tests first: callers visit every file of an environment
+    head, name = posixpath.split(path)
+    if posixpath.basename(head) != "__pycache__":
+        return None
+    return posixpath.join(posixpath.dirname(head), name.split(".", 1)[0] + ".py")
 
 
 def holder_of(

@@ -208,6 +208,14 @@ def _find_python(python: str, environ: Mapping[str, str], cwd: Path) -> Path:
     return exe
 
 
+def interpreter(prefix: Path, known: Path | str | None = None) -> Path:
+    """The interpreter that acts on the target: the one found for it (the inventory's, the
+    plan's ``target.python``), else ``bin/python`` under the prefix. Backends, staging and
+    probes all run it, so the fallback is one rule, not one per caller. Undo and guarded runs
+    know only the prefix, and so always name ``bin/python``."""
+    return Path(known) if known else prefix / "bin" / "python"
+
+
 def _interpreter_in(prefix: Path) -> Path | None:
     for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
         if os.path.lexists(prefix / name):

@@ -45,6 +45,7 @@ STAGE_TIMEOUT = 1800.0
 """Seconds one staging install may take (a CUDA wheel is GBs on a slow link)."""
 
 Pin = tuple[DistName, str]
+"""An exact version to install or reinstall, ``name==version`` as (name, version)."""
 
 
 @dataclass(frozen=True)

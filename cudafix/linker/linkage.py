@@ -21,8 +21,8 @@ from cudafix.linker.loader import (
     DlopenTable,
     LibraryView,
     LoadTree,
+    Lookup,
     SearchConfig,
-    Step,
     resolve,
 )
 from cudafix.model.names import EnvPath, Soname
@@ -181,7 +181,7 @@ def resolve_trees(
     return {root: resolve(root, view, config, dlopen) for root in roots}
 
 
-def _edge(step: Step, real: dict[str, str], requester: str, root: str) -> Edge:
+def _edge(step: Lookup, real: dict[str, str], requester: str, root: str) -> Edge:
     """The provider with symlinks resolved (memoised per call: providers repeat a lot)."""
     provider = step.provider
     if provider is not None:

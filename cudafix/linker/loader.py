@@ -59,14 +59,14 @@ __all__ = [
     "EnvironmentView",
     "LibraryView",
     "LoadTree",
+    "Lookup",
     "SearchConfig",
-    "Step",
     "SystemLibraries",
     "resolve",
 ]
 
 CACHE_MARK = "(ld.so.cache)"
-"""Stands for the cache in ``Step.searched``."""
+"""Stands for the cache in ``Lookup.searched``."""
 
 
 class LibraryView(Protocol):
@@ -218,8 +218,9 @@ def split_ld_library_path(value: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One need (DT_NEEDED or table dlopen edge) and where ld.so finds it."""
+class Lookup:
+    """One need (DT_NEEDED or table dlopen edge) and where ld.so finds it: one step of a
+    :class:`LoadTree`."""
 
     requester: str
     need: Soname
@@ -239,14 +240,14 @@ class LoadTree:
     """Everything loading ``root`` pulls in, in ld.so's order."""
 
     root: str
-    steps: tuple[Step, ...]
+    steps: tuple[Lookup, ...]
     objects: tuple[str, ...] = ()
     """Loaded objects in load order, the root first."""
     problem: str | None = None
     """Set when the root itself is absent or not a loadable ELF."""
 
     @property
-    def unresolved(self) -> tuple[Step, ...]:
+    def unresolved(self) -> tuple[Lookup, ...]:
         return tuple(s for s in self.steps if s.provider is None)
 
 
@@ -332,7 +333,7 @@ class _Walk:
         self.objects: list[_Obj] = []
         self.names: dict[str, int] = {}
         self.identity: dict[str, int] = {}
-        self.steps: list[Step] = []
+        self.steps: list[Lookup] = []
         self.arch: tuple[int, str] = (0, "")
 
     def run(self) -> LoadTree:
@@ -392,16 +393,16 @@ class _Walk:
         loaded = self.names.get(need)
         if loaded is not None:
             how = "dlopen" if dlopen else "loaded"
-            self.steps.append(Step(requester, need, self.objects[loaded].path, how, ()))
+            self.steps.append(Lookup(requester, need, self.objects[loaded].path, how, ()))
             return None
         found = self._find(index, need)
         how = "dlopen" if dlopen and found.provider else found.how
         if found.provider is None:
-            self.steps.append(Step(requester, need, None, how, found.searched, found.error))
+            self.steps.append(Lookup(requester, need, None, how, found.searched, found.error))
             return None
         same = self.identity.get(self._canonical(found.provider))
         provider = self.objects[same].path if same is not None else found.provider
-        self.steps.append(Step(requester, need, provider, how, found.searched))
+        self.steps.append(Lookup(requester, need, provider, how, found.searched))
         if same is not None:
             self.names.setdefault(need, same)
             return None

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cudafix.model.errors import PlanRefused
-from cudafix.model.names import BackendName, is_dist_name, is_env_path, is_module_name
+from cudafix.model.names import BackendName, DistName, is_dist_name, is_env_path, is_module_name
 from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.model.reasons import AlternativeDoes, PlanWarning, Reason, ReinstallWhy
 from cudafix.model.sources import Sources
@@ -93,10 +93,13 @@ class ProviderSwitch(_Frozen):
 
 
 class RequirementBreak(_Frozen):
-    """A Requires-Dist of a remaining distribution that the plan leaves unsatisfied."""
+    """One unsatisfied Requires-Dist of a distribution: what ``pip check`` reports
+    (:func:`~cudafix.plan.requirements.check_requirements`), and, in a plan, one the plan
+    leaves unsatisfied."""
 
-    distribution: str
+    distribution: DistName
     requirement: str
+    """The Requires-Dist value, verbatim."""
     reason: str
     extra: str = ""
     """The requested extra the requirement belongs to (``with-cuda``); ``""``: a base one."""

@@ -3,8 +3,8 @@
 One home for the concept: what a plan carries (:class:`Probes`, :class:`RunTimeProbe`),
 what a transaction runs (:class:`ProbeSpec`, derived from a plan by :func:`probe_spec` or
 built by a flow) and what each run gives (:class:`ProbeResult`). Running them is
-``tx/probe.py``'s; a script's ``[probes]`` table is parsed in ``plan/script.py`` into
-:class:`Probes`.
+``tx/probe.py``'s; a script's ``[probes]`` table is :class:`Probes` itself, validated by
+``plan/script.py`` in strict mode (no coercion there: ``auto = "yes"`` is an error).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cudafix.model.transaction import DEFAULT_PROBE_TIMEOUT
 
@@ -51,9 +51,16 @@ class ExpectProbe(_Frozen):
     command: str | None = None
     output: str
 
+    @model_validator(mode="after")
+    def _one_source(self) -> ExpectProbe:
+        if (self.python is None) == (self.command is None):
+            raise ValueError("an expect probe needs exactly one of python, command")
+        return self
+
 
 class Probes(_Frozen):
-    """Probes the plan carries (from a cleanup script), run after applying, before commit."""
+    """Probes the plan carries (a cleanup script's ``[probes]``), run after applying, before
+    commit; any failure rolls everything back."""
 
     imports: list[str] = Field(default_factory=list)
     python: list[str] = Field(default_factory=list)
@@ -63,7 +70,8 @@ class Probes(_Frozen):
     expect: list[ExpectProbe] = Field(default_factory=list)
     auto: bool = True
     """Also run the import/dlopen probes the planner chose (probe_modules, probe_libraries)."""
-    timeout: float | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds per probe; None: the caller's default."""
 
 
 # -- what a transaction runs, and what it gets ------------------------------------------------

@@ -28,7 +28,7 @@ from cudafix.linker.linkage import (
     resolve_chains,
     to_env_path,
 )
-from cudafix.linker.loader import LoadTree, Step, expand_entry
+from cudafix.linker.loader import LoadTree, Lookup, expand_entry
 from cudafix.linker.runtime import RuntimeLoad
 from cudafix.model import reasons as R
 from cudafix.model.commands import TargetFlags, cudafix_argv, shell_join
@@ -797,7 +797,7 @@ def _mixed_sonames(inv: Inventory, trees: Iterable[LoadTree]) -> Iterable[Findin
     """
     seen: set[tuple[str, ...]] = set()
     for tree in trees:
-        stems: dict[str, dict[str, Step]] = defaultdict(dict)
+        stems: dict[str, dict[str, Lookup]] = defaultdict(dict)
         for step in tree.steps:
             m = _SONAME_MAJOR.match(step.need)
             if m and step.provider:

@@ -470,13 +470,7 @@ def _requirement_breaks(
     extras = facts.extras
     before = set(check_requirements(facts.inventory.distributions, facts.marker_env, extras))
     after: dict[DistName, Declared] = {**remaining, **{w.name: w for w in installs}}
-    return [
-        P.RequirementBreak(
-            distribution=p.distribution, requirement=p.requirement, reason=p.reason, extra=p.extra
-        )
-        for p in check_requirements(after, facts.marker_env, extras)
-        if p not in before
-    ]
+    return [p for p in check_requirements(after, facts.marker_env, extras) if p not in before]
 
 
 def _installs(facts: Facts, pins: Sequence[Pin]) -> list[tuple[P.Install, StagedWheel | None]]:

@@ -21,6 +21,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from cudafix.model.names import DistName, normalize_name
+from cudafix.model.plan import RequirementBreak
 
 
 class Declared(Protocol):
@@ -34,23 +35,6 @@ class Declared(Protocol):
 
     @property
     def requires(self) -> tuple[str, ...]: ...
-
-
-@dataclass(frozen=True)
-class RequirementProblem:
-    """One unsatisfied Requires-Dist of an installed distribution."""
-
-    distribution: DistName
-    requirement: str
-    """The Requires-Dist value, verbatim."""
-    reason: str
-    extra: str = ""
-    """The requested extra the requirement belongs to; ``""``: a base requirement."""
-
-    @property
-    def requested_as(self) -> str:
-        """``jax-cuda12-plugin[with-cuda]``, or the bare name for a base requirement."""
-        return f"{self.distribution}[{self.extra}]" if self.extra else self.distribution
 
 
 Extras = Mapping[DistName, frozenset[str]]
@@ -113,7 +97,7 @@ def check_requirements(
     distributions: Mapping[DistName, Declared],
     marker_env: Mapping[str, str],
     extras: Extras | None = None,
-) -> tuple[RequirementProblem, ...]:
+) -> tuple[RequirementBreak, ...]:
     """Every Requires-Dist, of every distribution, that the set does not satisfy.
 
     The set may be an after-state (remaining plus staged installs): that is how a plan
@@ -121,12 +105,15 @@ def check_requirements(
     that breaks an extra must not make it unrequested). None: those of ``distributions``.
     """
     wanted = requested_extras(distributions, marker_env) if extras is None else extras
-    problems: list[RequirementProblem] = []
+    problems: list[RequirementBreak] = []
     for name in sorted(distributions):
         for raw in distributions[name].requires:
             problem = _unsatisfied(raw, distributions, marker_env, wanted.get(name, frozenset()))
             if problem is not None:
-                problems.append(RequirementProblem(name, raw, *problem))
+                reason, extra = problem
+                problems.append(
+                    RequirementBreak(distribution=name, requirement=raw, reason=reason, extra=extra)
+                )
     return tuple(problems)
 
 

@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
 from cudafix.model.names import BackendName, DistName, is_dist_name, is_selector, normalize_name
-from cudafix.model.probe import ExpectProbe, Probes
+from cudafix.model.probe import Probes
 from cudafix.model.reasons import ScriptStep
 from cudafix.model.sources import Sources
 from cudafix.plan.facts import Facts
@@ -109,7 +109,7 @@ def parse_pin(pin: str) -> tuple[DistName, str]:
     return normalize_name(req.name), specs[0].version
 
 
-class Step(_Strict):
+class StepTable(_Strict):
     """One ``[[steps]]`` table: exactly one of ``remove``, ``reinstall``, ``install``."""
 
     remove: list[str] | None = None
@@ -145,7 +145,7 @@ class Step(_Strict):
         return selectors
 
     @model_validator(mode="after")
-    def _one_action(self) -> Step:
+    def _one_action(self) -> StepTable:
         actions = [a for a in ("remove", "reinstall", "install") if getattr(self, a) is not None]
         if len(actions) != 1:
             raise ValueError("a step needs exactly one of remove, reinstall, install")
@@ -161,39 +161,14 @@ class Step(_Strict):
         return "remove" if self.remove else "reinstall" if self.reinstall else "install"
 
 
-class Expect(_Strict):
-    """A probe whose output must contain ``output``."""
-
-    python: str | None = None
-    command: str | None = None
-    output: str
-
-    @model_validator(mode="after")
-    def _one_source(self) -> Expect:
-        if (self.python is None) == (self.command is None):
-            raise ValueError("an expect probe needs exactly one of python, command")
-        return self
-
-
-class ProbeSection(_Strict):
-    """``[probes]``: run after applying; any failure rolls everything back."""
-
-    imports: list[str] = Field(default_factory=list)
-    python: list[str] = Field(default_factory=list)
-    commands: list[str] = Field(default_factory=list)
-    expect: list[Expect] = Field(default_factory=list)
-    auto: bool = True
-    timeout: float | None = Field(default=None, gt=0)
-
-
 class Script(_Strict):
     """A whole cleanup script."""
 
     version: Literal[1] = 1
     description: str = ""
     policy: Policy = Field(default_factory=Policy)
-    steps: list[Step] = Field(min_length=1)
-    probes: ProbeSection = Field(default_factory=ProbeSection)
+    steps: list[StepTable] = Field(min_length=1)
+    probes: Probes = Field(default_factory=Probes)
 
 
 @dataclass(frozen=True)
@@ -227,7 +202,9 @@ def parse_script(source: str, path: Path = Path("<script>")) -> Script:
         where = f"{path}:{at.group(1)}" if at else f"{path}:{len(source.splitlines())}"
         raise InputError(f"{where}: not valid TOML: {exc}") from exc
     try:
-        return Script.model_validate(data)
+        # strict=True reaches the nested values of other modules (Probes) too: a script's
+        # ``auto = "yes"`` or ``imports = "torch"`` is an error, not coerced.
+        return Script.model_validate(data, strict=True)
     except ValidationError as exc:
         lines = [_error_line(source, path, e["loc"], e["msg"]) for e in exc.errors()]
         raise InputError(lines[0], context=lines[1:], hint="see `cudafix apply --help`") from exc
@@ -324,7 +301,7 @@ def script_request(loaded: LoadedScript, facts: Facts, options: P.Options) -> Re
         options,
         reinstall=_reinstalls(loaded, facts, set(names)),
         installs=tuple(parse_pin(p) for st in loaded.script.steps for p in st.install or ()),
-        probes=_probes(loaded.script),
+        probes=loaded.script.probes,
         source=str(loaded.path.absolute()),
     )
 
@@ -365,18 +342,3 @@ def _reinstalls(
                 raise UsageError(f"{where}: {name} is reinstalled, but a remove step removes it")
             out[name] = ScriptStep(subject=name, step=i + 1)
     return out
-
-
-# -- probes --------------------------------------------------------------------------------
-
-
-def _probes(script: Script) -> Probes:
-    p = script.probes
-    return Probes(
-        imports=list(p.imports),
-        python=list(p.python),
-        commands=list(p.commands),
-        expect=[ExpectProbe(**e.model_dump()) for e in p.expect],
-        auto=p.auto,
-        timeout=p.timeout,
-    )

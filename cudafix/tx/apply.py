@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import TxDir
+from cudafix.env.target import interpreter
 from cudafix.fetch.backend import Backend, make_backend
 from cudafix.fetch.staging import scratch_dir
 from cudafix.fetch.wheelfile import checked_copy, written_paths
@@ -31,9 +32,13 @@ from cudafix.model.transaction import (
 )
 from cudafix.tx import files, journal, snapshot, steps
 from cudafix.tx.context import RunContext, StepFailed
+from cudafix.tx.difference import Deviation, deviation_text
 from cudafix.tx.verify import install_mismatches
 
-Verify = Callable[[], list[str]]
+Verify = Callable[[], list[Deviation]]
+"""What the result differs from the plan in, beyond the built-in checks (empty: as planned)."""
+Precondition = Callable[[], list[str]]
+"""What the environment differs from the plan in, before anything changes."""
 _Call = tuple[Backend, list[str]]
 
 
@@ -46,7 +51,7 @@ def run_transaction(
     force: bool = False,
     command: Sequence[str] = (),
     on_event: OnEvent = quiet,
-    precondition: Verify | None = None,
+    precondition: Precondition | None = None,
     backend: Backend | None = None,
 ) -> TransactionResult:
     """Apply ``plan``; commit when verify and probes pass, else roll back and raise.
@@ -184,7 +189,7 @@ class _Apply:
         calls: list[_Call] = []
         if local:
             scratch = str(next(w for w in copies if w is not None).parent)
-            python = Path(self.plan.target.python or self.ctx.prefix / "bin" / "python")
+            python = interpreter(self.ctx.prefix, self.plan.target.python)
             private = make_backend(
                 self.plan.options.backend, python, Sources(offline=True, find_links=(scratch,))
             )
@@ -201,7 +206,7 @@ class _Apply:
         detached = [e.path for e in manifest.entries if e.detach]
         journal.append(tx.journal, steps.DetachBegin(paths=tuple(detached)))
         snapshot.detach(prefix, manifest)
-        python = Path(plan.target.python or prefix / "bin" / "python")
+        python = interpreter(prefix, plan.target.python)
         opts = plan.options
         backend = self.backend or make_backend(opts.backend, python, opts.sources)
         files.sanitize_records(prefix, tx, plan)
@@ -224,7 +229,9 @@ class _Apply:
         problems += files.holders_verify(prefix, plan)
         problems += self.verify() if self.verify else []
         if problems:
-            raise StepFailed("the result differs from the plan: " + "; ".join(problems))
+            raise StepFailed(
+                "the result differs from the plan: " + "; ".join(map(deviation_text, problems))
+            )
         if plan.install:
             self._install(backend)
         return ctx.probe(tx, python, self.probes)
@@ -255,5 +262,7 @@ class _Apply:
         if problems:
             more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
             raise StepFailed(
-                "the install differs from the staged wheels: " + "; ".join(problems[:5]) + more
+                "the install differs from the staged wheels: "
+                + "; ".join(map(deviation_text, problems[:5]))
+                + more
             )

@@ -13,13 +13,14 @@ import posixpath
 from pathlib import Path
 
 from cudafix.env.hashing import hash_path
-from cudafix.env.inventory import find_dist_info
+from cudafix.env.inventory import find_dist_info, pyc_source
 from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
 from cudafix.env.statedir import TxDir, write_atomic
 from cudafix.model.names import EnvPath, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.process import run
 from cudafix.tx import journal, snapshot, steps
+from cudafix.tx.difference import Deviation
 
 
 def dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
@@ -52,16 +53,13 @@ def recompile(prefix: Path, python: Path, manifest: snapshot.Manifest) -> None:
     ``--no-compile``), with the target interpreter, so the post-state has it as before."""
     args: list[str] = []
     for e in manifest.entries:
-        head, name = posixpath.split(e.path)
-        if (
-            e.kind != "file"
-            or posixpath.basename(head) != "__pycache__"
-            or not name.endswith(".pyc")
-        ):
+        cached = pyc_source(e.path) if e.kind == "file" else None
+        if cached is None:
             continue
-        source = prefix / posixpath.dirname(head) / (name.split(".", 1)[0] + ".py")
+        source = prefix / cached
         if os.path.lexists(prefix / e.path) or not source.is_file():
             continue
+        name = posixpath.basename(e.path)
         level = name.split(".opt-")[1].split(".")[0] if ".opt-" in name else "0"
         args += [str(source), str(prefix / e.path), level]
     if args:
@@ -152,7 +150,7 @@ def _prune_empty_parents(prefix: Path, plan: Plan) -> None:
             (prefix / directory).rmdir()
 
 
-def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[str]:
+def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[Deviation]:
     """Deleted paths are gone (unless a reinstall re-created them); kept paths are intact."""
     entries = manifest.by_path()
     rewritten = {e.path for e in manifest.entries if e.detach}
@@ -161,14 +159,14 @@ def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> lis
         entry = entries.get(path)
         skip = path in plan.kept_paths or path in rewritten or (entry and entry.kind == "dir")
         if not skip and ((prefix / path).is_symlink() or (prefix / path).exists()):
-            problems.append(f"{path}: still present")
+            problems.append(Deviation("still-present", path))
     for path in plan.kept_paths:
         if (why := snapshot.mismatch(prefix, entries[path])) is not None:
-            problems.append(f"kept {why}")
+            problems.append(Deviation("kept-differs", path, difference=why))
     return problems
 
 
-def holders_verify(prefix: Path, plan: Plan) -> list[str]:
+def holders_verify(prefix: Path, plan: Plan) -> list[Deviation]:
     """Each path several reinstalled distributions claim holds its planned holder's bytes."""
     problems = []
     for holder in sorted(set(plan.holders_after.values())):
@@ -182,5 +180,5 @@ def holders_verify(prefix: Path, plan: Plan) -> list[str]:
         for path, who in plan.holders_after.items():
             expected = want.get(EnvPath(path)) if who == holder else None
             if expected and hash_path(prefix / path) != expected:
-                problems.append(f"{path} should hold {holder}'s bytes")
+                problems.append(Deviation("other-holder", path, distribution=holder))
     return problems

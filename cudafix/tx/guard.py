@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
+from cudafix.env.target import interpreter
 from cudafix.fetch.backend import UvBackend
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.probe import ProbeSpec
@@ -119,7 +120,7 @@ def _reinstall_hint(prefix: Path, pins: Sequence[str]) -> str:
     # The bundled uv, with --no-cache: uv hard-links installed files from its cache, so a
     # write in place may have gone through the link into the cached copy itself, which a
     # reinstall (even with --refresh) would link back.
-    argv = UvBackend(prefix / "bin" / "python").reinstall_argv(pins, options=["--no-cache"])
+    argv = UvBackend(interpreter(prefix)).reinstall_argv(pins, options=["--no-cache"])
     line = cudafix_line("run", target=venv_flags(prefix), tail=["--", *argv])
     return f"reinstall their distributions to bring them back: `{line}`"
 
@@ -137,19 +138,19 @@ class _Guarded:
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
         journal.append(tx.journal, steps.RunBegin(argv=args.argv))
         ctx.on_event(Progress(f"running {shlex.join(args.argv)}"))
-        pins = snapshot.pin(tx, self.manifest)
+        held = snapshot.hold_state(tx, self.manifest)
         try:
             args.ready()
             done, intrusion = self._run()
-            taken = self._state_taken(pins)
+            taken = self._state_taken(held)
         finally:
-            pins.close()
+            held.close()
         if taken is not None:
             raise taken
         in_place = snapshot.written_in_place(prefix, self.manifest)
         try:
             judged = self._judge(done, intrusion)
-            passed = ctx.probe(tx, prefix / "bin" / "python", judged.probes)
+            passed = ctx.probe(tx, interpreter(prefix), judged.probes)
         except StepFailed as failed:
             if not in_place:
                 raise
@@ -213,15 +214,15 @@ class _Guarded:
             )
         return judged
 
-    def _state_taken(self, pins: snapshot.Pins) -> StepFailed | None:
+    def _state_taken(self, held: snapshot.HeldState) -> StepFailed | None:
         """When the command removed or replaced cudafix's state (``uv venv --clear``), write
         it again from what was held open, take cudafix's lock again, and fail the step so the
         rollback restores the environment from it (a command that removes the state cannot
         be judged against it)."""
         ctx, tx = self.ctx, self.tx
-        if not snapshot.state_lost(tx, pins):
+        if not snapshot.state_lost(tx, held):
             return None
-        manifest, lost = snapshot.rebuild(ctx.prefix, tx, pins)
+        manifest, lost = snapshot.rebuild(ctx.prefix, tx, held)
         ctx.locks.retake_own()
         ctx.on_event(f"the command removed cudafix's state in {ctx.state.root}; rebuilt it")
         unrestorable = f"; {len(lost)} file(s) cannot be restored: {', '.join(lost[:5])}"

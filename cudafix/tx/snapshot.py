@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env import statedir
+from cudafix.env.inventory import is_bytecode
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
 from cudafix.model.errors import DamagedState, UnsafeState
+from cudafix.tx.difference import Difference, difference_text
 from cudafix.tx.journal import append as journal_append
 from cudafix.tx.journal import crash_point, fail_point, hooks_armed
 from cudafix.tx.steps import StateRebuilt
@@ -535,32 +537,32 @@ def _written(st: os.stat_result, e: Entry) -> bool:
     return touched and st.st_nlink == e.nlink and stat.S_IMODE(st.st_mode) == e.mode
 
 
-def mismatch(prefix: Path, e: Entry) -> str | None:
+def mismatch(prefix: Path, e: Entry) -> Difference | None:
     """How the live path differs from entry ``e``, or None when it is identical."""
     live = prefix / e.path
     try:
         st = os.lstat(live)
     except FileNotFoundError:
-        return None if e.kind == "absent" else f"{e.path}: missing"
+        return None if e.kind == "absent" else Difference(e.path, "missing")
     if e.kind == "absent":
-        return f"{e.path}: exists, but did not before"
+        return Difference(e.path, "appeared")
     if e.kind == "dir":
-        return None if stat.S_ISDIR(st.st_mode) else f"{e.path}: not a directory"
+        return None if stat.S_ISDIR(st.st_mode) else Difference(e.path, "not-a-directory")
     if e.kind == "symlink":
         ok = stat.S_ISLNK(st.st_mode) and str(live.readlink()) == e.target
-        return None if ok else f"{e.path}: not the symlink -> {e.target}"
+        return None if ok else Difference(e.path, "not-the-symlink", target=e.target)
     if e.kind == "fifo":
         ok = stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == e.mode
-        return None if ok else f"{e.path}: not the FIFO it was"
+        return None if ok else Difference(e.path, "not-the-fifo")
     if not stat.S_ISREG(st.st_mode):
-        return f"{e.path}: not a regular file"
+        return Difference(e.path, "not-a-regular-file")
     if e.sha256 is None:
         now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         ok = now == (e.dev, e.ino, e.size, e.mtime_ns)
     else:
         ok = st.st_size == e.size and sha256_file(live) == e.sha256
     ok = ok and stat.S_IMODE(st.st_mode) == e.mode
-    return None if ok else f"{e.path}: content or mode differs from the snapshot"
+    return None if ok else Difference(e.path, "content-or-mode")
 
 
 def restore_entry(prefix: Path, tx: TxDir, e: Entry) -> None:
@@ -613,7 +615,7 @@ def new_names(prefix: Path, manifest: Manifest) -> list[str]:
     ]
 
 
-def verify(prefix: Path, manifest: Manifest) -> list[str]:
+def verify(prefix: Path, manifest: Manifest) -> list[Difference]:
     """Every way the live tree differs from the manifest (empty: byte-identical).
 
     Bytecode (``__pycache__``, ``*.pyc``) is derived data: Python writes it again on import,
@@ -623,7 +625,7 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
         m
         for e in manifest.entries
         if (m := mismatch(prefix, e)) is not None
-        and not (_derived(e.path) and m.endswith(": missing"))
+        and not (is_bytecode(e.path) and m.kind == "missing")
     ]
     modes = {e.path: e.mode for e in manifest.entries if e.kind == "dir"}
     for directory, before in manifest.listings.items():
@@ -631,24 +633,18 @@ def verify(prefix: Path, manifest: Manifest) -> list[str]:
         if now is not None and now != before:
             extra = sorted(set(now) - set(before))
             if extra:
-                problems.append(f"{directory}: unexpected {', '.join(extra)}")
-            missing = sorted(n for n in set(before) - set(now) if not _derived(n))
+                problems.append(Difference(directory, "unexpected-names", tuple(extra)))
+            missing = sorted(n for n in set(before) - set(now) if not is_bytecode(n))
             if missing:
-                problems.append(f"{directory}: missing {', '.join(missing)}")
+                problems.append(Difference(directory, "missing-names", tuple(missing)))
         if now is None:
-            if not _derived(directory):
-                problems.append(f"{directory}: missing directory")
+            if not is_bytecode(directory):
+                problems.append(Difference(directory, "missing-directory"))
         elif directory != ROOT and stat.S_IMODE(os.lstat(prefix / directory).st_mode) != modes.get(
             directory
         ):
-            problems.append(f"{directory}: mode differs")
+            problems.append(Difference(directory, "mode-differs"))
     return problems
-
-
-def _derived(path: str) -> bool:
-    """Bytecode: a ``__pycache__`` directory, anything in one, or a ``.pyc`` file."""
-    name = posixpath.basename(path)
-    return name == "__pycache__" or name.endswith(".pyc") or "/__pycache__/" in f"/{path}"
 
 
 def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
@@ -680,8 +676,8 @@ def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
         attempt(e.path, partial(restore_entry, prefix, tx, e))
     for e in dirs:
         attempt(e.path, partial(set_dir_mode, prefix / e.path, e.mode))
-    left = [p for p in verify(prefix, manifest) if not _explained(p, failed)]
-    return [*failed.values(), *left]
+    left = [d for d in verify(prefix, manifest) if not _explained(d, failed)]
+    return [*failed.values(), *map(difference_text, left)]
 
 
 def _remove_new(prefix: Path, path: str) -> None:
@@ -690,13 +686,11 @@ def _remove_new(prefix: Path, path: str) -> None:
     remove_path(prefix / path)
 
 
-def _explained(problem: str, failed: Mapping[str, str]) -> bool:
-    """Whether a verify line only repeats a path whose restore failure is already reported."""
-    where, _, what = problem.partition(": ")
-    if where in failed or any(where.startswith(f + "/") for f in failed):
+def _explained(d: Difference, failed: Mapping[str, str]) -> bool:
+    """Whether a difference only repeats a path whose restore failure is already reported."""
+    if d.path in failed or any(d.path.startswith(f + "/") for f in failed):
         return True
-    names = what.removeprefix("missing ").split(", ") if what.startswith("missing ") else []
-    return bool(names) and all(f"{where}/{n}" in failed for n in names)
+    return d.kind == "missing-names" and all(f"{d.path}/{n}" in failed for n in d.names)
 
 
 def put_back(prefix: Path, tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> None:
@@ -783,7 +777,7 @@ def _implied(manifest: Manifest) -> dict[str, list[Any]]:
 
 
 @dataclass
-class Pins:
+class HeldState:
     """What survives a command that deletes cudafix's own state (``uv venv --clear``, a
     ``.cudafix`` replaced by a symlink): an open fd of every snapshotted file (an open file
     outlives its last name), the manifest and the journal as bytes."""
@@ -806,12 +800,12 @@ class Pins:
 
 
 FD_RESERVE = 256
-"""Descriptors :func:`pin` leaves free for the run itself (the lock, the journal, the
+"""Descriptors :func:`hold_state` leaves free for the run itself (the lock, the journal, the
 command's pipes, uv and the probes): a snapshot larger than the open-file limit allows is
-pinned in part, never to the last descriptor."""
+held in part, never to the last descriptor."""
 
 
-def pin(tx: TxDir, manifest: Manifest) -> Pins:
+def hold_state(tx: TxDir, manifest: Manifest) -> HeldState:
     """Hold the snapshot open (the soft open-file limit raised to the hard one), keeping
     :data:`FD_RESERVE` descriptors free; the files beyond that are counted as ``missed``."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -824,16 +818,16 @@ def pin(tx: TxDir, manifest: Manifest) -> Pins:
         files, skipped = files[:room], len(files[room:])
     else:
         skipped = 0
-    pins = Pins({}, manifest, read_bytes(tx.journal), missed=skipped)
+    held = HeldState({}, manifest, read_bytes(tx.journal), missed=skipped)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     store = tx.snapshot
     for path in files:
         try:
-            pins.fds[path] = os.open(f"{store}/{path}", flags)
+            held.fds[path] = os.open(f"{store}/{path}", flags)
         except OSError:
-            pins.missed += 1
-    pins.settled = _settled(tx, manifest)
-    return pins
+            held.missed += 1
+    held.settled = _settled(tx, manifest)
+    return held
 
 
 def _settled(tx: TxDir, manifest: Manifest) -> dict[str, tuple[int, int, int]]:
@@ -864,29 +858,30 @@ def _open_fds() -> int:
         return 64
 
 
-def state_lost(tx: TxDir, pins: Pins) -> bool:
-    """Whether anything of the transaction's state is gone or replaced since :func:`pin`."""
+def state_lost(tx: TxDir, held: HeldState) -> bool:
+    """Whether anything of the transaction's state is gone or replaced since
+    :func:`hold_state`."""
     try:
         read_bytes(tx.manifest)
         read_bytes(tx.journal)
         store = tx.snapshot
-        for directory, was in pins.settled.items():
+        for directory, was in held.settled.items():
             st = os.lstat(f"{store}/{directory}" if directory else store)
             if (st.st_dev, st.st_ino, st.st_ctime_ns) != was:
                 return True
-        for path, fd in pins.fds.items():
-            if path.rpartition("/")[0] in pins.settled:
+        for path, fd in held.fds.items():
+            if path.rpartition("/")[0] in held.settled:
                 continue  # its directory's names are as they were
-            live, held = os.lstat(f"{store}/{path}"), os.fstat(fd)
-            if (live.st_dev, live.st_ino) != (held.st_dev, held.st_ino):
+            live, opened = os.lstat(f"{store}/{path}"), os.fstat(fd)
+            if (live.st_dev, live.st_ino) != (opened.st_dev, opened.st_ino):
                 return True
     except (OSError, UnsafeState):
         return True
     return False
 
 
-def rebuild(prefix: Path, tx: TxDir, pins: Pins) -> tuple[Manifest, list[str]]:
-    """Write the transaction's state again from :class:`Pins`: the manifest, the journal
+def rebuild(prefix: Path, tx: TxDir, held: HeldState) -> tuple[Manifest, list[str]]:
+    """Write the transaction's state again from :class:`HeldState`: the manifest, the journal
     (plus a ``state-rebuilt`` record), and a copy of each snapshotted file
     whose link is gone (its entry then carries the copy's sha256, so a restore is checked
     by content). Returns the manifest to restore and the files that cannot be restored."""
@@ -895,8 +890,8 @@ def rebuild(prefix: Path, tx: TxDir, pins: Pins) -> tuple[Manifest, list[str]]:
         state.unlink()  # the command put something else there; never followed
     statedir.ensure_dir(tx.snapshot, mode=0o700)
     entries, lost = [], []
-    for e in pins.manifest.entries:
-        fd = pins.fds.get(e.path)
+    for e in held.manifest.entries:
+        fd = held.fds.get(e.path)
         if e.kind != "file" or not _link_gone(tx.snapshot / e.path, fd):
             entries.append(e)
         elif fd is None:
@@ -904,10 +899,10 @@ def rebuild(prefix: Path, tx: TxDir, pins: Pins) -> tuple[Manifest, list[str]]:
             lost.append(e.path)
         else:
             entries.append(replace(e, sha256=_copy_fd(fd, tx.snapshot / e.path)))
-    manifest = Manifest(tuple(entries), pins.manifest.listings)
+    manifest = Manifest(tuple(entries), held.manifest.listings)
     write_json(tx.manifest, manifest.to_json())
-    write_atomic(tx.journal, pins.journal.decode("utf-8"))
-    journal_append(tx.journal, StateRebuilt(missed=pins.missed, unrestorable=tuple(lost)))
+    write_atomic(tx.journal, held.journal.decode("utf-8"))
+    journal_append(tx.journal, StateRebuilt(missed=held.missed, unrestorable=tuple(lost)))
     return manifest, lost
 
 

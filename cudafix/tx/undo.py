@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env.statedir import TxDir
+from cudafix.env.target import interpreter
 from cudafix.model.errors import DamagedState, StalePlan, UsageError
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import (
@@ -93,7 +94,7 @@ def undo(
                     f"undoing {txid} would leave problems that were not there before "
                     "(`--accept` undoes it anyway): " + "; ".join(found)
                 )
-            return ctx.probe(tx, prefix / "bin" / "python", probes)
+            return ctx.probe(tx, interpreter(prefix), probes)
 
         passed = ctx.execute(tx, manifest, restore)
     # Undoing swaps the sides on purpose: what the old transaction removed is put back

@@ -12,49 +12,50 @@ from cudafix.env.inventory import installed_versions, is_bytecode
 from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Install, Plan
 from cudafix.tx import files
+from cudafix.tx.difference import Deviation, DeviationKind
 
 
 def compare(
     plan: Plan, installed: Mapping[DistName, str], exists: Callable[[str], bool]
-) -> list[str]:
+) -> list[Deviation]:
     """Differences between the planned after-state and what is there; empty when they agree.
 
     Bytecode is derived data: whether a ``.pyc`` is there decides nothing (pip lists the
     ones it compiled, backends reinstall without compiling, Python writes them on import).
     """
     problems = [
-        f"{d.name} is still installed" for d in plan.remove if DistName(d.name) in installed
+        Deviation("still-installed", d.name) for d in plan.remove if DistName(d.name) in installed
     ]
     for r in plan.reinstall:
         version = installed.get(DistName(r.name))
         if version is None:
-            problems.append(f"{r.name} was to be reinstalled but is not installed")
+            problems.append(Deviation("not-reinstalled", r.name))
         elif version != r.version:
-            problems.append(f"{r.name} is at {version}, not {r.version}")
+            problems.append(Deviation("other-version", r.name, version=version, planned=r.version))
     expected = set(plan.preconditions.distributions) - {d.name for d in plan.remove}
-    problems += [f"{n} disappeared" for n in sorted(expected - set(installed))]
+    problems += [Deviation("disappeared", n) for n in sorted(expected - set(installed))]
     stays = set(plan.rewritten_paths) | set(plan.kept_paths)
     problems += [
-        f"{p} should have been deleted"
+        Deviation("not-deleted", p)
         for p in plan.deleted_paths
         if p not in stays and not is_bytecode(p) and exists(p)
     ]
     problems += [
-        f"{p} should be present"
+        Deviation("not-present", p)
         for p in sorted(stays)
         if not exists(p) and not in_some_dist_info(p) and not is_bytecode(p)
     ]
     return problems
 
 
-def prediction_mismatches(plan: Plan) -> list[str]:
+def prediction_mismatches(plan: Plan) -> list[Deviation]:
     """Look only at what the plan names (no full walk) and :func:`compare`."""
     prefix = Path(plan.target.prefix)
     sites = [EnvPath(s) for s in plan.target.site_packages]
     return compare(plan, installed_versions(prefix, sites), lambda p: os.path.lexists(prefix / p))
 
 
-def install_mismatches(plan: Plan) -> list[str]:
+def install_mismatches(plan: Plan) -> list[Deviation]:
     """After the install step: each pin is installed, and every file its staged RECORD
     hashes holds those bytes (so what was planned on is what landed)."""
     prefix = Path(plan.target.prefix)
@@ -62,7 +63,7 @@ def install_mismatches(plan: Plan) -> list[str]:
     installed = installed_versions(prefix, sites)
     digest = HashCache(prefix)
     problems = [
-        f"{i.name}=={i.version} is not installed after the install step"
+        Deviation("not-installed", i.name, version=i.version)
         for i in plan.install
         if installed.get(DistName(i.name)) != i.version
     ]
@@ -70,13 +71,13 @@ def install_mismatches(plan: Plan) -> list[str]:
         for path, sha in sorted(i.sha256.items()):
             now = digest(EnvPath(path))
             if now != sha:
-                what = "missing" if now is None else "other bytes than the staged wheel"
-                problems.append(f"{path}: {what} ({i.name}=={i.version})")
+                kind: DeviationKind = "staged-missing" if now is None else "staged-differs"
+                problems.append(Deviation(kind, path, distribution=i.name, version=i.version))
         problems += _beyond_staged(prefix, plan, i)
     return problems
 
 
-def _beyond_staged(prefix: Path, plan: Plan, pin: Install) -> list[str]:
+def _beyond_staged(prefix: Path, plan: Plan, pin: Install) -> list[Deviation]:
     """Paths the install's own RECORD lists that its staged RECORD did not: a ``.pth`` or a
     ``share/`` file slipped in with another wheel of the same name and version."""
     info = files.dist_info(prefix, plan, pin.name, pin.version)
@@ -84,7 +85,7 @@ def _beyond_staged(prefix: Path, plan: Plan, pin: Install) -> list[str]:
         return []  # reported as not installed
     planned = set(pin.paths)
     return [
-        f"{path}: written by the install, not in the staged wheel ({pin.name}=={pin.version})"
+        Deviation("beyond-staged", path, distribution=pin.name, version=pin.version)
         for path in files.record_paths(prefix, info)
         if path not in planned and not is_bytecode(path) and not is_installer_file(path, info)
     ]
