@@ -9,11 +9,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import uv
 
+from scenarios import BuiltScenario
+
 UV = uv.find_uv_bin()
+
+ScenarioFactory = Callable[..., BuiltScenario]
+"""The ``scenario`` fixture's type: ``scenario(name, stage="ready", params=None)``."""
 
 
 def uv_env(cache: Path | None = None) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Shared fixtures (helpers live in tests/support; see tests/README.md).
+"""The system tier's fixtures (helpers live in tests/support; see tests/README.md).
 
 ``venv`` is the transaction tests' real venv: ``(prefix, wheelhouse)`` holding pa and pb,
 which both install ``shared/lib.so`` with different bytes (``tests.support.tx.shared_pair``).
@@ -11,15 +11,14 @@ a second.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from scenarios import BuiltScenario, build_scenario
 from tests.support.tx import shared_pair
-
-ScenarioFactory = Callable[..., BuiltScenario]
+from tests.support.venvs import ScenarioFactory
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from cudafix.env.hashing import hash_path
 from scenarios import BuiltScenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import EXAMPLES, as_json, assert_one_line_error, cudafix
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from cudafix import app
 from cudafix.fetch.backend import UvBackend
@@ -23,6 +22,7 @@ from cudafix.model.sources import Sources
 from cudafix.process import Completed
 from cudafix.tx.apply import run_transaction
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""

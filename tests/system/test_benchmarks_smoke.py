@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = ["--files", "600", "--elves", "30", "--sparse-mib", "8", "--sparse-libs", "3"]
 STRESS = ["--stress-objects", "2", "--stress-rows", "300", "--stress-needs", "3"]
 

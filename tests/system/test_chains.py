@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ScenarioFactory
 
 from scenarios import BuiltScenario, build_spec
 from scenarios.spec import Scenario
 from tests.support.cli import as_json, cudafix
 from tests.support.loadertree import cudafix_tree, ldd, parse_ldd, real
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs doctor on them: left out of ``make test-fast``."""

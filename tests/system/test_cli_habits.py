@@ -13,11 +13,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from cudafix import __version__
 from tests.support.cli import as_json, assert_one_line_error, cudafix
 from tests.support.tty import cudafix_tty
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""
@@ -40,7 +40,7 @@ def _in(cwd: Path, *args: str | Path, env: dict[str, str] | None = None) -> str:
         env={
             **os.environ,
             **NO_ENV,
-            "PYTHONPATH": str(Path(__file__).parent.parent),
+            "PYTHONPATH": str(Path(__file__).parents[2]),
             **(env or {}),
         },
         timeout=300,
@@ -90,7 +90,7 @@ def test_version_and_completion() -> None:
         assert done.returncode == 0 and __version__ in done.stdout
     script = cudafix(env={"_CUDAFIX_COMPLETE": "bash_source"})
     assert script.returncode == 0 and "complete " in script.stdout
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "_CUDAFIX_COMPLETE=bash_source" in readme
 
 

@@ -12,12 +12,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from scenarios import BuiltScenario
 from scenarios.build import uv_binary
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, assert_one_line_error, cudafix
+from tests.support.venvs import ScenarioFactory
 from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow

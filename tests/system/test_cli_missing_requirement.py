@@ -13,12 +13,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 from test_doctor_next_step import run_words, user_shell
 
 from benchmarks.follow import applying, names_target, printed_next
 from scenarios import BuiltScenario
 from tests.support.cli import as_json, cudafix, uv_uninstall
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from scenarios.build import uv_binary
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""

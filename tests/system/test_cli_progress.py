@@ -8,10 +8,10 @@ installing the missing requirement takes, fetches two wheels and simulates.
 from __future__ import annotations
 
 import pytest
-from conftest import ScenarioFactory
 
 from tests.support.cli import cudafix, uv_uninstall
 from tests.support.tty import cudafix_tty
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from cudafix.env.target import locate_target
 from cudafix.gather import gather
@@ -18,6 +17,7 @@ from scenarios import load_scenario
 from scenarios.catalog import scenario_names
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, cudafix, dlopen_table
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""

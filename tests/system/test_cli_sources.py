@@ -14,11 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from scenarios import BuiltScenario
 from scenarios.build import uv_binary
 from tests.support.cli import as_json, cudafix
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""

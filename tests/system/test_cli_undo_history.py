@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from scenarios import BuiltScenario
 from scenarios.build import uv_binary
 from tests.support.cli import as_json, assert_one_line_error, cudafix, uv_uninstall
 from tests.support.tty import cudafix_tty
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_demo_shows_uv_breaking_and_cudafix_repairing(tmp_path: Path) -> None:

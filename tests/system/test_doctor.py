@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ScenarioFactory
 
 from cudafix.env.target import locate_target
 from cudafix.gather import gather
@@ -20,6 +19,7 @@ from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
 from tests.support.cli import as_json, cudafix
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""

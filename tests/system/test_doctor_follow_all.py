@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 from test_doctor_next_step import run_words, user_shell
 
 from benchmarks.follow import applying, names_target, printed_next
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from benchmarks.follow import applying, as_argv, names_target, printed_next
 from scenarios import BuiltScenario
 from scenarios.build import builder_env
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, cudafix, save_seed_plan, uv_uninstall
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""

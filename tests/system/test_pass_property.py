@@ -27,9 +27,8 @@ from cudafix.env.inventory import is_bytecode
 from cudafix.model.doctor import Finding, new_problems
 from scenarios.catalog import scenario_names
 from scenarios.fingerprint import diff_fingerprints, fingerprint
-from tests.conftest import ScenarioFactory
 from tests.support.cli import as_json, cudafix, dlopen_table
-from tests.support.venvs import site_dir
+from tests.support.venvs import ScenarioFactory, site_dir
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from cudafix.env.target import locate_target
 from cudafix.fetch.staging import Staging
@@ -20,6 +19,7 @@ from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request, build_plan
 from cudafix.plan.select import select
 from cudafix.tx.verify import compare
+from tests.support.venvs import ScenarioFactory
 
 PIN = (DistName("nvidia-cudnn-cu12"), "9.10.2.21")
 

@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from cudafix.model.probe import ProbeSpec
 from cudafix.tx.probe import run_probes
 from scenarios import BuiltScenario
 from tests.support.cli import as_json, assert_one_line_error, cudafix, uv_uninstall
+from tests.support.venvs import ScenarioFactory
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""

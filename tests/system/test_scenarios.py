@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import uv
-from conftest import ScenarioFactory
 from pydantic import ValidationError
 
 from cudafix.model.errors import InputError, UsageError
@@ -27,6 +26,7 @@ from scenarios.catalog import scenario_names
 from scenarios.spec import Lib, Scenario, Step
 from scenarios.steps import Venv, confined
 from scenarios.wheel import record_hash
+from tests.support.venvs import ScenarioFactory
 
 UV = uv.find_uv_bin()
 SMALL_SPECS = [n for n in scenario_names() if n != "large"]

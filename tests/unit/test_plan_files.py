@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ScenarioFactory
 
 from cudafix.model.errors import InputError
 from cudafix.model.plan import PLAN_SCHEMA_VERSION
@@ -21,6 +20,7 @@ from tests.support.cli import (
     save_seed_plan,
     uv_uninstall,
 )
+from tests.support.venvs import ScenarioFactory
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
