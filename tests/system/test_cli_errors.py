@@ -52,16 +52,6 @@ def test_malformed_dlopen_table(venv: tuple[Path, Path], tmp_path: Path) -> None
     _one_json(proc, 2)
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [["doctor", "--json", "--bogus"], ["history", "--json", "--venv"], ["doctor", "--json", "x"]],
-)
-def test_usage_errors_under_json_are_one_object(argv: list[str]) -> None:
-    proc = cudafix(*argv)
-    assert proc.returncode == 2
-    assert _one_json(proc, 2)["state"] == "error"
-
-
 @pytest.mark.slow
 def test_record_field_over_the_csv_limit(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
 
 from cudafix.env.target import locate_target
 from cudafix.fetch.staging import Staging
-from cudafix.gather import gather, own_dependencies
-from cudafix.model.errors import UsageError
+from cudafix.gather import gather
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options
 from cudafix.model.reasons import KeptForeign
 from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request, build_plan
-from cudafix.plan.select import select
 from cudafix.tx.verify import compare
 from tests.support.venvs import ScenarioFactory
 
@@ -26,22 +23,6 @@ PIN = (DistName("nvidia-cudnn-cu12"), "9.10.2.21")
 
 def _facts(built_venv: Path) -> Facts:
     return gather(locate_target(None, str(built_venv), {}, Path.cwd()))
-
-
-INSTALLED = [
-    DistName(n) for n in ("nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "nvidia-nccl-cu13", "torch")
-]
-
-
-def test_globs_match_normalised_names_and_exclude_subtracts() -> None:
-    assert select(INSTALLED, ["NVIDIA_*_cu13"]) == ("nvidia-cudnn-cu13", "nvidia-nccl-cu13")
-    assert select(INSTALLED, ["nvidia-*-cu13"], ["*nccl*"]) == ("nvidia-cudnn-cu13",)
-
-
-def test_a_selector_matching_nothing_lists_near_misses() -> None:
-    with pytest.raises(UsageError) as err:
-        select(INSTALLED, ["nvidia-cudnn-cu14"])
-    assert "nvidia-cudnn-cu13" in " ".join(err.value.context)
 
 
 @pytest.mark.slow
@@ -55,12 +36,6 @@ def test_removing_cudafix_own_dependencies_from_inside_is_refused(
     )
     assert plan.verdict == "refused"
     assert plan.self_dependencies == ["nvidia-nvtx-cu13"]
-
-
-def test_self_dependencies_are_known_only_inside_the_target(tmp_path: Path) -> None:
-    inside = own_dependencies(Path(sys.prefix))
-    assert {"cudafix", "click", "pydantic", "packaging"} <= inside
-    assert own_dependencies(tmp_path) == frozenset()
 
 
 @pytest.mark.slow

@@ -15,32 +15,15 @@ import uv
 
 from scenarios.build import builder_env
 from scenarios.compile import wheel_tag
-from scenarios.wheel import WheelMeta, pack_wheel, record_hash, top_level
+from scenarios.wheel import pack_wheel, record_hash
+from tests.support.wheels import CUDNN_META, cudnn_tree
 
 UV = uv.find_uv_bin()
 
 
-def _tree(root: Path) -> Path:
-    (root / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
-    (root / "nvidia" / "__init__.py").write_text("")
-    (root / "nvidia" / "cudnn" / "__init__.py").write_text("VARIANT = 'cu12'\n")
-    lib = root / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9"
-    lib.write_bytes(b"\x7fELF not really")
-    lib.chmod(0o755)
-    return root
-
-
-META = WheelMeta("nvidia-cudnn-cu12", "9.10.2.21", ("nvidia-cublas-cu12",), wheel_tag())
-
-
 @pytest.fixture
 def wheel(tmp_path: Path) -> Path:
-    return pack_wheel(META, _tree(tmp_path / "tree"), tmp_path / "wh")
-
-
-def test_record_hash_is_the_pep376_encoding() -> None:
-    """A known vector: sha256 of nothing, urlsafe base64 without padding."""
-    assert record_hash(b"") == "sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU"
+    return pack_wheel(CUDNN_META, cudnn_tree(tmp_path / "tree"), tmp_path / "wh")
 
 
 @pytest.mark.slow
@@ -72,22 +55,11 @@ def test_record_hashes_and_sizes_match_every_member(wheel: Path) -> None:
     assert {r[0] for r in rows} == members
 
 
-def test_packing_is_deterministic(tmp_path: Path) -> None:
-    tree = _tree(tmp_path / "tree")
-    first = pack_wheel(META, tree, tmp_path / "a").read_bytes()
-    assert pack_wheel(META, tree, tmp_path / "b").read_bytes() == first
-
-
 @pytest.mark.slow
 def test_executable_bit_survives(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         info = zf.getinfo("nvidia/cudnn/lib/libcudnn.so.9")
     assert (info.external_attr >> 16) & 0o777 == 0o755
-
-
-def test_top_level_skips_dist_info_and_non_identifiers() -> None:
-    paths = ["torch/_C.so", "six.py", "x.dist-info/RECORD", "bin-stuff/tool"]
-    assert top_level(paths) == ["six", "torch"]
 
 
 def _venv(path: Path) -> Path:
