@@ -29,7 +29,7 @@ from cudafix.env.statedir import StateDir
 from cudafix.env.treecache import RACY_NS
 from scenarios import BuiltScenario
 from tests.support.cli import cudafix, dlopen_table
-from tests.support.venvs import site_dir
+from tests.support.venvs import settle, site_dir
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs the CLI: left out of ``make test-fast``."""
@@ -38,16 +38,11 @@ GIVEN_AGAIN = "its answer is given again"
 COMPUTED = "diagnosing"
 
 
-def _settle() -> None:
-    """Let every path age past the racy window, so an answer may be remembered."""
-    time.sleep(RACY_NS / 1e9 + 0.1)
-
-
 def _first_runs(built: BuiltScenario, *extra: str) -> None:
     """A new environment's first run makes its ``.cudafix/`` (the prefix changes), so the
     answer of the run after the racy window is the first one remembered."""
     _run(built, *extra)
-    _settle()
+    settle()
 
 
 def _doctor(built: BuiltScenario, *extra: str, env: dict[str, str] | None = None) -> Answer:

@@ -7,7 +7,6 @@ venv) is the oracle for what the loader really does.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from scenarios import BuiltScenario, build_spec
 from scenarios.spec import Scenario
 from tests.support.cli import as_json, cudafix
 from tests.support.loadertree import cudafix_tree, ldd, parse_ldd, real
-from tests.support.venvs import ScenarioFactory
+from tests.support.venvs import ScenarioFactory, site_dir, try_import
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs doctor on them: left out of ``make test-fast``."""
@@ -30,11 +29,6 @@ else:  # pragma: no cover
 
 GFORTRAN = "libgfortran-8f1e9814.so.5.0.0"
 QUADMATH = "libquadmath-828275a7.so.0.0.0"
-
-
-def _site(venv: Path) -> Path:
-    [site] = venv.glob("lib/python3*/site-packages")
-    return site
 
 
 def _build(text: str, dest: Path) -> BuiltScenario:
@@ -50,23 +44,18 @@ def _unresolved(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _imports(built: BuiltScenario, module: str) -> subprocess.CompletedProcess[str]:
-    code = f"import {module}"
-    return subprocess.run([str(built.python), "-c", code], capture_output=True, text=True)
-
-
 # ---- point 2: a bundled library is judged through the extension that loads it ----------------
 
 
 def test_a_bundled_library_resolves_through_its_loaders_rpath(scenario: ScenarioFactory) -> None:
     """scipy's shape: healthy (exit 0), as ``ldd`` on the extension and the import say."""
     built = scenario("bundled")
-    [ext] = (_site(built.venv) / "scipy" / "odr").glob("__odrpack*.so")
+    [ext] = (site_dir(built.venv) / "scipy" / "odr").glob("__odrpack*.so")
     seen = parse_ldd(ldd(ext).stdout)
-    assert real(seen[QUADMATH]) == str(_site(built.venv) / "scipy.libs" / QUADMATH)
+    assert real(seen[QUADMATH]) == str(site_dir(built.venv) / "scipy.libs" / QUADMATH)
     ours = {s.need: real(s.provider) for s in cudafix_tree(ext).steps}
     assert {need: ours.get(need) for need in seen} == {n: real(p) for n, p in seen.items()}
-    assert _imports(built, "scipy.odr").returncode == 0
+    assert try_import(built.python, "scipy.odr").returncode == 0
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     report = as_json(proc)
     assert _unresolved(report) == {}, _unresolved(report)
@@ -113,7 +102,7 @@ def test_a_bundled_library_nothing_loads_is_information(tmp_path: Path) -> None:
     """libz's need resolves through the extension's RPATH; liba, which nothing loads, is
     judged on its own chain, where it does not: information, and the venv is healthy."""
     built = _build(NOTHING_LOADS, tmp_path / "venv")
-    assert _imports(built, "pkg").returncode == 0
+    assert try_import(built.python, "pkg").returncode == 0
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     found = _unresolved(as_json(proc))
     assert set(found) == {"liba-1a2b3c4d.so:libb-5e6f7a8b.so"}, found
@@ -134,7 +123,7 @@ EVERY_CHAIN_FAILS = _pkg(
 
 def test_a_need_failing_on_every_chain_is_still_an_error(tmp_path: Path) -> None:
     built = _build(EVERY_CHAIN_FAILS, tmp_path / "venv")
-    assert "libb-5e6f7a8b.so" in _imports(built, "pkg").stderr
+    assert "libb-5e6f7a8b.so" in try_import(built.python, "pkg").stderr
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     found = _unresolved(as_json(proc))
     assert set(found) == {"liba-1a2b3c4d.so:libb-5e6f7a8b.so"}, found
@@ -156,7 +145,7 @@ SPLIT = _pkg(
 
 def test_a_removal_that_breaks_a_bundled_librarys_chain_is_refused(tmp_path: Path) -> None:
     built = _build(SPLIT, tmp_path / "venv")
-    assert _imports(built, "pkg").returncode == 0
+    assert try_import(built.python, "pkg").returncode == 0
     assert cudafix("doctor", "--venv", built.venv).returncode == 0
     proc = cudafix("remove", "pkg-libb", "--dry-run", "--json", "--venv", built.venv)
     plan = as_json(proc)
@@ -202,8 +191,8 @@ def test_an_extension_without_the_abi_tag_is_imported(tmp_path: Path) -> None:
     """``jaxlib/_jax.so`` is a root; a ``.so`` without ``PyInit_`` is not. What it loads
     is what import loads: its broken need is an error, as the import shows."""
     built = _build(UNTAGGED, tmp_path / "venv")
-    site = _site(built.venv).relative_to(built.venv)
-    assert "libcudafix_nowhere.so.7" in _imports(built, "jaxlib").stderr
+    site = site_dir(built.venv).relative_to(built.venv)
+    assert "libcudafix_nowhere.so.7" in try_import(built.python, "jaxlib").stderr
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     report = as_json(proc)
     assert report["roots"] == {"extension": [f"{site}/jaxlib/_jax.so"]}

@@ -3,7 +3,6 @@ one JSON object under ``--json``, and every printed next command runs as printed
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -15,26 +14,13 @@ from test_transaction import OK, _run_child
 
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from scenarios.fingerprint import fingerprint
-from tests.support.cli import assert_one_line_error, cudafix
+from tests.support.cli import assert_one_line_error, cudafix, one_json_error, repair_pa
 from tests.support.tx import remove_pa_plan
 from tests.support.venvs import site_rel
 
 
-def _remove(prefix: Path, wheels: Path, *extra: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    return cudafix(
-        "remove", "pa", "--venv", prefix, "--repair", "--yes", "--offline",
-        "--find-links", wheels, *extra, env=env,
-    )  # fmt: skip
-
-
 def _no_bug(proc: subprocess.CompletedProcess[str]) -> None:
     assert "bug" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-
-
-def _one_json(proc: subprocess.CompletedProcess[str], code: int) -> dict[str, object]:
-    value = json.loads(proc.stdout)
-    assert isinstance(value, dict) and value["exit_code"] == code, proc.stdout
-    return value
 
 
 @pytest.mark.slow
@@ -49,7 +35,7 @@ def test_malformed_dlopen_table(venv: tuple[Path, Path], tmp_path: Path) -> None
     wrong.write_text('[dlopen]\n"libx.so.1" = "libpart.so.1"\n')
     proc = cudafix("doctor", "--venv", prefix, "--dlopen-table", wrong, "--json")
     assert_one_line_error(proc, 2, "expected [dlopen]")
-    _one_json(proc, 2)
+    one_json_error(proc, 2)
 
 
 @pytest.mark.slow
@@ -74,10 +60,10 @@ def test_a_lock_symlink_loop_is_a_clear_refusal(venv: tuple[Path, Path]) -> None
     (prefix / ".cudafix").mkdir()
     (prefix / ".cudafix" / "lock").symlink_to("lock")
     before = fingerprint(prefix)
-    proc = _remove(prefix, wheels, "--json")
+    proc = repair_pa(prefix, wheels, "--json")
     assert_one_line_error(proc, 2, ".cudafix/lock", "symlink")
     _no_bug(proc)
-    assert _one_json(proc, 2)["state"] == "error"
+    assert one_json_error(proc, 2)["state"] == "error"
     assert fingerprint(prefix) == before
 
 
@@ -85,10 +71,10 @@ def test_a_lock_symlink_loop_is_a_clear_refusal(venv: tuple[Path, Path]) -> None
 def test_enospc_at_commit_is_one_line_exit_1(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     before = fingerprint(prefix)
-    proc = _remove(prefix, wheels, "--json", env={FAIL_ENV: "commit:ENOSPC"})
+    proc = repair_pa(prefix, wheels, "--json", env={FAIL_ENV: "commit:ENOSPC"})
     assert_one_line_error(proc, 1, "No space left on device", "rolled back")
     _no_bug(proc)
-    assert _one_json(proc, 1)["state"] == "rolled-back"
+    assert one_json_error(proc, 1)["state"] == "rolled-back"
     assert fingerprint(prefix) == before
 
 
@@ -96,7 +82,7 @@ def test_enospc_at_commit_is_one_line_exit_1(venv: tuple[Path, Path]) -> None:
 def test_a_failed_rollback_exits_4_naming_the_paths(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     sp = site_rel(prefix)
-    proc = _remove(
+    proc = repair_pa(
         prefix, wheels, "--probe", "import pa_mod", env={FAIL_ENV: "restore@*/pa_mod.py:EPERM"}
     )
     assert_one_line_error(
@@ -130,7 +116,7 @@ def test_a_read_only_environment_is_exit_2(venv: tuple[Path, Path], tmp_path: Pa
         )
         assert_one_line_error(proc, 2, "Read-only file system", ".cudafix")
         _no_bug(proc)
-        _one_json(proc, 2)
+        one_json_error(proc, 2)
     finally:
         subprocess.run(["umount", str(ro)], check=True)
 
@@ -158,7 +144,7 @@ def test_printed_next_commands_run(venv: tuple[Path, Path], tmp_path: Path) -> N
     before = fingerprint(prefix)
     plan = remove_pa_plan(prefix, wheels)
     assert _run_child(plan, OK, tmp_path, {CRASH_ENV: "backend"}) == -signal.SIGKILL
-    blocked = _remove(prefix, wheels)
+    blocked = repair_pa(prefix, wheels)
     assert blocked.returncode == 4
     recover = _hint(blocked)
     assert recover[:2] == ["cudafix", "recover"]
@@ -168,7 +154,7 @@ def test_printed_next_commands_run(venv: tuple[Path, Path], tmp_path: Path) -> N
     shown = cudafix("show", "no-such-tx", "--venv", prefix)
     assert shown.returncode == 2
     _runs_as_printed(_hint(shown), 0)
-    done = _remove(prefix, wheels)
+    done = repair_pa(prefix, wheels)
     assert done.returncode == 0, done.stderr
     [undo] = [ln for ln in done.stdout.splitlines() if ln.startswith("Undo with: ")]
     _runs_as_printed(shlex.split(undo.removeprefix("Undo with: ")), 0, "--yes")

@@ -16,8 +16,8 @@ import pytest
 from scenarios import BuiltScenario
 from scenarios.build import uv_binary
 from scenarios.fingerprint import diff_fingerprints, fingerprint
-from tests.support.cli import as_json, assert_one_line_error, cudafix
-from tests.support.venvs import ScenarioFactory
+from tests.support.cli import as_json, assert_one_line_error, cudafix, offline
+from tests.support.venvs import ScenarioFactory, below_site
 from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
@@ -37,12 +37,8 @@ CLOBBERED = [
 SWITCH = "torch/lib/libtorch_cuda.so (torch) would switch builds of libcudnn.so.9"
 
 
-def _sources(built: BuiltScenario, links: Path | None = None) -> list[str]:
-    return ["--offline", "--find-links", str(links or built.wheelhouse)]
-
-
 def _install(built: BuiltScenario, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return cudafix("install", *args, "--venv", built.venv, *_sources(built))
+    return cudafix("install", *args, "--venv", built.venv, *offline(built.wheelhouse))
 
 
 def _versions(built: BuiltScenario) -> dict[str, str]:
@@ -84,7 +80,7 @@ def test_seed_install_json_names_each_overwritten_path(scenario: ScenarioFactory
     plan = as_json(_install(built, "nvidia-cudnn-cu13", "--dry-run", "--json"))
     assert plan["verdict"] == "refused"
     assert [i["name"] for i in plan["install"]] == ["nvidia-cudnn-cu13"]
-    other = sorted(p["path"].split("site-packages/")[1] for p in plan["overwritten"]
+    other = sorted(below_site(p["path"]) for p in plan["overwritten"]
                    if not p["same_bytes"])  # fmt: skip
     assert other == CLOBBERED
     assert {p["by"] for p in plan["overwritten"]} == {"nvidia-cudnn-cu13"}
@@ -171,7 +167,7 @@ def test_an_install_that_lands_other_bytes_than_staged_rolls_back(
     (links / original.name).write_bytes(original.read_bytes())
     out = tmp_path / "plan.json"
     plan = ["install", "nvidia-nvtx-cu12", "--venv", built.venv, "--dry-run", "--out", out]
-    made = cudafix(*plan, *_sources(built, links))
+    made = cudafix(*plan, *offline(links))
     assert made.returncode == 0, made.stderr
     with zipfile.ZipFile(original) as zf:
         files = {n: zf.read(n) for n in zf.namelist() if ".dist-info/" not in n}

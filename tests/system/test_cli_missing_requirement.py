@@ -9,7 +9,6 @@ must fix the venv when run as printed, from a shell with no venv activated.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from test_doctor_next_step import run_words, user_shell
 from benchmarks.follow import applying, names_target, printed_next
 from scenarios import BuiltScenario
 from tests.support.cli import as_json, cudafix, uv_uninstall
-from tests.support.venvs import ScenarioFactory
+from tests.support.venvs import ScenarioFactory, try_import
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""
@@ -29,12 +28,8 @@ PIN = "nvidia-cudnn-cu12==9.10.2.21"
 def _broken(scenario: ScenarioFactory) -> BuiltScenario:
     built = scenario("requires")
     uv_uninstall(built.python, "nvidia-cudnn-cu12")
-    assert not _imports(built)
+    assert try_import(built.python, "torch").returncode != 0
     return built
-
-
-def _imports(built: BuiltScenario) -> bool:
-    return subprocess.run([built.python, "-c", "import torch"], capture_output=True).returncode == 0
 
 
 def test_doctor_names_the_install_of_the_required_pin_and_it_fixes_the_venv(
@@ -52,7 +47,7 @@ def test_doctor_names_the_install_of_the_required_pin_and_it_fixes_the_venv(
     env = user_shell(built)
     done = run_words(applying(req["command"]), tmp_path, env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _imports(built)
+    assert try_import(built.python, "torch").returncode == 0
     assert "installed 1" in done.stdout
 
 
@@ -73,7 +68,7 @@ def test_doctor_next_line_is_repair_and_repair_installs_the_missing_requirement(
     assert f"+ {PIN}" in preview.stdout
     done = run_words(applying(words), tmp_path, env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _imports(built)
+    assert try_import(built.python, "torch").returncode == 0
     after = run_words(["cudafix", "doctor", "--venv", str(built.venv)], tmp_path, env)
     assert after.returncode == 0, after.stdout
 

@@ -36,10 +36,6 @@ REMOVALS = [
 ]
 
 
-def _site(path: str) -> str:
-    return path.split("site-packages/", 1)[-1]
-
-
 @pytest.mark.parametrize(("name", "stage"), CASES)
 def test_doctor_matches_expectations(
     scenario: ScenarioFactory, tmp_path: Path, name: str, stage: str

@@ -14,7 +14,7 @@ import pytest
 from scenarios import BuiltScenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, assert_one_line_error, cudafix
-from tests.support.venvs import ScenarioFactory
+from tests.support.venvs import ScenarioFactory, try_import
 from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
@@ -25,12 +25,6 @@ SELECT = "nvidia-*-cu13"
 
 def _repair_flags(built: BuiltScenario) -> list[str]:
     return ["--repair", "--offline", "--find-links", str(built.wheelhouse)]
-
-
-def _imports(built: BuiltScenario, module: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(built.python), "-c", f"import {module}"], capture_output=True, text=True
-    )
 
 
 def test_refused_removal_changes_nothing(scenario: ScenarioFactory) -> None:
@@ -51,7 +45,7 @@ def test_forced_plan_rolls_back_on_the_import_probe(scenario: ScenarioFactory) -
     assert "libcudnn.so.9: cannot open shared object file" in proc.stderr
     assert "rolled back" in proc.stderr
     assert diff_fingerprints(before, fingerprint(built.venv)) == []
-    assert _imports(built, "torch").returncode == 0
+    assert try_import(built.python, "torch").returncode == 0
     history = cudafix("history", "--venv", built.venv)
     assert "rolled-back" in history.stdout
 
@@ -79,7 +73,7 @@ def test_repair_commits_and_doctor_is_clean(scenario: ScenarioFactory) -> None:
     proc = cudafix("remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--yes")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Committed transaction" in proc.stdout
-    assert _imports(built, "torch").returncode == 0
+    assert try_import(built.python, "torch").returncode == 0
     report = cudafix("doctor", "--venv", built.venv, "--json")
     assert report.returncode == 0, report.stdout
     names = {f["kind"] for f in as_json(report)["findings"]}
@@ -112,7 +106,7 @@ def test_undo_restores_the_state_before_a_commit(scenario: ScenarioFactory) -> N
 
 def test_repair_command_fixes_what_plain_uv_broke(scenario: ScenarioFactory) -> None:
     built = scenario("incident", "broken")
-    assert "libcudnn.so.9" in _imports(built, "torch").stderr
+    assert "libcudnn.so.9" in try_import(built.python, "torch").stderr
     dry = cudafix(
         "repair", "--venv", built.venv, "--dry-run", "--offline", "--find-links", built.wheelhouse
     )
@@ -122,7 +116,7 @@ def test_repair_command_fixes_what_plain_uv_broke(scenario: ScenarioFactory) -> 
         "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _imports(built, "torch").returncode == 0
+    assert try_import(built.python, "torch").returncode == 0
 
 
 @pytest.mark.parametrize("step", ["snapshot-done", "uninstall-begin", "backend", "probe-begin"])
@@ -183,7 +177,7 @@ def test_pip_backend_applies_the_same_plan(scenario: ScenarioFactory) -> None:
         "remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--backend", "pip", "--yes"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _imports(built, "torch").returncode == 0
+    assert try_import(built.python, "torch").returncode == 0
     assert cudafix("doctor", "--venv", built.venv).returncode == 0
 
 

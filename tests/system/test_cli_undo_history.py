@@ -18,7 +18,7 @@ from scenarios import BuiltScenario
 from scenarios.build import uv_binary
 from tests.support.cli import as_json, assert_one_line_error, cudafix, uv_uninstall
 from tests.support.tty import cudafix_tty
-from tests.support.venvs import ScenarioFactory
+from tests.support.venvs import ScenarioFactory, try_import
 
 pytestmark = pytest.mark.slow
 """Runs the CLI on real venvs: left out of ``make test-fast``."""
@@ -34,12 +34,6 @@ def _repaired(scenario: ScenarioFactory) -> tuple[BuiltScenario, str]:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return built, str(as_json(done)["transaction"])
-
-
-def _imports(built: BuiltScenario) -> bool:
-    import subprocess
-
-    return subprocess.run([built.python, "-c", "import torch"], capture_output=True).returncode == 0
 
 
 def test_history_has_time_and_what_changed_and_show_summarises(scenario: ScenarioFactory) -> None:
@@ -73,13 +67,13 @@ def test_undo_by_prefix_or_last_previews_and_is_judged_like_any_transaction(
     broke = cudafix("undo", txid[:12], "--venv", built.venv, "--yes")
     assert broke.returncode == 1, broke.stdout + broke.stderr
     assert "libcudnn.so.9" in broke.stderr and "--accept" in broke.stderr
-    assert _imports(built)
+    assert try_import(built.python, "torch").returncode == 0
     ambiguous = cudafix("undo", txid[:8], "--venv", built.venv, "--dry-run")
     assert_one_line_error(ambiguous, 2, "is the start of 2 transaction(s)")
 
     accepted = cudafix("undo", "last", "--venv", built.venv, "--yes", "--accept", "--json")
     assert as_json(accepted)["state"] == "committed", accepted.stderr
-    assert not _imports(built)
+    assert try_import(built.python, "torch").returncode != 0
     history = cudafix("history", "--venv", built.venv, "--json")
     last = json.loads(history.stdout)[-1]
     assert last["undoes"] == txid and "-nvidia-cudnn-cu12 9.10.2.21" in last["changed"]

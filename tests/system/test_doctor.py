@@ -19,7 +19,7 @@ from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
 from tests.support.cli import as_json, cudafix
-from tests.support.venvs import ScenarioFactory
+from tests.support.venvs import ScenarioFactory, site_dir
 
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
@@ -226,11 +226,6 @@ def _with_pip_bytecode_rows(site: Path, dists: list[str]) -> None:
                 fh.write(f"nvidia/__pycache__/{pyc.name},,\n")
 
 
-def _site(venv: Path) -> Path:
-    [site] = venv.glob("lib/python3*/site-packages")
-    return site
-
-
 def _finding(report: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [f for f in report["findings"] if f["kind"] == kind]
 
@@ -238,7 +233,7 @@ def _finding(report: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 def test_a_pristine_install_shape_is_healthy(tmp_path: Path) -> None:
     built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
     _with_pip_bytecode_rows(
-        _site(built.venv), ["nvidia_cuda_cupti", "nvidia_cuda_runtime", "triton"]
+        site_dir(built.venv), ["nvidia_cuda_cupti", "nvidia_cuda_runtime", "triton"]
     )
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     report = as_json(proc)
@@ -275,7 +270,7 @@ def test_own_files_holding_another_builds_bytes_are_found_and_repair_fixes_them(
     tmp_path: Path,
 ) -> None:
     built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
-    lib = _site(built.venv) / "nvidia" / "cu13" / "lib" / "libcupti.so.13"
+    lib = site_dir(built.venv) / "nvidia" / "cu13" / "lib" / "libcupti.so.13"
     data = bytearray(lib.read_bytes())
     data[-1] ^= 0xFF  # same size, other bytes: only a hash can tell
     lib.write_bytes(bytes(data))
@@ -303,7 +298,7 @@ def test_overwritten_files_are_found_after_the_venv_was_copied(tmp_path: Path) -
     """A copy (``cp -a``) sets every ctime anew, RECORD's possibly last; the overwrite's
     later mtime still marks the file to hash."""
     built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
-    site = _site(built.venv)
+    site = site_dir(built.venv)
     lib = site / "nvidia" / "cu13" / "lib" / "libcupti.so.13"
     [record] = site.glob("nvidia_cuda_cupti-*.dist-info/RECORD")
     old = record.stat()
@@ -356,7 +351,7 @@ def test_the_mixed_cuda_hint_names_the_major_nothing_loaded_needs(
 def test_a_load_probe_failing_only_on_the_driver_passes_with_a_note(tmp_path: Path) -> None:
     """The transaction's dlopen probe grades like doctor: no driver is a CPU box, not a break."""
     built = build_spec(Scenario.model_validate(tomllib.loads(CPU_BOX)), tmp_path / "venv")
-    lib = _site(built.venv) / "gpukit" / "lib"
+    lib = site_dir(built.venv) / "gpukit" / "lib"
     driver_only = ProbeSpec(libraries=(str(lib / "libkernels.so"),))
     [result] = run_probes(built.venv, built.python, driver_only, tmp_path)
     assert result.ok, result
@@ -364,7 +359,7 @@ def test_a_load_probe_failing_only_on_the_driver_passes_with_a_note(tmp_path: Pa
     spec = CPU_BOX.replace('needed = ["libucp.so.0", ', "needed = [")
     built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "other")
     broken = ProbeSpec(
-        libraries=(str(_site(built.venv) / "gpukit/lib/plugins/libtransport_ucx.so"),)
+        libraries=(str(site_dir(built.venv) / "gpukit/lib/plugins/libtransport_ucx.so"),)
     )
     [result] = run_probes(built.venv, built.python, broken, tmp_path)
     assert not result.ok and "libcudafix_nowhere.so.7" in result.error

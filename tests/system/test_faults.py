@@ -21,7 +21,7 @@ import pytest
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV, FILL_ENV
 from cudafix.tx.recovery import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
-from tests.support.cli import cudafix
+from tests.support.cli import cudafix, repair_pa
 from tests.support.tx import B_BYTES, shared_pair
 from tests.support.venvs import UV, site_rel, uv_env
 from tests.support.wheels import make_wheel
@@ -80,19 +80,12 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def _remove(prefix: Path, wheels: Path, env: dict[str, str], *extra: str):  # type: ignore[no-untyped-def]
-    return cudafix(
-        "remove", "pa", "--venv", prefix, "--repair", "--yes", "--offline",
-        "--find-links", wheels, *extra, env=env,
-    )  # fmt: skip
-
-
 def _outcome(
     prefix: Path, wheels: Path, before: dict[str, tuple[object, ...]], env: dict[str, str],
     clear: Path | None = None,
 ) -> str:  # fmt: skip
     """Run one cell; check its invariants; return the outcome class."""
-    proc = _remove(prefix, wheels, env)
+    proc = repair_pa(prefix, wheels, env=env)
     said = proc.stdout + proc.stderr
     assert "Traceback" not in said and "bug" not in said, said
     if clear is not None:
@@ -137,7 +130,7 @@ def test_journal_enospc(tmp_path: Path, step: str) -> None:
     got = _outcome(prefix, wheels, fingerprint(prefix), {FAIL_ENV: f"journal@{step}:ENOSPC"})
     assert got == EXPECTED["journal-enospc"][step]
     assert pending_transactions(prefix) == []
-    assert _remove(prefix, wheels, {}).returncode == 0
+    assert repair_pa(prefix, wheels).returncode == 0
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -159,7 +152,7 @@ def test_eperm_during_rollback(tmp_path: Path, which: str) -> None:
     before = fingerprint(prefix)
     glob = "*/pa_mod.py" if which == "one-path" else "*"
     env = {FAIL_ENV: f"restore@{glob}:EPERM"}
-    proc = _remove(prefix, wheels, env, "--probe", "import pa_mod")
+    proc = repair_pa(prefix, wheels, "--probe", "import pa_mod", env=env)
     assert proc.returncode == 4, proc.stderr
     assert "Operation not permitted" in proc.stderr and "Traceback" not in proc.stderr
     assert cudafix("recover", "--venv", prefix).returncode == 0

@@ -19,30 +19,17 @@ from test_faults import tmpfs as tmpfs
 
 from cudafix.tx.journal import CRASH_ENV
 from scenarios.fingerprint import diff_fingerprints, fingerprint
-from tests.support.cli import as_json, assert_one_line_error, cudafix
+from tests.support.cli import as_json, assert_one_line_error, cudafix, offline, remove_pa
 from tests.support.tx import A_BYTES, B_BYTES, shared_pair
-from tests.support.venvs import UV, install, uv_env, venv_with
+from tests.support.venvs import UV, install, site_dir, uv_env, venv_with
 from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""
 
 
-def _site(prefix: Path) -> Path:
-    (sp,) = prefix.glob("lib/python3.*/site-packages")
-    return sp
-
-
 def _record(prefix: Path, dist: str) -> Path:
-    return _site(prefix) / f"{dist}-1.0.dist-info" / "RECORD"
-
-
-def _sources(wheels: Path) -> list[str]:
-    return ["--offline", "--find-links", str(wheels)]
-
-
-def _remove(prefix: Path, wheels: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return cudafix("remove", "pa", "--venv", prefix, *_sources(wheels), *args)
+    return site_dir(prefix) / f"{dist}-1.0.dist-info" / "RECORD"
 
 
 # -- RECORD read as uv reads it (item 4) ------------------------------------------------------
@@ -65,13 +52,13 @@ def test_a_record_csv_misreads_hides_no_row_from_the_plan(tmp_path: Path, damage
     prefix, wheels = shared_pair(tmp_path)
     record = _record(prefix, "pa")
     record.write_text("\n".join(damage(_shared_row_first(record))) + "\n", encoding="utf-8")  # type: ignore[operator]
-    plan = as_json(_remove(prefix, wheels, "--dry-run", "--json"))
+    plan = as_json(remove_pa(prefix, wheels, "--dry-run", "--json"))
     assert [s["path"].rsplit("/", 2)[-2:] for s in plan["shared_paths"]] == [["shared", "lib.so"]]
     assert plan["remove"][0]["files"] >= 3
-    done = _remove(prefix, wheels, "--repair", "--yes")
+    done = remove_pa(prefix, wheels, "--repair", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (_site(prefix) / "shared" / "lib.so").read_bytes() == B_BYTES
-    assert not (_site(prefix) / "pa_mod.py").exists()
+    assert (site_dir(prefix) / "shared" / "lib.so").read_bytes() == B_BYTES
+    assert not (site_dir(prefix) / "pa_mod.py").exists()
 
 
 @pytest.mark.parametrize(
@@ -89,7 +76,7 @@ def test_a_record_that_cannot_be_read_exactly_refuses_the_plan(tmp_path: Path, f
     record.write_text(first + "\n" + record.read_text(encoding="utf-8"), encoding="utf-8")
     before = fingerprint(prefix)
     for mode in ("--dry-run", "--yes"):
-        done = _remove(prefix, wheels, "--repair", mode)
+        done = remove_pa(prefix, wheels, "--repair", mode)
         assert done.returncode == 3, done.stdout + done.stderr
         assert "Traceback" not in done.stderr
         assert "pa-1.0.dist-info/RECORD cannot be read exactly" in done.stdout
@@ -127,15 +114,15 @@ def test_record_rows_naming_directories_are_refused_and_stripped(tmp_path: Path,
     prefix, wheels = _nested_pair(tmp_path)
     record = _record(prefix, "pa")
     record.write_text(record.read_text(encoding="utf-8") + row + "\n", encoding="utf-8")
-    plan = as_json(_remove(prefix, wheels, "--dry-run", "--json"))
+    plan = as_json(remove_pa(prefix, wheels, "--dry-run", "--json"))
     assert plan["verdict"] == "pass", plan["reasons"]
     refused = [(r["entry"], r["reason"]) for r in plan["refused_paths"]]
     assert refused == [(row[:-2], reason)]
-    shown = _remove(prefix, wheels, "--dry-run").stdout
+    shown = remove_pa(prefix, wheels, "--dry-run").stdout
     assert f"pa: {row[:-2]!r} ({reason})" in shown
-    done = _remove(prefix, wheels, "--yes")
+    done = remove_pa(prefix, wheels, "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
-    site = _site(prefix)
+    site = site_dir(prefix)
     assert (site / "nvidia" / "pb" / "libb.so").read_bytes() == B_BYTES
     assert (site / "pb_mod.py").is_file() and (site / "pb-1.0.dist-info" / "RECORD").is_file()
     assert not (site / "pa_mod.py").exists() and not (site / "nvidia" / "pa").exists()
@@ -148,7 +135,7 @@ def test_record_rows_leaving_the_environment_leave_the_file_outside_alone(
     prefix, wheels = shared_pair(tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
-    site = _site(prefix)
+    site = site_dir(prefix)
     if kind == "symlink-out":
         (site / "out").symlink_to(tmp_path)
     row = {
@@ -158,9 +145,9 @@ def test_record_rows_leaving_the_environment_leave_the_file_outside_alone(
     }[kind]
     record = _record(prefix, "pa")
     record.write_text(record.read_text(encoding="utf-8") + f"{row},,\n", encoding="utf-8")
-    plan = as_json(_remove(prefix, wheels, "--repair", "--dry-run", "--json"))
+    plan = as_json(remove_pa(prefix, wheels, "--repair", "--dry-run", "--json"))
     assert [r["entry"] for r in plan["refused_paths"]] == [row]
-    done = _remove(prefix, wheels, "--repair", "--yes")
+    done = remove_pa(prefix, wheels, "--repair", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     assert victim.read_text() == "precious\n"
     assert not (site / "pa_mod.py").exists()
@@ -173,7 +160,7 @@ FAKE = "\nVerdict: PASS (fake line)\x1b[2J"
 
 def test_a_file_name_cannot_write_lines_or_escapes_to_the_terminal(tmp_path: Path) -> None:
     prefix, _ = shared_pair(tmp_path)
-    odd = _site(prefix) / "odd"
+    odd = site_dir(prefix) / "odd"
     odd.mkdir()
     (odd / f"lib{FAKE}.so").write_bytes(b"\x7fELF\x02\x01\x01" + b"\xff" * 64)
     done = cudafix("doctor", "--venv", prefix, "-v")  # information is listed under -v
@@ -254,7 +241,7 @@ def test_a_plan_file_whose_names_are_options_is_refused_before_anything_runs(
     prefix, wheels = shared_pair(tmp_path)
     out = _outside_install(tmp_path, wheels)
     plan = tmp_path / "plan.json"
-    made = _remove(prefix, wheels, "--repair", "--dry-run", "--out", str(plan))
+    made = remove_pa(prefix, wheels, "--repair", "--dry-run", "--out", str(plan))
     assert made.returncode == 0, made.stderr
     _tamper(plan, lambda d: HOSTILE_PLANS[field](d, out))
     before, outside = fingerprint(prefix), fingerprint(out)
@@ -286,11 +273,11 @@ def test_a_script_whose_names_are_options_is_refused_with_its_line(
 
 
 def _install(prefix: Path, wheels: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return cudafix("install", *args, "--venv", prefix, *_sources(wheels))
+    return cudafix("install", *args, "--venv", prefix, *offline(wheels))
 
 
 def _python_dir(prefix: Path) -> str:
-    return _site(prefix).parent.name
+    return site_dir(prefix).parent.name
 
 
 EXTRA = {"zzz.pth": b"import os\n", "pc-1.0.data/data/share/zzz.txt": b"z\n"}
@@ -314,7 +301,7 @@ def test_a_wheel_swapped_after_planning_is_refused(tmp_path: Path) -> None:
 def test_a_reinstall_wheel_swapped_after_planning_is_refused(tmp_path: Path) -> None:
     prefix, wheels = shared_pair(tmp_path)
     plan = tmp_path / "plan.json"
-    made = _remove(prefix, wheels, "--repair", "--dry-run", "--out", str(plan))
+    made = remove_pa(prefix, wheels, "--repair", "--dry-run", "--out", str(plan))
     assert made.returncode == 0, made.stdout + made.stderr
     (again,) = json.loads(plan.read_text())["reinstall"]
     assert again["name"] == "pb" and again["wheel"].endswith("pb-1.0-py3-none-any.whl")
@@ -390,14 +377,14 @@ def test_repair_of_a_distribution_with_data_files_is_not_another_build(tmp_path:
     make_wheel(wheels, "pd", "1.0", DATA_WHEEL)
     install(prefix, wheels, "pd==1.0", deps=False)
     (prefix / "share" / "pd" / "x.txt").unlink()
-    done = cudafix("repair", "--venv", prefix, *_sources(wheels), "--yes")
+    done = cudafix("repair", "--venv", prefix, *offline(wheels), "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (prefix / "share" / "pd" / "x.txt").read_bytes() == b"x\n"
 
 
 def test_an_install_through_a_symlinked_directory_is_refused_at_plan_time(tmp_path: Path) -> None:
     prefix, wheels = shared_pair(tmp_path)
-    site = _site(prefix)
+    site = site_dir(prefix)
     (site / "real").mkdir()
     (site / "pf").symlink_to("real")
     make_wheel(wheels, "pf", "1.0", {"pf/__init__.py": b"F = 1\n"})
@@ -412,12 +399,12 @@ def test_sigkill_while_staging_leaves_no_stage_directory(tmp_path: Path) -> None
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     killed = cudafix(
-        "install", "pc", "--venv", prefix, *_sources(wheels), "--dry-run",
+        "install", "pc", "--venv", prefix, *offline(wheels), "--dry-run",
         env={"TMPDIR": str(tmp), CRASH_ENV: "stage"},
     )  # fmt: skip
     assert killed.returncode == -9, killed.stdout + killed.stderr
     assert [p.name.startswith("cudafix-stage-") for p in tmp.iterdir()] == [True]
-    again = cudafix("install", "pc", "--venv", prefix, *_sources(wheels), "--dry-run",
+    again = cudafix("install", "pc", "--venv", prefix, *offline(wheels), "--dry-run",
                     env={"TMPDIR": str(tmp)})  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
     assert list(tmp.iterdir()) == []
@@ -432,7 +419,7 @@ def test_a_full_tmpdir_while_staging_is_a_machine_error(tmp_path: Path, tmpfs: P
             fh.write(b"\0" * (1 << 20))
     os.truncate(filler, filler.stat().st_size - (64 << 10))  # room for small files, not a wheel
     done = cudafix(
-        "install", "pc", "--venv", prefix, *_sources(wheels), "--dry-run",
+        "install", "pc", "--venv", prefix, *offline(wheels), "--dry-run",
         env={"TMPDIR": str(tmpfs)},
     )  # fmt: skip
     assert_one_line_error(done, 1, "No space left on device")
@@ -471,7 +458,7 @@ def test_a_plan_made_without_its_wheels_is_never_applied(tmp_path: Path, how: st
         make_wheel(
             wheels, "pb", "1.0", {"shared/lib.so": B_BYTES, "pb_mod.py": b"B = 1\n", **EXTRA}
         )
-        done = _remove(prefix, wheels, "--repair", "--no-fetch", "--yes")
+        done = remove_pa(prefix, wheels, "--repair", "--no-fetch", "--yes")
     else:
         plan = tmp_path / "plan.json"
         made = _install(prefix, wheels, "pc", "--no-fetch", "--dry-run", "--out", plan)

@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.env.treecache import RACY_NS
 from cudafix.process import group_members
 from cudafix.tx.history import history, show
 from cudafix.tx.recovery import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, cudafix
-from tests.support.venvs import UV, site_dir, site_rel, uv_env, venv_with
+from tests.support.venvs import UV, settle, site_dir, site_rel, uv_env, venv_with
 from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
@@ -45,7 +44,7 @@ def _doctor_kept(prefix: Path, code: int = 0) -> None:
     """doctor, and again past the racy window (the first made ``.cudafix/``): its
     findings are remembered for the next run."""
     for _ in range(2):
-        time.sleep(RACY_NS / 1e9 + 0.1)
+        settle()
         assert cudafix("doctor", "--venv", prefix).returncode == code
 
 
@@ -598,7 +597,7 @@ def test_runs_after_doctor_keep_its_findings_while_nothing_doctor_reads_changed(
     touch = cudafix("run", "-v", "--venv", venv, "--", "touch", str(new))
     assert touch.returncode == 0, touch.stderr
     assert REMEMBERED in touch.stderr and new.is_file()
-    time.sleep(RACY_NS / 1e9 + 0.1)  # the new file is then no recent change
+    settle()  # the new file is then no recent change
     after = cudafix("run", "-v", "--venv", venv, "--", "python", "-c", "pass")
     assert after.returncode == 0, after.stderr
     assert REMEMBERED not in after.stderr and "reading distributions" in after.stderr

@@ -21,7 +21,7 @@ from cudafix.model.probe import ProbeSpec
 from cudafix.tx.probe import run_probes
 from scenarios import BuiltScenario
 from tests.support.cli import as_json, assert_one_line_error, cudafix, uv_uninstall
-from tests.support.venvs import ScenarioFactory
+from tests.support.venvs import ScenarioFactory, site_dir
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""
@@ -29,15 +29,11 @@ pytestmark = pytest.mark.slow
 PLUGIN = "jax_cuda12_plugin/_versions.so"
 
 
-def _site(built: BuiltScenario) -> Path:
-    return next(built.venv.glob("lib/python*/site-packages"))
-
-
 def plugin_dlopen(built: BuiltScenario, soname: str) -> subprocess.CompletedProcess[str]:
     """dlopen ``soname`` from inside the plugin object, in the venv's interpreter."""
     code = (
         "import ctypes, sys\n"
-        f"lib = ctypes.CDLL({str(_site(built) / PLUGIN)!r})\n"
+        f"lib = ctypes.CDLL({str(site_dir(built.venv) / PLUGIN)!r})\n"
         f"sys.exit(0 if lib.cudafix_dlopen({soname.encode()!r}) == 1 else 1)\n"
     )
     return subprocess.run(
@@ -96,7 +92,10 @@ def test_doctor_names_the_lost_run_time_library_and_repair_installs_the_extras_p
     assert result["installed"] == ["nvidia-cudnn-cu12==9.1.0.70"]  # uv's pick for the range
     # the probes loaded what the plugin loads at run time, through its RUNPATH
     (run_time,) = [p for p in result["probes"] if p.startswith("load at run time")]
-    assert f"libcudnn.so.9 by lib/{_site(built).parent.name}/site-packages/{PLUGIN}" in run_time
+    assert (
+        f"libcudnn.so.9 by lib/{site_dir(built.venv).parent.name}/site-packages/{PLUGIN}"
+        in run_time
+    )
     assert plugin_dlopen(built, "libcudnn.so.9").returncode == 0
     assert cudafix("doctor", "--venv", built.venv).returncode == 0
 

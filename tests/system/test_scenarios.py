@@ -25,7 +25,7 @@ from scenarios.catalog import scenario_names
 from scenarios.spec import Scenario
 from scenarios.steps import Venv, confined
 from scenarios.wheel import record_hash
-from tests.support.venvs import ScenarioFactory
+from tests.support.venvs import ScenarioFactory, site_dir
 
 UV = uv.find_uv_bin()
 SMALL_SPECS = [n for n in scenario_names() if n != "large"]
@@ -57,11 +57,6 @@ def uv_pip(built: BuiltScenario, *args: str) -> subprocess.CompletedProcess[str]
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **builder_env()})
 
 
-def site(built: BuiltScenario) -> Path:
-    (found,) = built.venv.glob("lib/python3*/site-packages")
-    return found
-
-
 def installed(built: BuiltScenario) -> set[str]:
     out = uv_pip(built, "list", "--format", "json")
     assert out.returncode == 0, out.stderr
@@ -71,7 +66,7 @@ def installed(built: BuiltScenario) -> set[str]:
 def shared_by_record(built: BuiltScenario) -> set[str]:
     """Paths two or more RECORDs claim: what ``doctor.shared`` must list."""
     owners: dict[str, set[str]] = {}
-    for record in site(built).glob("*.dist-info/RECORD"):
+    for record in site_dir(built.venv).glob("*.dist-info/RECORD"):
         for row in record.read_text().splitlines():
             owners.setdefault(row.rsplit(",", 2)[0], set()).add(record.parent.name)
     return {path for path, who in owners.items() if len(who) > 1}
@@ -79,7 +74,7 @@ def shared_by_record(built: BuiltScenario) -> set[str]:
 
 def mapped(built: BuiltScenario, consumer: str, soname: str) -> list[str]:
     """Files named ``soname`` the real loader maps once ``consumer`` is dlopen()ed."""
-    out = py(built, "-c", _MAPPED, str(site(built) / consumer), soname)
+    out = py(built, "-c", _MAPPED, str(site_dir(built.venv) / consumer), soname)
     assert out.returncode == 0, out.stderr
     return [str(Path(p)) for p in json.loads(out.stdout)]
 
@@ -106,7 +101,7 @@ def test_expectations_hold(scenario: ScenarioFactory, name: str, stage: str) -> 
     assert shared_by_record(built) == set(want.doctor.shared)
     for key, expected in want.loader.items():
         consumer, soname = key.split(":")
-        assert mapped(built, consumer, soname) == [str((site(built) / expected).resolve())]
+        assert mapped(built, consumer, soname) == [str((site_dir(built.venv) / expected).resolve())]
 
 
 # ---- 1. incident ------------------------------------------------------------------------------
@@ -131,9 +126,9 @@ def test_incident_break_command_breaks_torch_while_pip_check_stays_clean(
 @pytest.mark.slow
 def test_incident_cu13_clobbered_cu12_bytes(scenario: ScenarioFactory) -> None:
     built = scenario("incident")
-    lib = site(built) / "nvidia/cudnn/lib/libcudnn.so.9"
+    lib = site_dir(built.venv) / "nvidia/cudnn/lib/libcudnn.so.9"
     assert b"nvidia-cudnn-cu13 9.13.0.50" in lib.read_bytes()
-    (record,) = site(built).glob("nvidia_cudnn_cu12-*.dist-info/RECORD")
+    (record,) = site_dir(built.venv).glob("nvidia_cudnn_cu12-*.dist-info/RECORD")
     row = next(
         r
         for r in record.read_text().splitlines()
@@ -155,8 +150,8 @@ def test_incident_cudnn_really_dlopens_its_parts(scenario: ScenarioFactory) -> N
 def test_stage_broken_builds_the_broken_venv_directly(scenario: ScenarioFactory) -> None:
     built = scenario("incident", "broken")
     assert built.stage == "broken"
-    assert not (site(built) / "nvidia/cudnn/lib/libcudnn.so.9").exists()
-    assert (site(built) / "nvidia/nccl/lib/libnccl.so.2").exists()
+    assert not (site_dir(built.venv) / "nvidia/cudnn/lib/libcudnn.so.9").exists()
+    assert (site_dir(built.venv) / "nvidia/nccl/lib/libnccl.so.2").exists()
 
 
 # ---- 3. shadowing -----------------------------------------------------------------------------
@@ -165,11 +160,11 @@ def test_stage_broken_builds_the_broken_venv_directly(scenario: ScenarioFactory)
 @pytest.mark.slow
 def test_shadowing_loader_picks_cu12_for_cu13_torch(scenario: ScenarioFactory) -> None:
     built = scenario("shadowing")
-    consumer = site(built) / "torch/lib/libtorch_cuda.so"
+    consumer = site_dir(built.venv) / "torch/lib/libtorch_cuda.so"
     out = subprocess.run(["ldd", str(consumer)], capture_output=True, text=True, check=True)
     line = next(ln for ln in out.stdout.splitlines() if "libcusparseLt.so.0" in ln)
     assert "/nvidia/cusparselt/lib/libcusparseLt.so.0" in line
-    assert (site(built) / "nvidia/cu13/lib/libcusparseLt.so.0").is_file()
+    assert (site_dir(built.venv) / "nvidia/cu13/lib/libcusparseLt.so.0").is_file()
 
 
 # ---- 4. clean ---------------------------------------------------------------------------------
@@ -190,7 +185,9 @@ def test_clean_plain_uninstall_of_the_leaf_is_harmless(scenario: ScenarioFactory
 def test_dlopen_part_is_invisible_to_needed_and_requires(scenario: ScenarioFactory) -> None:
     built = scenario("dlopen")
     ldd = subprocess.run(
-        ["ldd", str(site(built) / "vendorlib/lib/libfoo.so.1")], capture_output=True, text=True
+        ["ldd", str(site_dir(built.venv) / "vendorlib/lib/libfoo.so.1")],
+        capture_output=True,
+        text=True,
     )
     assert "libfoo_part" not in ldd.stdout
     assert built.spec.dlopen == {"libfoo.so.1": ("libfoo_part.so.1",)}
@@ -219,14 +216,14 @@ def test_hostile_nothing_written_outside_the_venv(scenario: ScenarioFactory) -> 
     assert [p.name for p in outside.iterdir()] == ["libext.so.1"]
     assert not Path("/etc/cudafix-hostile-escape").exists()
     assert not Path("/etc/cudafix-hostile-absolute").exists()
-    link = site(built) / "hostile_ext"
+    link = site_dir(built.venv) / "hostile_ext"
     assert link.is_symlink() and link.resolve() == outside.resolve()
 
 
 @pytest.mark.slow
 def test_hostile_record_and_files(scenario: ScenarioFactory) -> None:
     built = scenario("hostile")
-    sp = site(built)
+    sp = site_dir(built.venv)
     (record,) = sp.glob("hostile_pkg-1.0.dist-info/RECORD")
     rows = record.read_text().splitlines()
     for line in (
@@ -277,7 +274,7 @@ def test_hostile_steps_are_confined(scenario: ScenarioFactory, path: str) -> Non
 @pytest.mark.slow
 def test_large_small_variant_has_the_requested_shape(scenario: ScenarioFactory) -> None:
     built = scenario("large", params=LARGE_SMALL)
-    sp = site(built)
+    sp = site_dir(built.venv)
     files = [p for p in sp.rglob("*") if p.is_file()]
     records = sum(len(r.read_text().splitlines()) for r in sp.glob("*.dist-info/RECORD"))
     assert abs(records - LARGE_SMALL["files"]) < 20
@@ -348,9 +345,9 @@ def test_compile_leaves_bytecode_as_the_installer_does(
         }
     )
     built = build_spec(spec, tmp_path / "venv")
-    pycs = sorted(p.name for p in site(built).glob("pkg/__pycache__/*.pyc"))
+    pycs = sorted(p.name for p in site_dir(built.venv).glob("pkg/__pycache__/*.pyc"))
     assert pycs == ([f"__init__.{sys.implementation.cache_tag}.pyc"] if compile_bytecode else [])
-    (record,) = site(built).glob("pkg-1.0.dist-info/RECORD")
+    (record,) = site_dir(built.venv).glob("pkg-1.0.dist-info/RECORD")
     rows = [r for r in record.read_text().splitlines() if ".pyc" in r]
     assert rows == (
         [f"pkg/__pycache__/{pycs[0]},,"] if compile_bytecode and installer == "pip" else []

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,11 +14,12 @@ import uv
 
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import locate_target
-from cudafix.env.treecache import RACY_NS, TreeCache
+from cudafix.env.treecache import TreeCache
 from cudafix.gather import gather
 from cudafix.plan.facts import Facts
 from scenarios import BuiltScenario
 from tests.support.cli import cudafix, dlopen_table
+from tests.support.venvs import settle, site_dir
 from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
@@ -37,11 +37,6 @@ def _cold(venv: Path) -> Facts:
     return _facts(venv)
 
 
-def _settle() -> None:
-    """Let every directory age past the racy window, so the next run may trust it."""
-    time.sleep(RACY_NS / 1e9 + 0.1)
-
-
 def _same(warm: Facts, cold: Facts) -> None:
     assert warm.inventory == cold.inventory
     assert warm.elf == cold.elf
@@ -51,11 +46,6 @@ def _same(warm: Facts, cold: Facts) -> None:
 def _uv(built: BuiltScenario, *args: str) -> None:
     argv = [UV, "pip", *args, "--python", str(built.python)]
     subprocess.run(argv, check=True, capture_output=True, env={**os.environ, "UV_OFFLINE": "1"})
-
-
-def _site(built: BuiltScenario) -> Path:
-    (sp,) = built.venv.glob("lib/python3.*/site-packages")
-    return sp
 
 
 def _overwrite_in_place(path: Path, data: bytes) -> None:
@@ -68,7 +58,7 @@ def _overwrite_in_place(path: Path, data: bytes) -> None:
 def test_unchanged_warm_read_lists_no_directory(scenario: Callable[..., BuiltScenario]) -> None:
     built = scenario("incident")
     _facts(built.venv)  # creates .cudafix/, which changes the prefix directory itself
-    _settle()
+    settle()
     cold = _facts(built.venv)
     state = StateDir(built.venv)
     tree = TreeCache.load(state.tree_cache)
@@ -83,9 +73,9 @@ def test_warm_equals_cold_after_each_change(
     scenario: Callable[..., BuiltScenario], tmp_path: Path
 ) -> None:
     built = scenario("incident")
-    site = _site(built)
+    site = site_dir(built.venv)
     lib = site / "nvidia/cudnn/lib"
-    _settle()
+    settle()
     _cold(built.venv)
 
     def check(what: str) -> None:
@@ -149,7 +139,7 @@ def test_cli_warm_answers_equal_cold(
         ["doctor", "--json", *table],
         ["remove", "nvidia-cudnn-cu13", "--dry-run", "--json", "--no-fetch", *table],
     ]
-    _settle()
+    settle()
 
     def answers() -> list[tuple[int, str]]:
         runs = [cudafix(*cmd, "--venv", built.venv) for cmd in commands]
@@ -180,7 +170,7 @@ def test_interpreter_answer_cached_equals_asked(scenario: Callable[..., BuiltSce
 
     built = scenario("clean")
     target = locate_target(None, str(built.venv), os.environ, Path.cwd())
-    _settle()
+    settle()
     asked = query_interpreter(target)
     assert StateDir(built.venv).interpreter_cache.is_file()
     assert query_interpreter(target) == asked
@@ -195,7 +185,7 @@ def test_hard_links_to_the_files_leave_the_cache_unwritten(
     else: the next read does not rewrite the whole cache, and answers as a cold one."""
     built = scenario("clean")
     _facts(built.venv)
-    _settle()
+    settle()
     _facts(built.venv)
     cache = StateDir(built.venv).tree_cache
     before = cache.stat()

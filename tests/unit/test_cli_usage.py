@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
-from tests.support.cli import cudafix
+from tests.support.cli import cudafix, one_json_error
 
 
 @pytest.mark.parametrize(
@@ -17,10 +14,4 @@ from tests.support.cli import cudafix
 def test_usage_errors_under_json_are_one_object(argv: list[str]) -> None:
     proc = cudafix(*argv)
     assert proc.returncode == 2
-    assert _one_json(proc, 2)["state"] == "error"
-
-
-def _one_json(proc: subprocess.CompletedProcess[str], code: int) -> dict[str, object]:
-    value = json.loads(proc.stdout)
-    assert isinstance(value, dict) and value["exit_code"] == code, proc.stdout
-    return value
+    assert one_json_error(proc, 2)["state"] == "error"
