@@ -157,7 +157,7 @@ def test_progress_fd_is_not_part_of_a_sources_identity() -> None:
 def test_each_error_has_its_documented_exit_code(
     cls: type[CudafixError], code: ExitCode, reference: str
 ) -> None:
-    err = cls("it failed", context=iter(["a", "b"]), hint="try this")
+    err = cls("it failed", context=["a", "b"], hint="try this")
     assert (err.exit_code, err.reference) == (code, reference)
     assert isinstance(err, CudafixError)
     assert (err.message, str(err), err.context, err.hint) == (
