@@ -18,7 +18,7 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Under a minute: every test not marked slow (tests/README.md says which are).
+# Under a minute: tests/unit/, every test not marked slow (tests/conftest.py marks tests/system/).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 

@@ -1,44 +1,27 @@
-"""Shared fixtures (helpers live in tests/support; see tests/README.md).
+"""The two tiers, by directory (helpers live in tests/support; see tests/README.md).
 
-``venv`` is the transaction tests' real venv: ``(prefix, wheelhouse)`` holding pa and pb,
-which both install ``shared/lib.so`` with different bytes (``tests.support.tx.shared_pair``).
-
-``scenario`` builds a real venv from a shipped scenario (``scenarios/``) into
-the test's tmp_path. Wheelhouses are cached by content under ``$CUDAFIX_SCENARIO_CACHE``
-(default ``~/.cache/cudafix/scenarios``), so after the first run a build takes well under
-a second.
+``tests/unit/`` is the fast tier: no venv, no uv, no CLI process over a venv. ``tests/system/``
+is the slow tier. Every system test is marked ``slow`` here, so ``-m "not slow"`` selects
+exactly ``tests/unit/``; a ``slow`` mark inside ``tests/unit/`` is refused, since it would
+put a slow test in the fast tier's directory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 
-from scenarios import BuiltScenario, build_scenario
-from tests.support.tx import shared_pair
-
-ScenarioFactory = Callable[..., BuiltScenario]
+UNIT = Path(__file__).parent / "unit"
+SYSTEM = Path(__file__).parent / "system"
 
 
-@pytest.fixture
-def scenario(tmp_path: Path) -> ScenarioFactory:
-    """Factory: ``scenario(name, stage="ready", params=None) -> BuiltScenario``."""
-    count = 0
-
-    def build(
-        name: str, stage: str = "ready", params: Mapping[str, int] | None = None
-    ) -> BuiltScenario:
-        nonlocal count
-        count += 1
-        dest = tmp_path / f"{name}-{stage}-{count}" / "venv"
-        return build_scenario(name, dest, stage=stage, params=params)
-
-    return build
-
-
-@pytest.fixture
-def venv(tmp_path: Path) -> tuple[Path, Path]:
-    """A real venv holding pa and pb (both own ``shared/lib.so``) and their wheelhouse."""
-    return shared_pair(tmp_path)
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Runs before ``-m`` deselects, so the mark added here counts."""
+    for item in items:
+        path = Path(item.path)
+        if path.is_relative_to(SYSTEM):
+            item.add_marker(pytest.mark.slow)
+        elif path.is_relative_to(UNIT) and item.get_closest_marker("slow") is not None:
+            raise pytest.UsageError(f"{item.nodeid}: a slow test belongs in tests/system/")

@@ -40,6 +40,25 @@ def dlopen_table(built: BuiltScenario, where: Path) -> list[str]:
     return ["--dlopen-table", str(where)]
 
 
+def offline(wheelhouse: Path) -> list[str]:
+    """The options that keep a command on a local wheelhouse: no index, no network."""
+    return ["--offline", "--find-links", str(wheelhouse)]
+
+
+def remove_pa(
+    prefix: Path, wheelhouse: Path, *args: str | Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``cudafix remove pa`` on a ``shared_pair`` venv, offline from its wheelhouse."""
+    return cudafix("remove", "pa", "--venv", prefix, *offline(wheelhouse), *args, env=env)
+
+
+def repair_pa(
+    prefix: Path, wheelhouse: Path, *args: str | Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``remove pa --repair --yes``: the transaction that rewrites pb's shared file."""
+    return remove_pa(prefix, wheelhouse, "--repair", "--yes", *args, env=env)
+
+
 def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
     assert proc.stdout.strip(), proc.stderr
     return json.loads(proc.stdout)
@@ -53,6 +72,13 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *wo
     assert len(errors) == 1, proc.stderr  # progress lines may precede it
     for word in words:
         assert word in proc.stderr, (word, proc.stderr)
+
+
+def one_json_error(proc: subprocess.CompletedProcess[str], code: int) -> dict[str, object]:
+    """A failure under ``--json``: stdout is exactly one object carrying the exit code."""
+    value = json.loads(proc.stdout)
+    assert isinstance(value, dict) and value["exit_code"] == code, proc.stdout
+    return value
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -9,11 +9,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import uv
 
+from cudafix.env.treecache import RACY_NS
+from scenarios import BuiltScenario
+
 UV = uv.find_uv_bin()
+
+ScenarioFactory = Callable[..., BuiltScenario]
+"""The ``scenario`` fixture's type: ``scenario(name, stage="ready", params=None)``."""
 
 
 def uv_env(cache: Path | None = None) -> dict[str, str]:
@@ -63,6 +71,21 @@ def site_dir(prefix: Path) -> Path:
 def site_rel(prefix: Path) -> str:
     """The same directory as an EnvPath (relative to ``prefix``), as plans spell it."""
     return site_dir(prefix).relative_to(prefix).as_posix()
+
+
+def below_site(path: str) -> str:
+    """A path as it reads below ``site-packages/`` (the whole path when it is not there)."""
+    return path.split("site-packages/", 1)[-1]
+
+
+def try_import(python: Path, module: str) -> subprocess.CompletedProcess[str]:
+    """``import module`` in the venv's own interpreter: the real loader's verdict."""
+    return subprocess.run([str(python), "-c", f"import {module}"], capture_output=True, text=True)
+
+
+def settle() -> None:
+    """Let every path age past the racy window, so the next run may remember its answer."""
+    time.sleep(RACY_NS / 1e9 + 0.1)
 
 
 def venv_with(prefix: Path, wheelhouse: Path, *names: str, cache: Path | None = None) -> Path:

@@ -10,9 +10,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from scenarios.compile import wheel_tag
 from scenarios.wheel import WheelMeta, record_hash, write_wheel
 
-__all__ = ["make_wheel", "record_hash"]
+__all__ = ["CUDNN_META", "cudnn_tree", "make_wheel", "record_hash"]
+
+CUDNN_META = WheelMeta("nvidia-cudnn-cu12", "9.10.2.21", ("nvidia-cublas-cu12",), wheel_tag())
+"""A platform wheel's metadata, for packing ``cudnn_tree`` with ``scenarios.wheel.pack_wheel``."""
+
+
+def cudnn_tree(root: Path) -> Path:
+    """A cudnn-shaped package tree under ``root``: an executable fake library, two modules."""
+    (root / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
+    (root / "nvidia" / "__init__.py").write_text("")
+    (root / "nvidia" / "cudnn" / "__init__.py").write_text("VARIANT = 'cu12'\n")
+    lib = root / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9"
+    lib.write_bytes(b"\x7fELF not really")
+    lib.chmod(0o755)
+    return root
 
 
 def make_wheel(

@@ -1,0 +1,218 @@
+"""RECORD rows, path syntax, the file walk and hashing on hand-made trees (no venv)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+from pathlib import Path
+
+import pytest
+
+from cudafix.env.hashing import CACHE_FORMAT, CACHE_VERSION, HashCache
+from cudafix.env.inventory import is_bytecode, pyc_source, walk_files
+from cudafix.env.record import (
+    Refusal,
+    parse_record,
+    resolve_record_path,
+    without_entries,
+)
+from cudafix.env.statedir import save_cache
+from cudafix.model.names import EnvPath
+from cudafix.tx.snapshot import path_syntax
+from tests.support.wheels import record_hash
+
+SP = EnvPath("lib/python3.11/site-packages")
+
+
+def test_walk_skips_state_dir_and_symlinked_dirs(tmp_path: Path) -> None:
+    (tmp_path / ".cudafix").mkdir()
+    (tmp_path / ".cudafix" / "journal").write_text("j")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "a.so").write_bytes(b"a")
+    (tmp_path / "lib64").symlink_to("lib")
+    files = walk_files(tmp_path)
+    assert set(files) == {"lib/a.so", "lib64"}
+    assert files[EnvPath("lib64")].link_target == "lib"
+    assert files[EnvPath("lib/a.so")].size == 1
+
+
+# --- record (pure) ----------------------------------------------------------------------
+
+
+def test_parse_record_tolerates_missing_hash_and_size() -> None:
+    parsed = parse_record('a.py,sha256=AbC,12\n"we,ird.py",,\n\nb.py,sha512=xyz,\n')
+    assert [(e.path, e.sha256, e.size) for e in parsed.entries] == [
+        ("a.py", "AbC", 12),
+        ("we,ird.py", None, None),
+        ("b.py", None, None),
+    ]
+    assert parsed.problems == ()
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("pkg/mod.py", f"{SP}/pkg/mod.py"),
+        ("./pkg/mod.py", f"{SP}/pkg/mod.py"),
+        ("../../../bin/tool", "bin/tool"),
+        ("../../../../etc/x", Refusal("escapes the environment")),
+        ("../../..", Refusal("names the environment itself")),
+        ("/etc/passwd", Refusal("absolute path")),
+        ("pkg/../../../../../x", Refusal("'..' after a directory name")),
+    ],
+)
+def test_resolve_record_path(raw: str, expected: str | Refusal) -> None:
+    assert resolve_record_path(SP, raw) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "/abs", "../x", "a/../b", "a//b", "."])
+def test_path_syntax_refuses(bad: str) -> None:
+    assert path_syntax(bad) is not None
+
+
+def test_path_syntax_accepts() -> None:
+    assert path_syntax("lib/x.so") is None
+
+
+# --- hashing ----------------------------------------------------------------------------
+
+
+def test_hash_streams_and_matches_record_encoding(tmp_path: Path) -> None:
+    data = os.urandom(3 * (1 << 20) + 17)
+    (tmp_path / "big.so").write_bytes(data)
+    cache = HashCache(tmp_path)
+    assert f"sha256={cache(EnvPath('big.so'))}" == record_hash(data)
+    assert hashlib.sha256(data).digest()  # sanity: the oracle is hashlib itself
+    assert cache(EnvPath("absent")) is None
+
+
+def test_hash_follows_symlinks_only_inside(tmp_path: Path) -> None:
+    prefix, outside = tmp_path / "env", tmp_path / "outside"
+    prefix.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"s")
+    (prefix / "real").write_bytes(b"r")
+    (prefix / "in").symlink_to("real")
+    (prefix / "out").symlink_to(outside / "secret")
+    cache = HashCache(prefix)
+    assert cache(EnvPath("in")) == cache(EnvPath("real")) is not None
+    assert cache(EnvPath("out")) is None
+
+
+def test_hash_cache_roundtrip_corrupt_and_unwritable(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"abc")
+    cache_file = tmp_path / ".cudafix" / "hash-cache.json"
+    first = HashCache(tmp_path)
+    digest = first(EnvPath("f"))
+    assert first.save(cache_file)
+    loaded = HashCache.load(tmp_path, cache_file)
+    assert len(loaded) == 1
+    # the loaded memo answers without reading: prove it by planting a wrong value
+    ((key, (_digest, ctime)),) = json.loads(cache_file.read_text())["entries"].items()
+    planted = {"entries": {key: ["planted", ctime]}}
+    assert save_cache(cache_file, CACHE_FORMAT, CACHE_VERSION, planted)
+    assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == "planted"
+    # a cache reached through a symlink is not read (it could be planted anywhere)
+    planted = tmp_path / "planted.json"
+    cache_file.rename(planted)
+    cache_file.symlink_to(planted)
+    assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest
+    cache_file.unlink()
+    cache_file.write_text("{not json")
+    assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest
+    (tmp_path / "blocker").write_text("a file, not a dir")
+    assert not first.save(tmp_path / "blocker" / "sub" / "hash-cache.json")
+
+
+def test_hash_cache_reads_no_bytes_when_only_ctime_moved(tmp_path: Path) -> None:
+    """A hard link or a chmod moves ctime and no byte: no re-read, but by the strict check
+    under the lock (a write in place that restores mtime moves only ctime too). A write that
+    moves mtime or size is read again."""
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"A" * 4096)
+    cache_file = tmp_path / ".cudafix" / "hash-cache.json"
+    first = HashCache(tmp_path)
+    digest = first(EnvPath("lib.so"))
+    assert first.save(cache_file)
+    before = lib.stat().st_ctime_ns
+    os.link(lib, tmp_path / "copy.so")
+    lib.chmod(0o600)
+    assert lib.stat().st_ctime_ns != before
+    again = HashCache.load(tmp_path, cache_file)
+    assert again(EnvPath("lib.so")) == digest
+    assert again.hashed == 0
+    strict = HashCache.load(tmp_path, cache_file, strict=True)  # the check under the lock
+    assert strict(EnvPath("lib.so")) == digest
+    assert strict.hashed == 1
+    st = lib.stat()
+    with lib.open("r+b") as fh:  # same size, new bytes, mtime moved
+        fh.write(b"B")
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert again(EnvPath("lib.so")) != digest
+    assert again.hashed == 1
+    lib.write_bytes(b"A" * 4097)  # size moved
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert again(EnvPath("lib.so")) not in (None, digest)
+    assert again.hashed == 2
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "a/b.py",
+        "../../../bin/x",
+        "a/./b",
+        "a//b",
+        "/etc/x",
+        "//x",
+        "a\\b",
+        "C:x",
+        ".hidden",
+        "a/.h",
+        "a/b/",
+        "../../../../etc/x",
+        "pkg/../../x",
+        "nvidia/cudnn/lib/libcudnn.so.9",
+    ],
+)
+def test_fast_path_agrees_with_the_lexical_rules(raw: str) -> None:
+    """The plain-path shortcut must give exactly what the full normalisation gives."""
+    site = EnvPath("lib/python3.11/site-packages")
+    got = resolve_record_path(site, raw)
+    if raw.startswith("/") or raw.startswith("//"):
+        assert isinstance(got, Refusal)
+    if not isinstance(got, Refusal):
+        assert got == posixpath.normpath(posixpath.join(site, raw.replace("\\", "/")))
+
+
+def test_without_entries_drops_only_the_named_rows_and_keeps_csv_quoting() -> None:
+    text = 'a/x.py,sha256=AA,3\n"odd,name.py",sha256=BB,4\n/etc/evil,,\n../../../../x,,\n'
+    kept = without_entries(text, {"/etc/evil", "../../../../x"})
+    assert [e.path for e in parse_record(kept).entries] == ["a/x.py", "odd,name.py"]
+
+
+# --- bytecode ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "bytecode", "source"),
+    [
+        ("pkg/__pycache__/mod.cpython-311.pyc", True, "pkg/mod.py"),
+        ("pkg/__pycache__/mod.cpython-311.opt-1.pyc", True, "pkg/mod.py"),
+        ("__pycache__/single.cpython-311.pyc", True, "single.py"),
+        ("pkg/mod.pyc", True, None),  # sourceless bytecode: nothing recompiles it
+        ("pkg/__pycache__", True, None),  # the directory itself
+        ("__pycache__", True, None),  # a bare name from a directory listing
+        ("pkg/__pycache__/sub/x.pyc", True, None),
+        ("pkg/__pycache__/notes.txt", True, None),
+        ("pkg/mod.py", False, None),
+        ("pkg/my__pycache__/x.txt", False, None),  # a whole path component only
+        ("pkg/__pycache__x/y.txt", False, None),
+    ],
+)
+def test_bytecode_and_the_source_of_a_cache_file(
+    path: str, bytecode: bool, source: str | None
+) -> None:
+    assert (is_bytecode(path), pyc_source(path)) == (bytecode, source)
