@@ -29,7 +29,7 @@ from cudafix.env.record import (
 from cudafix.env.statedir import save_cache
 from cudafix.model.errors import ExitCode, InputError
 from cudafix.model.names import DistName, EnvPath
-from cudafix.tx.snapshot import path_syntax
+from cudafix.tx.manifest import path_syntax
 from tests.support.venvs import install, new_venv, site_dir, uninstall
 from tests.support.wheels import make_wheel, record_hash
 
