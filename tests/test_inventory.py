@@ -12,14 +12,9 @@ from pathlib import Path
 import pytest
 
 from cudafix.env.hashing import CACHE_FORMAT, CACHE_VERSION, HashCache
-from cudafix.env.inventory import (
-    Inventory,
-    holder_of,
-    is_bytecode,
-    pyc_source,
-    read_inventory,
-    walk_files,
-)
+from cudafix.env.inventory import Inventory, is_bytecode, pyc_source
+from cudafix.env.owners import holder_of
+from cudafix.env.reading import read_inventory, walk_files
 from cudafix.env.record import (
     Refusal,
     parse_record,

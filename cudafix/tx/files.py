@@ -13,7 +13,8 @@ import posixpath
 from pathlib import Path
 
 from cudafix.env.hashing import hash_path
-from cudafix.env.inventory import find_dist_info, pyc_source
+from cudafix.env.inventory import pyc_source
+from cudafix.env.reading import find_dist_info
 from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
 from cudafix.env.statedir import TxDir, write_atomic
 from cudafix.model.names import EnvPath, normalize_name
