@@ -21,8 +21,8 @@ from packaging.requirements import Requirement
 
 from cudafix.env.distinfo import direct_url
 from cudafix.env.hashing import HashCache
-from cudafix.env.inventory import (
-    changed_since_record,
+from cudafix.env.inventory import changed_since_record
+from cudafix.env.reading import (
     find_dist_info,
     installed_versions,
     read_distribution,

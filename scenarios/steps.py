@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.hashing import hash_path
-from cudafix.env.inventory import find_dist_info
+from cudafix.env.reading import find_dist_info
 from cudafix.model.errors import BackendError, InputError
 from cudafix.process import run
 from scenarios.spec import Step

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudafix.env.distinfo import CoreMetadata, parse_metadata
-from cudafix.env.inventory import derive_top_level, is_bytecode
+from cudafix.env.inventory import is_bytecode
+from cudafix.env.reading import derive_top_level
 from cudafix.env.record import Refusal, parse_record, resolve_record_path
 from cudafix.fetch.backend import UvBackend
 from cudafix.fetch.wheelfile import identify

@@ -30,9 +30,10 @@ from cudafix.model.transaction import (
     TransactionResult,
     quiet,
 )
-from cudafix.tx import files, journal, snapshot, steps
+from cudafix.tx import files, journal, restore, steps
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.difference import Deviation, deviation_text
+from cudafix.tx.manifest import Manifest, check_path
 from cudafix.tx.verify import install_mismatches
 
 Verify = Callable[[], list[Deviation]]
@@ -101,7 +102,7 @@ def _check_plan(plan: Plan, force: bool) -> Path:
     named = [*plan.deleted_paths, *plan.kept_paths, *plan.rewritten_paths]
     named += [r.dist_info for r in plan.remove]
     named += [p for i in plan.install for p in i.paths]
-    problems = [p for path in named if (p := snapshot.check_path(prefix, path)) is not None]
+    problems = [p for path in named if (p := check_path(prefix, path)) is not None]
     problems += [
         f"{k!r}: kept but not deleted" for k in plan.kept_paths if k not in plan.deleted_paths
     ]
@@ -137,7 +138,7 @@ def _touched(
     site = EnvPath(plan.target.site_packages[0]) if plan.target.site_packages else EnvPath("")
     named = {p for i in plan.install for p in i.paths}
     named |= {p for w in wheels if w is not None for p in written_paths(w, site)}
-    installed = {p for p in named if snapshot.check_path(prefix, p) is None}
+    installed = {p for p in named if check_path(prefix, p) is None}
     paths |= installed
     rewritten |= {p for p in installed if (prefix / p).is_file() and not (prefix / p).is_symlink()}
     for r in plan.reinstall:
@@ -160,7 +161,7 @@ def _backend_side_effects(prefix: Path, touched: set[str]) -> set[str]:
         for p in touched
         if p.endswith(".py")
     }
-    return {c for c in caches if snapshot.check_path(prefix, c) is None and (prefix / c).is_dir()}
+    return {c for c in caches if check_path(prefix, c) is None and (prefix / c).is_dir()}
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ class _Apply:
     ctx: RunContext
     tx: TxDir
     plan: Plan
-    manifest: snapshot.Manifest
+    manifest: Manifest
     probes: ProbeSpec
     verify: Verify | None
     backend: Backend | None
@@ -205,7 +206,7 @@ class _Apply:
         prefix = ctx.prefix
         detached = [e.path for e in manifest.entries if e.detach]
         journal.append(tx.journal, steps.DetachBegin(paths=tuple(detached)))
-        snapshot.detach(prefix, manifest)
+        restore.detach(prefix, manifest)
         python = interpreter(prefix, plan.target.python)
         opts = plan.options
         backend = self.backend or make_backend(opts.backend, python, opts.sources)
@@ -222,7 +223,7 @@ class _Apply:
             self._reinstall(backend)
         if plan.kept_paths:
             journal.append(tx.journal, steps.KeepBegin(paths=tuple(plan.kept_paths)))
-            snapshot.put_back(prefix, tx, manifest, plan.kept_paths)
+            restore.put_back(prefix, tx, manifest, plan.kept_paths)
         files.recompile(prefix, python, manifest)
         journal.append(tx.journal, steps.VerifyBegin())
         problems = files.builtin_verify(prefix, plan, manifest)

@@ -25,12 +25,12 @@ from cudafix.model.names import normalize_name, split_dist_info_name
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_KEEP, OnEvent, Progress
 from cudafix.process import Completed
-from cudafix.tx import journal, snapshot, steps
+from cudafix.tx import journal, poststate, snapshot, steps
 from cudafix.tx.history import gc
 from cudafix.tx.lock import EnvLocks, Handover, LockIntrusion, hold
+from cudafix.tx.manifest import Manifest, write_json
 from cudafix.tx.probe import run_probes
 from cudafix.tx.recovery import pending_transactions, rollback, unreadable_transactions
-from cudafix.tx.snapshot import Manifest
 
 T = TypeVar("T")
 
@@ -184,8 +184,8 @@ class RunContext:
         """The durable ``commit`` record is the commit point: any failure before it rolls back."""
         journal.append(tx.journal, steps.CommitBegin())
         journal.fail_point("commit")
-        after = snapshot.after_state(self.prefix, manifest)
-        snapshot.write_json(tx.post, snapshot.post_state_to_json(manifest, after))
+        after = poststate.after_state(self.prefix, manifest)
+        write_json(tx.post, poststate.post_state_to_json(manifest, after))
         changed = tuple(distribution_changes(manifest, after))
         journal.append(tx.journal, steps.Commit(changed=changed))
 

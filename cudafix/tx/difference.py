@@ -1,6 +1,6 @@
 """How a result differs from what was expected, as values; words only where they are written.
 
-The snapshot's checks (:func:`cudafix.tx.snapshot.mismatch`, :func:`~cudafix.tx.snapshot.verify`)
+The snapshot's checks (:func:`cudafix.tx.restore.mismatch`, :func:`~cudafix.tx.restore.verify`)
 return :class:`Difference` values, the after-state checks (:mod:`cudafix.tx.verify`, the
 built-in ones of ``tx/files.py``) :class:`Deviation` values, so a caller decides on fields (a
 rollback drops the differences a failed restore already explains) instead of parsing

@@ -13,14 +13,16 @@ import posixpath
 from pathlib import Path
 
 from cudafix.env.hashing import hash_path
-from cudafix.env.inventory import find_dist_info, pyc_source
+from cudafix.env.inventory import pyc_source
+from cudafix.env.reading import find_dist_info
 from cudafix.env.record import Refusal, parse_record, resolve_record_path, without_entries
 from cudafix.env.statedir import TxDir, write_atomic
 from cudafix.model.names import EnvPath, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.process import run
-from cudafix.tx import journal, snapshot, steps
+from cudafix.tx import journal, restore, steps
 from cudafix.tx.difference import Deviation
+from cudafix.tx.manifest import Manifest, check_path
 
 
 def dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
@@ -35,9 +37,7 @@ def record_paths(prefix: Path, info: str) -> list[str]:
     site = EnvPath(posixpath.dirname(info))
     rows = parse_record(record.read_text(encoding="utf-8")).entries
     resolved = (resolve_record_path(site, row.path) for row in rows)
-    return [
-        p for p in resolved if not isinstance(p, Refusal) and snapshot.check_path(prefix, p) is None
-    ]
+    return [p for p in resolved if not isinstance(p, Refusal) and check_path(prefix, p) is None]
 
 
 _COMPILE = """\
@@ -48,7 +48,7 @@ for source, cfile, level in zip(args[0::3], args[1::3], args[2::3]):
 """
 
 
-def recompile(prefix: Path, python: Path, manifest: snapshot.Manifest) -> None:
+def recompile(prefix: Path, python: Path, manifest: Manifest) -> None:
     """Write again the bytecode that was there and the backend deleted (reinstalls run with
     ``--no-compile``), with the target interpreter, so the post-state has it as before."""
     args: list[str] = []
@@ -104,7 +104,7 @@ def sanitize_records(prefix: Path, tx: TxDir, plan: Plan) -> None:
             write_atomic(record, without_entries(text, drop))
 
 
-def complete_deletions(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> None:
+def complete_deletions(prefix: Path, plan: Plan, manifest: Manifest) -> None:
     """Delete what the plan deletes and the backend left (shared rows it was not shown).
 
     Only files and symlinks, never through a symlinked directory (each parent must resolve
@@ -150,7 +150,7 @@ def _prune_empty_parents(prefix: Path, plan: Plan) -> None:
             (prefix / directory).rmdir()
 
 
-def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> list[Deviation]:
+def builtin_verify(prefix: Path, plan: Plan, manifest: Manifest) -> list[Deviation]:
     """Deleted paths are gone (unless a reinstall re-created them); kept paths are intact."""
     entries = manifest.by_path()
     rewritten = {e.path for e in manifest.entries if e.detach}
@@ -161,7 +161,7 @@ def builtin_verify(prefix: Path, plan: Plan, manifest: snapshot.Manifest) -> lis
         if not skip and ((prefix / path).is_symlink() or (prefix / path).exists()):
             problems.append(Deviation("still-present", path))
     for path in plan.kept_paths:
-        if (why := snapshot.mismatch(prefix, entries[path])) is not None:
+        if (why := restore.mismatch(prefix, entries[path])) is not None:
             problems.append(Deviation("kept-differs", path, difference=why))
     return problems
 

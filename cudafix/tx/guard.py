@@ -24,8 +24,9 @@ from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, Progress, quiet
 from cudafix.process import Completed, activated, run_live
-from cudafix.tx import journal, snapshot, steps
+from cudafix.tx import hold, journal, restore, steps
 from cudafix.tx.context import RunContext, StepFailed
+from cudafix.tx.manifest import Manifest
 from cudafix.tx.recovery import boot_id
 
 
@@ -131,14 +132,14 @@ class _Guarded:
 
     ctx: RunContext
     tx: TxDir
-    manifest: snapshot.Manifest
+    manifest: Manifest
     args: GuardArgs
 
     def step(self) -> GuardedRun:
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
         journal.append(tx.journal, steps.RunBegin(argv=args.argv))
         ctx.on_event(Progress(f"running {shlex.join(args.argv)}"))
-        held = snapshot.hold_state(tx, self.manifest)
+        held = hold.hold_state(tx, self.manifest)
         try:
             args.ready()
             done, intrusion = self._run()
@@ -147,7 +148,7 @@ class _Guarded:
             held.close()
         if taken is not None:
             raise taken
-        in_place = snapshot.written_in_place(prefix, self.manifest)
+        in_place = restore.written_in_place(prefix, self.manifest)
         try:
             judged = self._judge(done, intrusion)
             passed = ctx.probe(tx, interpreter(prefix), judged.probes)
@@ -159,10 +160,10 @@ class _Guarded:
                 f"{failed}; {len(in_place)} file(s) were rewritten in place, so their "
                 f"snapshot (a hard link) changed too and they stay as the command left "
                 f"them: {', '.join(in_place[:5])}; {hint}",
-                restore=snapshot.forget(tx, self.manifest, in_place),
+                restore=restore.forget(tx, self.manifest, in_place),
             ) from failed
         if in_place:  # committed with them: undo restores the rest and names these
-            snapshot.forget(tx, self.manifest, in_place)
+            restore.forget(tx, self.manifest, in_place)
         return GuardedRun(
             txid=tx.txid,
             prefix=prefix,
@@ -214,15 +215,15 @@ class _Guarded:
             )
         return judged
 
-    def _state_taken(self, held: snapshot.HeldState) -> StepFailed | None:
+    def _state_taken(self, held: hold.HeldState) -> StepFailed | None:
         """When the command removed or replaced cudafix's state (``uv venv --clear``), write
         it again from what was held open, take cudafix's lock again, and fail the step so the
         rollback restores the environment from it (a command that removes the state cannot
         be judged against it)."""
         ctx, tx = self.ctx, self.tx
-        if not snapshot.state_lost(tx, held):
+        if not hold.state_lost(tx, held):
             return None
-        manifest, lost = snapshot.rebuild(ctx.prefix, tx, held)
+        manifest, lost = hold.rebuild(ctx.prefix, tx, held)
         ctx.locks.retake_own()
         ctx.on_event(f"the command removed cudafix's state in {ctx.state.root}; rebuilt it")
         unrestorable = f"; {len(lost)} file(s) cannot be restored: {', '.join(lost[:5])}"

@@ -16,8 +16,10 @@ from cudafix.env.statedir import StateDir, TxDir
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import UsageError
 from cudafix.model.transaction import DEFAULT_KEEP, HistoryEntry, TransactionDetail
-from cudafix.tx import journal, snapshot, trash
+from cudafix.tx import journal, trash
 from cudafix.tx.journal import Record
+from cudafix.tx.manifest import Manifest
+from cudafix.tx.manifest import load as load_manifest
 from cudafix.tx.steps import Event, RollbackBegin
 
 _STATES: Mapping[Event, str] = MappingProxyType(
@@ -79,10 +81,10 @@ def history(prefix: Path) -> list[HistoryEntry]:
     return [entry(state.tx(t)) for t in state.transaction_ids()]
 
 
-def loaded(tx: TxDir) -> snapshot.Manifest | None:
+def loaded(tx: TxDir) -> Manifest | None:
     """The manifest, None when there is none; :class:`DamagedState` when it is damaged."""
     try:
-        return snapshot.load(tx)
+        return load_manifest(tx)
     except FileNotFoundError:
         return None
 

@@ -17,10 +17,11 @@ from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import DamagedState, LockedError, RollbackIncomplete
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, RecoveryReport, quiet
 from cudafix.process import group_members
-from cudafix.tx import journal, snapshot, steps
+from cudafix.tx import journal, restore, steps
 from cudafix.tx.history import loaded
 from cudafix.tx.journal import BEFORE_CHANGES
 from cudafix.tx.lock import hold, is_held
+from cudafix.tx.manifest import Manifest
 from cudafix.tx.steps import Event
 
 
@@ -74,7 +75,7 @@ class RollbackOutcome:
     """Files rewritten in place: left as they are (their snapshot changed with them)."""
 
 
-def untouched(tx: TxDir, manifest: snapshot.Manifest | None, prefix: Path) -> bool:
+def untouched(tx: TxDir, manifest: Manifest | None, prefix: Path) -> bool:
     """Whether the environment provably was never changed: an intact journal that stops
     before the first change, and (with a manifest) every snapshotted path as it was."""
     log = journal.load(tx.journal)
@@ -82,12 +83,10 @@ def untouched(tx: TxDir, manifest: snapshot.Manifest | None, prefix: Path) -> bo
         return False
     if manifest is None:
         return True
-    return all(snapshot.mismatch(prefix, e) is None for e in manifest.entries)
+    return all(restore.mismatch(prefix, e) is None for e in manifest.entries)
 
 
-def rollback(
-    prefix: Path, tx: TxDir, reason: str, manifest: snapshot.Manifest | None
-) -> RollbackOutcome:
+def rollback(prefix: Path, tx: TxDir, reason: str, manifest: Manifest | None) -> RollbackOutcome:
     """Restore the snapshot (idempotent, restartable), whatever the journal can record.
 
     The snapshot and its manifest are the truth: they are discarded only when the journal
@@ -112,7 +111,7 @@ def rollback(
     begin = steps.RestoreBegin(entries=len(manifest.entries), in_place=tuple(in_place))
     restoring = journal.note(tx.journal, begin)
     unwritten += [restoring] if restoring else []
-    left = snapshot.restore(prefix, tx, manifest)
+    left = restore.restore(prefix, tx, manifest)
     done = steps.RollbackIncomplete(problems=tuple(left)) if left else steps.RolledBack()
     m = journal.note(tx.journal, done)
     if m is None and not left:
@@ -126,16 +125,16 @@ def rollback(
 
 
 def _written_in_place_first(
-    prefix: Path, tx: TxDir, manifest: snapshot.Manifest
-) -> tuple[snapshot.Manifest, list[str]]:
+    prefix: Path, tx: TxDir, manifest: Manifest
+) -> tuple[Manifest, list[str]]:
     """A ``run`` rolled back by ``recover``: files its command rewrote in place (their
     hard-link snapshot changed with them) are left out and named, never called restored.
     Checked only before a first restore, which itself links files back (and moves ctime)."""
     records = journal.read(tx.journal)
     if journal.head(records).kind != "run" or Event.RESTORE_BEGIN in journal.events(records):
         return manifest, []
-    found = snapshot.written_in_place(prefix, manifest)
-    return (snapshot.forget(tx, manifest, found) if found else manifest), found
+    found = restore.written_in_place(prefix, manifest)
+    return (restore.forget(tx, manifest, found) if found else manifest), found
 
 
 def _describe(prefix: Path, tx: TxDir) -> str:

@@ -22,9 +22,13 @@ from cudafix.model.transaction import (
     UndoPreview,
     quiet,
 )
-from cudafix.tx import journal, snapshot, steps
+from cudafix.tx import journal, poststate, steps
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.history import entry, existing
+from cudafix.tx.manifest import Entry, Manifest, load_json, path_syntax
+from cudafix.tx.manifest import load as load_manifest
+from cudafix.tx.restore import mismatch
+from cudafix.tx.restore import restore as restore_snapshot
 
 Judge = Callable[[], list[str]]
 """What the environment looks like after the restore: problems doctor did not find before."""
@@ -42,7 +46,7 @@ def preview(prefix: Path, txid: str) -> UndoPreview:
     if done.state != "committed" or not done.snapshot or not old.post.is_file():
         raise UsageError(f"transaction {txid} is {done.state} and has no snapshot to undo")
     try:
-        manifest = snapshot.load(old)
+        manifest = load_manifest(old)
         post = _post_state(old, manifest)
         conflicts = tuple(_undo_conflicts(Path(prefix), old, manifest, post))
     except PermissionError:
@@ -73,7 +77,7 @@ def undo(
         done = entry(old)
         if done.state != "committed" or not done.snapshot or not old.post.is_file():
             raise UsageError(f"transaction {txid} is {done.state} and has no snapshot to undo")
-        old_manifest = snapshot.load(old)
+        old_manifest = load_manifest(old)
         post = _post_state(old, old_manifest)
         conflicts = _undo_conflicts(prefix, old, old_manifest, post)
         if conflicts:
@@ -85,7 +89,7 @@ def undo(
 
         def restore() -> tuple[str, ...]:
             journal.append(tx.journal, steps.UndoBegin(from_=txid))
-            problems = snapshot.restore(prefix, old, old_manifest)
+            problems = restore_snapshot(prefix, old, old_manifest)
             if problems:
                 raise StepFailed("undo did not restore: " + "; ".join(problems))
             found = judge()
@@ -110,11 +114,11 @@ def undo(
     )
 
 
-def _post_state(tx: TxDir, manifest: snapshot.Manifest) -> dict[str, list[Any]]:
+def _post_state(tx: TxDir, manifest: Manifest) -> dict[str, list[Any]]:
     """A committed transaction's post-state, every path checked like the manifest's."""
     try:
-        post = snapshot.post_state_from_json(snapshot.load_json(tx.post, "post-state"), manifest)
-        bad = [w for p in post if (w := snapshot.path_syntax(p)) is not None]
+        post = poststate.post_state_from_json(load_json(tx.post, "post-state"), manifest)
+        bad = [w for p in post if (w := path_syntax(p)) is not None]
     except ValueError as exc:
         bad = [str(exc)]
     if bad:
@@ -127,13 +131,13 @@ def _post_state(tx: TxDir, manifest: snapshot.Manifest) -> dict[str, list[Any]]:
 
 
 def _undo_conflicts(
-    prefix: Path, old: TxDir, manifest: snapshot.Manifest, post: dict[str, list[Any]]
+    prefix: Path, old: TxDir, manifest: Manifest, post: dict[str, list[Any]]
 ) -> list[str]:
-    now = snapshot.lstat_state(prefix, post)
+    now = poststate.lstat_state(prefix, post)
     conflicts = [f"{p}: changed since the commit" for p in sorted(post) if now[p] != post[p]]
     for e in manifest.entries:
         if e.kind == "file" and e.sha256 is None:
-            live = snapshot.Entry(**{**e.__dict__, "path": f"snapshot/{e.path}"})
-            if snapshot.mismatch(old.root, live) is not None:
+            live = Entry(**{**e.__dict__, "path": f"snapshot/{e.path}"})
+            if mismatch(old.root, live) is not None:
                 conflicts.append(f"{e.path}: its snapshot was modified")
     return conflicts

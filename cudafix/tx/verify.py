@@ -8,7 +8,8 @@ from pathlib import Path
 
 from cudafix.env.distinfo import in_some_dist_info, is_installer_file
 from cudafix.env.hashing import HashCache
-from cudafix.env.inventory import installed_versions, is_bytecode
+from cudafix.env.inventory import is_bytecode
+from cudafix.env.reading import installed_versions
 from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Install, Plan
 from cudafix.tx import files

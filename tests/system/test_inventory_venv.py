@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from cudafix.env.hashing import HashCache
-from cudafix.env.inventory import Inventory, holder_of, read_inventory
+from cudafix.env.inventory import Inventory
+from cudafix.env.owners import holder_of
+from cudafix.env.reading import read_inventory
 from cudafix.model.errors import ExitCode, InputError
 from cudafix.model.names import DistName, EnvPath
 from tests.support.venvs import install, new_venv, site_dir, uninstall

@@ -192,7 +192,7 @@ def test_debian_system_python_venv_is_read_with_the_venv_scheme(
 
     import uv
 
-    from cudafix.env.inventory import read_inventory
+    from cudafix.env.reading import read_inventory
     from tests.support.wheels import make_wheel
 
     venv = _debian_venv(tmp_path / "deb")

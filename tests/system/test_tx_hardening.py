@@ -28,9 +28,10 @@ from cudafix.tx.apply import run_transaction
 from cudafix.tx.difference import Difference
 from cudafix.tx.history import history, show
 from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
+from cudafix.tx.manifest import Entry
+from cudafix.tx.manifest import load as load_manifest
+from cudafix.tx.poststate import post_state_from_json
 from cudafix.tx.recovery import pending_transactions, recover
-from cudafix.tx.snapshot import Entry, post_state_from_json
-from cudafix.tx.snapshot import load as load_manifest
 from cudafix.tx.steps import Opening, RollbackBegin
 from cudafix.tx.undo import undo
 from scenarios.fingerprint import fingerprint
@@ -345,7 +346,7 @@ def test_an_immutable_directory_with_the_right_mode_is_left_alone(
 
 
 def test_verify_reports_a_missing_name(venv: tuple[Path, Path], tmp_path: Path) -> None:
-    from cudafix.tx import snapshot
+    from cudafix.tx import restore, snapshot
 
     prefix, _ = venv
     sp = site_rel(prefix)
@@ -353,7 +354,7 @@ def test_verify_reports_a_missing_name(venv: tuple[Path, Path], tmp_path: Path) 
     t.root.mkdir(parents=True)
     manifest = snapshot.take(prefix, t, [f"{sp}/shared"])
     (prefix / sp / "shared" / "lib.so").unlink()
-    problems = snapshot.verify(prefix, manifest)
+    problems = restore.verify(prefix, manifest)
     assert Difference(f"{sp}/shared", "missing-names", ("lib.so",)) in problems
 
 

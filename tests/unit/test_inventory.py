@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from cudafix.env.hashing import CACHE_FORMAT, CACHE_VERSION, HashCache
-from cudafix.env.inventory import is_bytecode, pyc_source, walk_files
+from cudafix.env.inventory import is_bytecode, pyc_source
+from cudafix.env.reading import walk_files
 from cudafix.env.record import (
     Refusal,
     parse_record,
@@ -20,7 +21,7 @@ from cudafix.env.record import (
 )
 from cudafix.env.statedir import save_cache
 from cudafix.model.names import EnvPath
-from cudafix.tx.snapshot import path_syntax
+from cudafix.tx.manifest import path_syntax
 from tests.support.wheels import record_hash
 
 SP = EnvPath("lib/python3.11/site-packages")

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from cudafix.env.statedir import TxDir
-from cudafix.tx import snapshot
+from cudafix.tx import restore, snapshot
 from cudafix.tx.difference import Deviation, Difference, deviation_text, difference_text
+from cudafix.tx.manifest import check_path
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 
@@ -32,12 +33,12 @@ def test_hard_link_snapshot_and_restore(tmp_path: Path) -> None:
     assert os.stat(tx.snapshot / "lib/pkg/a.so").st_ino == os.stat(prefix / "lib/pkg/a.so").st_ino
     assert manifest.by_path()["lib/pkg/link"].target == "/etc"
     assert (tx.snapshot / "lib/pkg/link").is_symlink()
-    snapshot.remove_path(prefix / "lib/pkg")
+    restore.remove_path(prefix / "lib/pkg")
     (prefix / "lib/new").mkdir()
     (prefix / "lib/new/x").write_text("created by the transaction")
-    assert snapshot.restore(prefix, tx, manifest) == []
+    assert restore.restore(prefix, tx, manifest) == []
     assert not diff_fingerprints(before, fingerprint(prefix))
-    assert snapshot.restore(prefix, tx, manifest) == []  # idempotent
+    assert restore.restore(prefix, tx, manifest) == []  # idempotent
 
 
 def test_copy_fallback_across_filesystems(tmp_path: Path) -> None:
@@ -55,8 +56,8 @@ def test_copy_fallback_across_filesystems(tmp_path: Path) -> None:
         before = fingerprint(prefix)
         (prefix / "lib/pkg/a.so").write_bytes(b"changed")
         (prefix / "lib/pkg/sub/b.py").unlink()
-        assert snapshot.verify(prefix, manifest)
-        assert snapshot.restore(prefix, tx, manifest) == []
+        assert restore.verify(prefix, manifest)
+        assert restore.restore(prefix, tx, manifest) == []
         assert not diff_fingerprints(before, fingerprint(prefix))
 
 
@@ -66,7 +67,7 @@ def test_verify_detects_in_place_write(tmp_path: Path) -> None:
     manifest = snapshot.take(prefix, tx, ["lib/pkg/sub/b.py"])
     with (prefix / "lib/pkg/sub/b.py").open("a") as fh:
         fh.write("# more\n")
-    assert snapshot.verify(prefix, manifest) == [Difference("lib/pkg/sub/b.py", "content-or-mode")]
+    assert restore.verify(prefix, manifest) == [Difference("lib/pkg/sub/b.py", "content-or-mode")]
 
 
 @pytest.mark.parametrize(
@@ -90,10 +91,10 @@ def test_detach_leaves_the_snapshot_unreachable(tmp_path: Path) -> None:
     prefix = tree(tmp_path / "env")
     tx = TxDir(tmp_path / "tx")
     manifest = snapshot.take(prefix, tx, ["lib/pkg/a.so"], detach=["lib/pkg/a.so"])
-    assert snapshot.detach(prefix, manifest) == ["lib/pkg/a.so"]
+    assert restore.detach(prefix, manifest) == ["lib/pkg/a.so"]
     (prefix / "lib/pkg/a.so").write_bytes(b"rewritten by the backend")
     assert (tx.snapshot / "lib/pkg/a.so").read_bytes() == b"A" * 1000
-    assert snapshot.restore(prefix, tx, manifest) == []
+    assert restore.restore(prefix, tx, manifest) == []
     assert (prefix / "lib/pkg/a.so").read_bytes() == b"A" * 1000
 
 
@@ -110,9 +111,9 @@ def test_detach_leaves_the_snapshot_unreachable(tmp_path: Path) -> None:
 def test_check_path_refuses(tmp_path: Path, path: str, why: str) -> None:
     prefix = tree(tmp_path / "env")
     (prefix / "lib/viasym").symlink_to(tmp_path)
-    problem = snapshot.check_path(prefix, path)
+    problem = check_path(prefix, path)
     assert problem is not None and why in problem
-    assert snapshot.check_path(prefix, "lib/pkg/a.so") is None
+    assert check_path(prefix, "lib/pkg/a.so") is None
 
 
 @pytest.mark.parametrize(

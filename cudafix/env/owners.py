@@ -1,0 +1,106 @@
+"""Who owns which path: the ownership index, RECORD paths missing, co-owned paths' holders.
+
+Which owner's bytes a co-owned path holds is settled by RECORD sizes first and by a hash
+only where a size agrees, so unshared gigabytes are never read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from cudafix.env.hashing import HashCache
+from cudafix.env.inventory import CoOwnedPath, Distribution, Inventory, RecordEntry, is_bytecode
+from cudafix.env.treecache import FileStat
+from cudafix.model.names import DistName, EnvPath
+
+Hasher = Callable[[EnvPath], "str | None"]
+"""RECORD-encoded sha256 of the bytes at an EnvPath, or None (see ``hashing.HashCache``)."""
+
+
+def holder_of(
+    inventory: Inventory,
+    path: EnvPath,
+    owners: Sequence[DistName],
+    hasher: Hasher | None = None,
+) -> tuple[DistName, ...]:
+    """The owners (of ``owners``) whose RECORD hash matches the bytes now at ``path``.
+
+    Sizes are compared first; the file is hashed only when some owner's RECORD size
+    agrees (or is unrecorded), so unshared gigabytes are never read. Empty when the path
+    is missing or holds nobody's bytes.
+    """
+    st = inventory.files.get(path)
+    if st is None:
+        return ()
+    candidates = [
+        (name, entry)
+        for name in owners
+        if (entry := _entry(inventory, name, path)) is not None and entry.sha256
+    ]
+    if st.kind == "file":
+        candidates = [(n, e) for n, e in candidates if e.size is None or e.size == st.size]
+    if not candidates:
+        return ()
+    digest = (hasher or HashCache(inventory.prefix))(path)
+    return tuple(sorted(n for n, e in candidates if digest is not None and e.sha256 == digest))
+
+
+def _entry(inventory: Inventory, name: DistName, path: EnvPath) -> RecordEntry | None:
+    dist = inventory.distributions.get(name)
+    return None if dist is None else dist.record_by_path.get(path)
+
+
+def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, ...]]:
+    index: dict[EnvPath, tuple[DistName, ...]] = {}
+    for dist in dists:
+        name = dist.name
+        alone = (name,)  # one tuple per distribution, not one per RECORD row
+        for e in dist.files:
+            have = index.get(e.path)
+            if have is None:
+                index[e.path] = alone
+            elif name not in have:  # rare: only shared paths sort their owners
+                index[e.path] = tuple(sorted((*have, name)))
+    return dict(sorted(index.items()))
+
+
+def _missing(
+    prefix: Path,
+    dists: Iterable[Distribution],
+    files: Mapping[EnvPath, FileStat],
+    absent: Collection[EnvPath] = frozenset(),
+) -> dict[DistName, tuple[EnvPath, ...]]:
+    """RECORD paths absent from disk (``absent``: found so already; ``lexists`` settles the
+    other paths the walk could not see).
+
+    Bytecode is derived data, not missing files: pip lists the ``.pyc`` it compiled, uv's
+    uninstall of a co-owner deletes them, and Python writes them again on import.
+    """
+    out: dict[DistName, tuple[EnvPath, ...]] = {}
+    base = f"{prefix}/"  # str, not Path: this runs once per RECORD row the walk did not see
+    for dist in dists:
+        gone = sorted(
+            {
+                e.path
+                for e in dist.files
+                if e.path not in files
+                and not is_bytecode(e.path)
+                and (e.path in absent or not os.path.lexists(base + e.path))
+            }
+        )
+        if gone:
+            out[dist.name] = tuple(gone)
+    return out
+
+
+def _shared_paths(inv: Inventory, hasher: Hasher) -> tuple[CoOwnedPath, ...]:
+    out: list[CoOwnedPath] = []
+    for path, owners in inv.owners.items():
+        if len(owners) < 2:
+            continue
+        missing = path not in inv.files
+        matching = holder_of(inv, path, owners, hasher)
+        out.append(CoOwnedPath(path, owners, matching[0] if matching else None, missing, matching))
+    return tuple(out)

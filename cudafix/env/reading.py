@@ -1,0 +1,400 @@
+"""Reading an environment into an Inventory, once: its files, every dist-info and RECORD.
+
+The reading side only lstat()s, reads small metadata files and hashes shared files; it
+never writes and never follows a symlinked directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import posixpath
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from cudafix.env.distinfo import CoreMetadata, parse_metadata
+from cudafix.env.hashing import HashCache
+from cudafix.env.inventory import (
+    Distribution,
+    Inventory,
+    RecordEntry,
+    RecordIssue,
+    Unmanaged,
+    UnreadableRecord,
+    UnsafeEntry,
+)
+from cudafix.env.owners import Hasher, _missing, _ownership, _shared_paths
+from cudafix.env.record import (
+    NAMES_A_DIRECTORY,
+    ParsedRecord,
+    RawEntry,
+    Refusal,
+    parse_record,
+    resolve_record_path,
+)
+from cudafix.env.treecache import (
+    DIST_INFO_FILES,
+    FileStat,
+    TreeCache,
+    racy,
+    stat_key,
+    symlink_fingerprint,
+)
+from cudafix.model.errors import InputError, TargetError
+from cudafix.model.names import (
+    DIST_INFO_SUFFIX,
+    DistName,
+    EnvPath,
+    normalize_name,
+    split_dist_info_name,
+)
+
+
+class SymlinkGuard:
+    """Answers "does a parent directory of this EnvPath resolve out of the prefix?".
+
+    Reads the filesystem (realpath) and memoises per parent directory, since RECORDs
+    list thousands of files in a few dozen directories.
+    """
+
+    def __init__(self, prefix: Path) -> None:
+        self.prefix = prefix
+        self._real_prefix = os.path.realpath(prefix)
+        self._memo: dict[str, bool] = {}
+
+    def escapes(self, path: EnvPath) -> bool:
+        """True when the directory holding ``path`` is (through symlinks) outside the prefix."""
+        parent = posixpath.dirname(path)
+        if parent not in self._memo:
+            real = os.path.realpath(self.prefix / parent) if parent else self._real_prefix
+            self._memo[parent] = not _real_inside(self._real_prefix, real)
+        return self._memo[parent]
+
+
+def _real_inside(real_prefix: str, real: str) -> bool:
+    return real == real_prefix or real.startswith(real_prefix.rstrip("/") + "/")
+
+
+def read_inventory(
+    prefix: Path,
+    site_packages: Sequence[EnvPath],
+    python: Path | None,
+    *,
+    hasher: Hasher | None = None,
+    cache: TreeCache | None = None,
+) -> Inventory:
+    """Read the environment at ``prefix`` once: files, dist-infos, ownership, shared holders.
+
+    ``cache`` (loaded by the caller, saved by it after the run) lets unchanged directories
+    and dist-infos be reused; the answer is the same with or without it. Raises InputError
+    for an unreadable RECORD or METADATA and TargetError when the prefix or a
+    site-packages directory is unusable.
+    """
+    prefix = Path(os.path.normpath(prefix.absolute()))
+    if not prefix.is_dir():
+        raise TargetError(f"{prefix}: no such environment directory")
+    sites = canonical_site_packages(prefix, site_packages)
+    tree = cache if cache is not None else TreeCache()
+    files = walk_files(prefix, tree)
+    read = _read_distributions(prefix, sites, files, tree)
+    absent = _refuse_directory_rows(prefix, read, files)
+    owners = _ownership(read.distributions.values())
+    tree.watch(p for p, o in owners.items() if len(o) > 1)  # a shared path's holder can change
+    inv = Inventory(
+        prefix=prefix,
+        python=python,
+        site_packages=sites,
+        distributions=read.distributions,
+        unmanaged=tuple(read.unmanaged),
+        unsafe=tuple(read.unsafe),
+        files=files,
+        owners=owners,
+        shared=(),
+        missing=_missing(prefix, read.distributions.values(), files, absent),
+        record_issues=tuple(read.issues),
+        unreadable=tuple(read.unreadable),
+    )
+    return replace(inv, shared=_shared_paths(inv, hasher or HashCache(prefix)))
+
+
+def canonical_site_packages(prefix: Path, site_packages: Sequence[EnvPath]) -> tuple[EnvPath, ...]:
+    """Existing site-packages dirs, as symlink-free EnvPaths, deduplicated (``lib64 -> lib``)."""
+    real_prefix = os.path.realpath(prefix)
+    out: list[EnvPath] = []
+    for sp in site_packages:
+        full = prefix / sp
+        if not full.is_dir():
+            continue
+        real = os.path.realpath(full)
+        if not _real_inside(real_prefix, real):
+            raise TargetError(f"{full}: site-packages resolves outside the environment ({real})")
+        rel = EnvPath(Path(real).relative_to(real_prefix).as_posix())
+        if rel not in out:
+            out.append(rel)
+    return tuple(out)
+
+
+def walk_files(prefix: Path, cache: TreeCache | None = None) -> dict[EnvPath, FileStat]:
+    """lstat every non-directory under ``prefix``, never descending into symlinked dirs.
+
+    With ``cache``, unchanged directories are not listed again (:mod:`cudafix.env.treecache`).
+    """
+    return (cache if cache is not None else TreeCache()).walk(prefix)
+
+
+@dataclass
+class _Read:
+    """Accumulator used only while reading the dist-infos."""
+
+    distributions: dict[DistName, Distribution] = field(default_factory=dict)
+    unmanaged: list[Unmanaged] = field(default_factory=list)
+    unsafe: list[UnsafeEntry] = field(default_factory=list)
+    issues: list[RecordIssue] = field(default_factory=list)
+    unreadable: list[UnreadableRecord] = field(default_factory=list)
+
+
+def _read_distributions(
+    prefix: Path, sites: Sequence[EnvPath], files: Mapping[EnvPath, FileStat], tree: TreeCache
+) -> _Read:
+    read = _Read()
+    guard = SymlinkGuard(prefix)
+    links = symlink_fingerprint(prefix, files)
+    for site in sites:
+        for name, is_dir in _listdir(prefix / site):
+            info = EnvPath(f"{site}/{name}")
+            if name.endswith(".egg-info"):
+                stem = name[: -len(".egg-info")].partition("-")[0]
+                read.unmanaged.append(Unmanaged(info, stem, "egg-info"))
+            elif name.endswith(".dist-info") and not is_dir:
+                read.unmanaged.append(Unmanaged(info, name[: -len(".dist-info")], "symlink"))
+            elif name.endswith(".dist-info"):
+                stats = [files.get(EnvPath(f"{info}/{f}")) for f in DIST_INFO_FILES]
+                key = None if any(map(racy, stats)) else [site, [*map(stat_key, stats)], links]
+                parse = functools.partial(_parse_one, prefix, site, info, guard)
+                parsed = tree.distribution(key, info, parse)
+                _add_one(info, parsed, read)
+    return read
+
+
+def read_distribution(prefix: Path, site: EnvPath, info: EnvPath) -> Distribution | None:
+    """One dist-info read exactly as :func:`read_inventory` reads it (None: no RECORD)."""
+    read = _Read()
+    _add_one(info, _parse_one(prefix, site, info, SymlinkGuard(prefix)), read)
+    _refuse_directory_rows(prefix, read, {})
+    return next(iter(read.distributions.values()), None)
+
+
+def find_dist_info(
+    prefix: Path, sites: Sequence[str], name: str, version: str | None = None
+) -> EnvPath | None:
+    """The ``<name>-<version>.dist-info`` of ``name`` (any version when None), by directory name.
+
+    The one lookup of an installed dist-info on disk: normalised name, exact version, sites in
+    order and names sorted within each; an unreadable site is skipped. None when absent.
+    """
+    wanted = normalize_name(name)
+    for site in sites:
+        try:
+            listing = sorted(p.name for p in (prefix / site).iterdir())
+        except OSError:
+            continue
+        for entry in listing:
+            split = split_dist_info_name(entry) if entry.endswith(DIST_INFO_SUFFIX) else None
+            if split and normalize_name(split[0]) == wanted and version in (None, split[1]):
+                return EnvPath(f"{site}/{entry}")
+    return None
+
+
+def _refuse_directory_rows(
+    prefix: Path, read: _Read, files: Mapping[EnvPath, FileStat]
+) -> set[EnvPath]:
+    """Move rows naming a directory on disk (``nvidia/cudnn,,``) from the files to the unsafe
+    entries: uv deletes such a row's whole tree. Decided on the disk as it is now, never
+    cached with the dist-info: a file's path may become a directory behind cudafix's back.
+    ``files`` (the walk) settles most rows without a system call. Returns the rows' paths
+    found absent, so :func:`_missing` need not ask the disk about them again."""
+    base = f"{prefix}/"  # str, not Path: this runs once per RECORD row the walk did not see
+    absent: set[EnvPath] = set()
+    for name, dist in read.distributions.items():
+        dirs = [e for e in dist.files if e.path not in files and _is_dir(base, e.path, absent)]
+        if dirs:
+            keep = tuple(e for e in dist.files if e not in dirs)
+            read.distributions[name] = replace(dist, files=keep)
+            read.unsafe.extend(UnsafeEntry(name, e.raw, NAMES_A_DIRECTORY) for e in dirs)
+    return absent
+
+
+def _is_dir(base: str, path: EnvPath, absent: set[EnvPath]) -> bool:
+    """Whether ``base + path`` is a directory (never followed); adds ``path`` to ``absent``
+    when nothing is there."""
+    try:
+        return stat.S_ISDIR(os.lstat(base + path).st_mode)
+    except FileNotFoundError:
+        absent.add(path)
+        return False
+    except OSError:
+        return False
+
+
+def installed_versions(prefix: Path, sites: Sequence[EnvPath]) -> dict[DistName, str]:
+    """Name -> version of every dist-info, from METADATA alone: a quick look, no RECORDs.
+
+    The transaction's verify step needs only this, and must not pay for a full walk.
+    """
+    found: dict[DistName, str] = {}
+    for site in sites:
+        for name, is_dir in _listdir(prefix / site):
+            managed = os.path.lexists(prefix / site / name / "RECORD")  # as in read_inventory
+            if is_dir and name.endswith(".dist-info") and managed:
+                fallback_name, fallback_version = split_dist_info_name(name) or ("", "")
+                meta = _read_metadata(prefix / site / name / "METADATA")
+                dist = normalize_name(meta.name or fallback_name)
+                found.setdefault(dist, meta.version or fallback_version)
+    return found
+
+
+def _listdir(path: Path) -> list[tuple[str, bool]]:
+    try:
+        with os.scandir(path) as it:
+            return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+    except OSError as e:
+        raise TargetError(f"{path}: cannot list site-packages ({e.strerror or e})") from e
+
+
+def _parse_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard) -> Any:
+    """One dist-info read and parsed, as the JSON-able value the tree cache keeps.
+
+    ``["no-record", name]`` or ``["dist", distribution, unsafe rows, issue rows, unreadable]``
+    (``unreadable``: why the RECORD cannot be read exactly, or None).
+    """
+    full = prefix / info
+    fallback_name, fallback_version = split_dist_info_name(posixpath.basename(info)) or ("", "")
+    if not os.path.lexists(full / "RECORD"):
+        return ["no-record", fallback_name]
+    record = parse_record(_read_text(full / "RECORD", "RECORD"))
+    meta = _read_metadata(full / "METADATA")
+    name = normalize_name(meta.name or fallback_name)
+    entries, unsafe = _resolve_entries(site, record, guard)
+    dist = [
+        name,
+        meta.version or fallback_version,
+        info,
+        site,
+        _read_optional(full / "INSTALLER"),
+        list(meta.requires),
+        [_encode_entry(site, e) for e in entries],
+        list(_top_level(full / "top_level.txt", record.entries)),
+    ]
+    issues = [[p.line, p.row, p.reason] for p in record.problems]
+    return ["dist", dist, unsafe, issues, record.unreadable]
+
+
+def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
+    """Add one parsed dist-info to ``read``; a second dist-info of a name is a duplicate."""
+    if parsed[0] == "no-record":
+        read.unmanaged.append(Unmanaged(info, parsed[1], "no-record"))
+        return
+    _kind, dist, unsafe, issues, unreadable = parsed
+    name = DistName(dist[0])
+    if name in read.distributions:
+        read.unmanaged.append(Unmanaged(info, name, "duplicate"))
+        return
+    site = EnvPath(dist[3])
+    if unreadable:
+        read.unreadable.append(UnreadableRecord(name, EnvPath(f"{info}/RECORD"), unreadable))
+    read.unsafe.extend(UnsafeEntry(name, raw, reason) for raw, reason in unsafe)
+    read.issues.extend(RecordIssue(name, line, row, reason) for line, row, reason in issues)
+    read.distributions[name] = Distribution(
+        name=name,
+        version=dist[1],
+        dist_info=info,
+        site_packages=site,
+        installer=dist[4],
+        requires=tuple(dist[5]),
+        files=tuple(_decode_entry(site, row) for row in dist[6]),
+        top_level=tuple(dist[7]),
+    )
+
+
+def _encode_entry(site: EnvPath, e: RecordEntry) -> list[Any]:
+    """``[raw, sha256, size]``, plus the resolved path when it is not ``site/raw``."""
+    row: list[Any] = [e.raw, e.sha256, e.size]
+    if e.path != f"{site}/{e.raw}":
+        row.append(e.path)
+    return row
+
+
+def _decode_entry(site: EnvPath, row: list[Any]) -> RecordEntry:
+    path = row[3] if len(row) > 3 else f"{site}/{row[0]}"
+    return RecordEntry(EnvPath(path), row[0], row[1], row[2])
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{path}: unreadable {what} (not UTF-8 at byte {e.start})",
+            hint="reinstall that distribution, or remove its dist-info directory",
+        ) from e
+    except OSError as e:
+        raise InputError(
+            f"{path}: unreadable {what} ({e.strerror or e})",
+            hint="reinstall that distribution, or remove its dist-info directory",
+        ) from e
+
+
+def _read_metadata(path: Path) -> CoreMetadata:
+    if not os.path.lexists(path):
+        return CoreMetadata()
+    return parse_metadata(_read_text(path, "METADATA"))
+
+
+def _read_optional(path: Path) -> str | None:
+    """A small informational file (INSTALLER); absent or undecodable means unknown."""
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _resolve_entries(
+    site: EnvPath, record: ParsedRecord, guard: SymlinkGuard
+) -> tuple[list[RecordEntry], list[list[str]]]:
+    """Entries made relative to the prefix, and ``[raw, reason]`` of the ones refused."""
+    out: list[RecordEntry] = []
+    unsafe: list[list[str]] = []
+    for raw in record.entries:
+        resolved = resolve_record_path(site, raw.path)
+        if isinstance(resolved, Refusal):
+            unsafe.append([raw.path, resolved.reason])
+        elif guard.escapes(resolved):
+            unsafe.append([raw.path, "through a symlink out of the environment"])
+        else:
+            out.append(RecordEntry(resolved, raw.path, raw.sha256, raw.size))
+    return out, unsafe
+
+
+def _top_level(top_level_txt: Path, entries: Sequence[RawEntry]) -> tuple[str, ...]:
+    text = _read_optional(top_level_txt)
+    if text is not None:
+        return tuple(sorted({line.strip() for line in text.splitlines() if line.strip()}))
+    return derive_top_level(e.path for e in entries)
+
+
+def derive_top_level(raw_paths: Iterable[str]) -> tuple[str, ...]:
+    """Importable names from RECORD paths: packages with ``__init__.py``, modules, extensions."""
+    names: set[str] = set()
+    for raw in raw_paths:
+        parts = raw.split("/")
+        head = parts[0]
+        if head in ("", ".", "..", "__pycache__") or head.endswith((".dist-info", ".data")):
+            continue
+        if len(parts) == 2 and parts[1] == "__init__.py":
+            names.add(head)
+        elif len(parts) == 1 and head.endswith((".py", ".so", ".pyd")):
+            names.add(head.split(".", 1)[0])
+    return tuple(sorted(names))

@@ -1,0 +1,199 @@
+"""What a snapshot holds: one entry per touched path, and each touched directory's names.
+
+The manifest is the truth a rollback restores from, so its codec validates every field: a
+tampered manifest can never make a restore act outside the environment. :func:`check_path`
+is the rule every path a transaction acts on passes first (inside the prefix, no symlinked
+ancestor).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
+from cudafix.model.errors import DamagedState
+
+KINDS = frozenset({"file", "symlink", "dir", "fifo", "absent"})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One snapshotted path, with what it takes to prove a restore byte-identical."""
+
+    path: str
+    kind: str
+    """``file``, ``symlink``, ``dir``, ``fifo``, or ``absent`` (must not exist after a rollback)."""
+    mode: int = 0
+    size: int = 0
+    target: str | None = None
+    dev: int = 0
+    ino: int = 0
+    mtime_ns: int = 0
+    sha256: str | None = None
+    """Set when the snapshot is a copy (a hard link is proved by its inode instead)."""
+    detach: bool = False
+    """The backend will rewrite this path: unlink it before applying so nothing writes
+    through the hard link into the snapshot."""
+    ctime_ns: int = 0
+    """A hard link's ctime once linked: a write in place moves it, even one that puts
+    size and mtime back (0: not recorded)."""
+    nlink: int = 0
+    """A hard link's link count once linked: a moved ctime with another count is a link
+    made or removed (uv linking from its cache), not a write."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a snapshot holds; ``listings`` names what each touched directory held."""
+
+    entries: tuple[Entry, ...]
+    listings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        # one row per entry under one list of field names: a whole-venv manifest holds 24k
+        # entries, and a dict per entry doubled its size and its encoding time
+        rows = [_row(e) for e in self.entries]
+        return {"fields": list(FIELDS), "rows": rows, "listings": dict(self.listings)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Manifest:
+        """Parse and validate; raise ``ValueError`` naming the first thing that is wrong.
+
+        Every path must be a normalised relative path outside ``.cudafix`` and every
+        listed name one path component, so a tampered manifest can never make a restore
+        act outside the environment.
+        """
+        entries = tuple(_entry(e) for e in _entry_dicts(data))
+        dirs = {e.path for e in entries if e.kind == "dir"}
+        listings: dict[str, tuple[str, ...]] = {}
+        for key, names in dict(data["listings"]).items():
+            if (key not in dirs and key != ROOT) or not isinstance(names, list):
+                raise ValueError(f"listing {key!r} is not a snapshotted directory")
+            bad = [n for n in names if not _is_name(n)]
+            if bad:
+                raise ValueError(f"listing {key!r} names {bad[0]!r}, not a file name")
+            listings[key] = tuple(names)
+        return cls(entries, listings)
+
+    def by_path(self) -> dict[str, Entry]:
+        return {e.path: e for e in self.entries}
+
+
+FIELDS = tuple(f.name for f in fields(Entry))
+_row = attrgetter(*FIELDS)
+
+
+def _entry_dicts(data: Mapping[str, Any]) -> Iterator[Any]:
+    """The entries of either form: rows under ``fields`` (written now), or one dict per
+    entry (written before; a transaction left pending by an older cudafix still restores)."""
+    if "rows" not in data:
+        yield from data["entries"]
+        return
+    if data["fields"] != list(FIELDS):
+        raise ValueError(f"unknown manifest fields {str(data['fields'])[:80]}")
+    for row in data["rows"]:
+        if not isinstance(row, list) or len(row) != len(FIELDS):
+            raise ValueError(f"not a snapshot row: {str(row)[:80]}")
+        yield dict(zip(FIELDS, row, strict=True))
+
+
+_ENTRY_TYPES: Mapping[str, tuple[type, ...]] = {
+    "path": (str,),
+    "kind": (str,),
+    "mode": (int,),
+    "size": (int,),
+    "target": (str, type(None)),
+    "dev": (int,),
+    "ino": (int,),
+    "mtime_ns": (int,),
+    "sha256": (str, type(None)),
+    "detach": (bool,),
+    "ctime_ns": (int,),
+    "nlink": (int,),
+}
+
+
+def _entry(data: Any) -> Entry:
+    if not isinstance(data, dict) or set(data) - set(_ENTRY_TYPES) or "path" not in data:
+        raise ValueError(f"not a snapshot entry: {str(data)[:80]}")
+    wrong = [k for k, v in data.items() if not isinstance(v, _ENTRY_TYPES[k])]
+    if wrong:
+        raise ValueError(f"entry {data['path']!r}: {wrong[0]} has the wrong type")
+    entry = Entry(**data)
+    if (why := path_syntax(entry.path)) is not None:
+        raise ValueError(why)
+    if entry.kind not in KINDS or not 0 <= entry.mode <= 0o7777:
+        raise ValueError(f"entry {entry.path!r}: kind {entry.kind!r} mode {entry.mode:o}")
+    if entry.kind == "symlink" and entry.target is None:
+        raise ValueError(f"entry {entry.path!r}: a symlink without a target")
+    return entry
+
+
+def _is_name(name: Any) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and not {"/", "\x00"} & set(name)
+
+
+def path_syntax(path: str) -> str | None:
+    """Why ``path`` is not a normalised relative path outside ``.cudafix``, or None."""
+    if not path or path.startswith("/") or "\x00" in path:
+        return f"{path!r}: not a relative path inside the environment"
+    if posixpath.normpath(path) != path or path.split("/")[0] in ("..", "."):
+        return f"{path!r}: not a normalised path inside the environment"
+    if path.split("/")[0] == STATE_DIR_NAME:
+        return f"{path!r}: inside cudafix's own state directory"
+    return None
+
+
+def check_path(prefix: Path, path: str) -> str | None:
+    """Why ``path`` must not be acted on, or None: absolute, escaping, or via a symlink."""
+    if (why := path_syntax(path)) is not None:
+        return why
+    base = str(prefix)  # str and os.path, not pathlib: this runs for every path a plan names
+    cut = path.find("/")
+    while cut != -1:
+        if os.path.islink(f"{base}/{path[:cut]}"):  # noqa: PTH114 - hot path, str paths
+            return f"{path!r}: goes through the symlink {path[:cut]}"
+        cut = path.find("/", cut + 1)
+    return None
+
+
+ROOT = ""
+"""The listing key of the prefix itself (``run`` snapshots the whole environment)."""
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write JSON atomically and durably."""
+    write_atomic(path, json.dumps(value, sort_keys=True))
+
+
+def load(tx: TxDir) -> Manifest:
+    """The transaction's manifest; :class:`DamagedState` (naming the file) if it is damaged."""
+    data = load_json(tx.manifest, "snapshot manifest")
+    try:
+        return Manifest.from_json(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DamagedState(
+            f"the snapshot manifest {tx.manifest} is damaged or names a path outside the "
+            f"environment ({exc}); nothing was restored from it",
+            hint=f"keep {tx.root} for inspection; cudafix will not act on it",
+        ) from exc
+
+
+def load_json(path: Path, what: str) -> Any:
+    """A JSON state file, or :class:`DamagedState` saying which file and what is wrong."""
+    try:
+        return json.loads(read_bytes(path).decode("utf-8"))
+    except FileNotFoundError:
+        raise
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DamagedState(
+            f"the {what} {path} is damaged ({exc}); nothing was acted on from it",
+            hint=f"keep {path.parent} for inspection; cudafix will not guess what it held",
+        ) from exc

@@ -1,0 +1,260 @@
+"""Putting a snapshot back byte-identical, and proving it: restore, verify, detach.
+
+A restore goes path by path and is idempotent (an identical live path is left alone), so an
+interrupted rollback is run again rather than repaired. A symlink is restored as a symlink,
+and nothing is done through a symlinked ancestor. A file written in place through a hard
+link changed the snapshot too: :func:`written_in_place` finds those, and :func:`forget`
+drops them from what a rollback restores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from pathlib import Path
+
+from cudafix.env.inventory import is_bytecode
+from cudafix.env.statedir import TxDir
+from cudafix.tx.difference import Difference, difference_text
+from cudafix.tx.journal import crash_point, fail_point
+from cudafix.tx.manifest import ROOT, Entry, Manifest, check_path, write_json
+from cudafix.tx.snapshot import _join, _link_or_copy, _listing, ancestors, sha256_file
+
+
+def remove_path(path: Path) -> None:
+    """Remove whatever is at ``path`` without following symlinks; missing is fine."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def detach(prefix: Path, manifest: Manifest) -> list[str]:
+    """Unlink live files the backend will rewrite, so no write can reach the snapshot."""
+    done = []
+    for e in manifest.entries:
+        live = prefix / e.path
+        if e.detach and e.kind == "file" and _same_inode(live, e):
+            live.unlink()
+            done.append(e.path)
+    return done
+
+
+def _same_inode(live: Path, e: Entry) -> bool:
+    try:
+        st = os.lstat(live)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == (e.dev, e.ino)
+
+
+def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
+    """Snapshotted files something rewrote in place (same inode, other bytes).
+
+    A hard-link snapshot shares the inode, so its copy changed too: those paths cannot be
+    restored from it. Writers that replace files (uv, pip) create new inodes and are safe.
+    A write shows as another size or mtime, or, when those were put back, as a moved
+    ctime with the same link count and mode (a link made or removed, or a chmod, moves
+    ctime too, and changes those instead).
+    """
+    out = []
+    for e in manifest.entries:
+        if e.kind != "file" or e.sha256 is not None:
+            continue  # copies (sha256 set) were not linked
+        try:
+            st = os.lstat(f"{prefix}/{e.path}")  # str: once per snapshotted file
+        except FileNotFoundError:
+            continue
+        if (st.st_dev, st.st_ino) == (e.dev, e.ino) and _written(st, e):
+            out.append(e.path)
+    return out
+
+
+def _written(st: os.stat_result, e: Entry) -> bool:
+    if st.st_size != e.size or st.st_mtime_ns != e.mtime_ns:
+        return True
+    touched = e.ctime_ns != 0 and st.st_ctime_ns != e.ctime_ns
+    return touched and st.st_nlink == e.nlink and stat.S_IMODE(st.st_mode) == e.mode
+
+
+def mismatch(prefix: Path, e: Entry) -> Difference | None:
+    """How the live path differs from entry ``e``, or None when it is identical."""
+    live = prefix / e.path
+    try:
+        st = os.lstat(live)
+    except FileNotFoundError:
+        return None if e.kind == "absent" else Difference(e.path, "missing")
+    if e.kind == "absent":
+        return Difference(e.path, "appeared")
+    if e.kind == "dir":
+        return None if stat.S_ISDIR(st.st_mode) else Difference(e.path, "not-a-directory")
+    if e.kind == "symlink":
+        ok = stat.S_ISLNK(st.st_mode) and str(live.readlink()) == e.target
+        return None if ok else Difference(e.path, "not-the-symlink", target=e.target)
+    if e.kind == "fifo":
+        ok = stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == e.mode
+        return None if ok else Difference(e.path, "not-the-fifo")
+    if not stat.S_ISREG(st.st_mode):
+        return Difference(e.path, "not-a-regular-file")
+    if e.sha256 is None:
+        now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        ok = now == (e.dev, e.ino, e.size, e.mtime_ns)
+    else:
+        ok = st.st_size == e.size and sha256_file(live) == e.sha256
+    ok = ok and stat.S_IMODE(st.st_mode) == e.mode
+    return None if ok else Difference(e.path, "content-or-mode")
+
+
+def restore_entry(prefix: Path, tx: TxDir, e: Entry) -> None:
+    """Put one entry back (idempotent: an identical live path is left alone)."""
+    if e.kind == "dir" or mismatch(prefix, e) is None:
+        return
+    live = prefix / e.path
+    fail_point("restore", e.path)
+    remove_path(live)
+    if e.kind == "absent":
+        return
+    if e.kind == "symlink":
+        live.symlink_to(str(e.target))
+    elif e.kind == "fifo":
+        os.mkfifo(live, e.mode)
+        live.chmod(e.mode)
+    else:
+        _link_or_copy(tx.snapshot / e.path, live)
+        live.chmod(e.mode)
+    crash_point("restore-file")
+
+
+def ensure_dir(prefix: Path, e: Entry) -> None:
+    """Make ``e.path`` a real directory with its recorded mode (chmod only if it differs:
+    an immutable directory with the right mode is left alone)."""
+    live = prefix / e.path
+    if not (live.is_dir() and not live.is_symlink()):
+        remove_path(live)
+        live.mkdir()
+    set_dir_mode(live, e.mode)
+
+
+def set_dir_mode(path: Path, mode: int) -> None:
+    """chmod a real directory (never through a symlink), only when its mode differs."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+            fail_point("restore", str(path))
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def new_names(prefix: Path, manifest: Manifest) -> list[str]:
+    """Paths that appeared in a touched directory since the snapshot."""
+    return [
+        _join(directory, name)
+        for directory, before in manifest.listings.items()
+        for name in sorted(set(_listing(prefix, directory) or ()) - set(before))
+    ]
+
+
+def verify(prefix: Path, manifest: Manifest) -> list[Difference]:
+    """Every way the live tree differs from the manifest (empty: byte-identical).
+
+    Bytecode (``__pycache__``, ``*.pyc``) is derived data: Python writes it again on import,
+    and uv deletes it beside every ``.py`` it removes, also where the snapshot never held
+    it. Its absence is no difference; anything present is still compared."""
+    problems = [
+        m
+        for e in manifest.entries
+        if (m := mismatch(prefix, e)) is not None
+        and not (is_bytecode(e.path) and m.kind == "missing")
+    ]
+    modes = {e.path: e.mode for e in manifest.entries if e.kind == "dir"}
+    for directory, before in manifest.listings.items():
+        now = _listing(prefix, directory)
+        if now is not None and now != before:
+            extra = sorted(set(now) - set(before))
+            if extra:
+                problems.append(Difference(directory, "unexpected-names", tuple(extra)))
+            missing = sorted(n for n in set(before) - set(now) if not is_bytecode(n))
+            if missing:
+                problems.append(Difference(directory, "missing-names", tuple(missing)))
+        if now is None:
+            if not is_bytecode(directory):
+                problems.append(Difference(directory, "missing-directory"))
+        elif directory != ROOT and stat.S_IMODE(os.lstat(prefix / directory).st_mode) != modes.get(
+            directory
+        ):
+            problems.append(Difference(directory, "mode-differs"))
+    return problems
+
+
+def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
+    """Roll the touched paths back to the manifest, best effort path by path.
+
+    One path that cannot be restored (EPERM on an immutable file, ENOSPC for a copy) does
+    not stop the others; the return value names every path that still differs, each with
+    the error that stopped it. Nothing is done through a symlinked ancestor.
+    """
+    failed: dict[str, str] = {}
+
+    def attempt(path: str, step: Callable[[], object]) -> None:
+        if any(path == f or path.startswith(f + "/") for f in failed):
+            return
+        if (why := check_path(prefix, path)) is not None:
+            failed[path] = why
+            return
+        try:
+            step()
+        except OSError as exc:
+            failed[path] = f"{path}: {exc.strerror or exc}"
+
+    dirs = sorted((e for e in manifest.entries if e.kind == "dir"), key=lambda e: e.path.count("/"))
+    for e in dirs:
+        attempt(e.path, partial(ensure_dir, prefix, e))
+    for path in new_names(prefix, manifest):
+        attempt(path, partial(_remove_new, prefix, path))
+    for e in manifest.entries:
+        attempt(e.path, partial(restore_entry, prefix, tx, e))
+    for e in dirs:
+        attempt(e.path, partial(set_dir_mode, prefix / e.path, e.mode))
+    left = [d for d in verify(prefix, manifest) if not _explained(d, failed)]
+    return [*failed.values(), *map(difference_text, left)]
+
+
+def _remove_new(prefix: Path, path: str) -> None:
+    """Remove a path that appeared since the snapshot (the fault hook sees it as a restore)."""
+    fail_point("restore", path)
+    remove_path(prefix / path)
+
+
+def _explained(d: Difference, failed: Mapping[str, str]) -> bool:
+    """Whether a difference only repeats a path whose restore failure is already reported."""
+    if d.path in failed or any(d.path.startswith(f + "/") for f in failed):
+        return True
+    return d.kind == "missing-names" and all(f"{d.path}/{n}" in failed for n in d.names)
+
+
+def put_back(prefix: Path, tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> None:
+    """Restore ``paths`` (``--keep-shared``) and the directories above them."""
+    entries = manifest.by_path()
+    for path in paths:
+        for parent in sorted(ancestors([path]), key=lambda p: p.count("/")):
+            if parent in entries and not (prefix / parent).is_dir():
+                ensure_dir(prefix, entries[parent])
+        fail_point("keep")
+        restore_entry(prefix, tx, entries[path])
+
+
+def forget(tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> Manifest:
+    """Drop entries whose snapshot is not the old content (in-place writes) from the manifest,
+    so the rollback restores everything else and finishes instead of failing on them."""
+    gone = set(paths)
+    narrowed = Manifest(tuple(e for e in manifest.entries if e.path not in gone), manifest.listings)
+    write_json(tx.manifest, narrowed.to_json())  # what recover would restore
+    return narrowed
