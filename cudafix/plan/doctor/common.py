@@ -1,5 +1,7 @@
-"""What several families of doctor's findings share: the commands they offer, owners of
-absolute paths, the frameworks and their requirement closures.
+"""What doctor's families of findings share: commands, owners, frameworks and closures.
+
+The commands they offer, the owners of absolute paths, the frameworks (owners of what
+``import`` loads) and their requirement closures.
 
 Pure functions of :class:`~cudafix.plan.facts.Facts` and the resolved load chains.
 """

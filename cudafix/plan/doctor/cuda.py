@@ -1,5 +1,7 @@
-"""Doctor's findings about CUDA majors: more than one installed (which framework needs
-which, the leftovers, the choices), and one process mapping two majors of one library.
+"""Doctor's CUDA findings: more than one major installed, and two majors in one process.
+
+Which framework needs which major, the leftovers and the choices; one process image
+mapping two majors of one library.
 
 Pure functions of :class:`~cudafix.plan.facts.Facts` and the load chains to typed findings.
 """

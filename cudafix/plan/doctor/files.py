@@ -1,5 +1,6 @@
-"""Doctor's findings about files: missing, shared by several distributions, or holding
-another build's bytes; and the distributions ``repair`` reinstalls for them.
+"""Doctor's file findings: missing, claimed by several distributions, or another build's bytes.
+
+And the distributions ``repair`` reinstalls for them.
 
 Pure functions of :class:`~cudafix.plan.facts.Facts` to typed findings.
 """

@@ -1,5 +1,7 @@
-"""Doctor's findings about linkage: needs nothing provides (of objects, and of frameworks'
-run-time loads), and sonames with several copies, graded by whether a search competes.
+"""Doctor's linkage findings: needs nothing provides, and sonames with several copies.
+
+Needs of objects and of frameworks' run-time loads, graded by what breaks; copies graded
+by whether a search path puts them side by side.
 
 Pure functions of :class:`~cudafix.plan.facts.Facts` and the resolved edges to typed
 findings. Host libraries are looked up through :func:`provided_by_system`.

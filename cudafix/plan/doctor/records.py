@@ -1,6 +1,7 @@
-"""Doctor's findings about what cudafix cannot act on: RECORD entries pointing outside the
-environment, RECORDs that cannot be read exactly, files no loader here can load, and
-installs without a RECORD.
+"""Doctor's findings on what cudafix cannot act on: odd RECORDs, unloadable files, egg-info.
+
+RECORD entries pointing outside the environment, RECORDs that cannot be read exactly,
+files no loader here can load, and installs without a RECORD.
 
 Pure functions of :class:`~cudafix.plan.facts.Facts` to typed findings.
 """

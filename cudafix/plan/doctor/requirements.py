@@ -1,5 +1,6 @@
-"""Doctor's findings about Requires-Dist: requirements the environment does not meet, and
-what ``repair`` installs for them and for frameworks' run-time loads.
+"""Doctor's requirement findings: unmet Requires-Dist, and what ``repair`` installs for them.
+
+For them and for frameworks' run-time loads.
 
 Pure functions of :class:`~cudafix.plan.facts.Facts` to typed findings.
 """

@@ -1,5 +1,7 @@
-"""Doctor's findings about ``bin/`` scripts: relocated (their ``#!`` line rewritten for a
-moved environment) or unable to start (it names an interpreter that does not exist).
+"""Doctor's script findings: relocated ``#!`` lines, and scripts that cannot start.
+
+A relocated script's ``#!`` line was rewritten for a moved environment; a broken one names
+an interpreter that does not exist.
 
 Pure functions of :class:`~cudafix.plan.facts.Facts` to typed findings.
 """
