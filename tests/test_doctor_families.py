@@ -8,6 +8,7 @@ from cudafix.env.inventory import Unmanaged, UnreadableRecord, UnsafeEntry
 from cudafix.env.scripts import Shebang
 from cudafix.linker.elf import ElfProblem
 from cudafix.model.doctor import (
+    Difference,
     DuplicateSoname,
     Finding,
     ForeignBytes,
@@ -88,9 +89,11 @@ def test_identical_bytes_are_shared_information_with_no_command() -> None:
 
 def test_foreign_bytes_carry_how_each_file_differs() -> None:
     f = facts([Dist("pa", "3.0", {"pa/lib.so": "A"})])
-    wrong = {DistName("pa"): [(env("pa/lib.so"), "sha256 differs from RECORD")]}
+    wrong = {DistName("pa"): [(env("pa/lib.so"), Difference(size=3, recorded_size=1))]}
     [found] = files.foreign_bytes(f.inventory, wrong, CMD)
-    assert found.facts == ForeignBytes(version="3.0", differences=["sha256 differs from RECORD"])
+    assert found.facts == ForeignBytes(
+        version="3.0", differences=[Difference(size=3, recorded_size=1)]
+    )
     assert found.paths == [env("pa/lib.so")] and found.command == REPAIR
 
 

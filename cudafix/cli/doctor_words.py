@@ -17,6 +17,7 @@ from cudafix.model.doctor import (
     DOCTOR_SCHEMA_VERSION,
     Choice,
     Copy,
+    Difference,
     DoctorReport,
     DuplicateSoname,
     Finding,
@@ -245,7 +246,10 @@ class _Where:
             f.command,
             f"{len(f.paths)} file(s) of {name} {facts.version} hold bytes its RECORD does not "
             "list (another build was installed over them)",
-            [f"{self.show(p)}: {why}" for p, why in zip(f.paths, facts.differences, strict=True)],
+            [
+                f"{self.show(p)}: {_differs(d)}"
+                for p, d in zip(f.paths, facts.differences, strict=True)
+            ],
             f"reinstalls {name}=={facts.version}",
         )
 
@@ -396,6 +400,12 @@ class _Where:
                     [],
                 )
         raise AssertionError(f"no words for {f.facts.kind}")
+
+
+def _differs(d: Difference) -> str:
+    if d.size is not None:
+        return f"{d.size} bytes, RECORD says {d.recorded_size}"
+    return "sha256 differs from RECORD"
 
 
 def _holds(h: Holding) -> str:

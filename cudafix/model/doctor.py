@@ -92,12 +92,21 @@ class SharedPaths(_Value):
     """Per owner, the frameworks that require it: set when none can go without breaking one."""
 
 
+class Difference(_Value):
+    """How a file's bytes differ from its RECORD's: its size, or (sizes agreeing, or none
+    recorded) its sha256."""
+
+    size: int | None = None
+    """The size on disk, when it is not the recorded one (None: the sha256 differs)."""
+    recorded_size: int | None = None
+
+
 class ForeignBytes(_Value):
     """Files of ``Finding.distribution`` holding bytes its RECORD does not list."""
 
     kind: Literal["foreign-bytes"] = "foreign-bytes"
     version: str
-    differences: list[str]
+    differences: list[Difference]
     """Per path of ``Finding.paths``, how its bytes differ from the RECORD's."""
 
 

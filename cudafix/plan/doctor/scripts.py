@@ -11,17 +11,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cudafix.model.doctor import Finding, Scripts
+from cudafix.model.names import DistName, EnvPath
 from cudafix.plan.doctor.common import REPAIR, Commands
-from cudafix.plan.facts import Facts, Mismatches
+from cudafix.plan.facts import Facts
+
+Interpreters = dict[DistName, list[tuple[EnvPath, str]]]
+"""Per distribution, scripts whose bytes differ from RECORD, with the interpreter each names."""
 
 
-def script_problems(facts: Facts) -> tuple[Mismatches, Mismatches]:
+def script_problems(facts: Facts) -> tuple[Interpreters, Interpreters]:
     """Scripts whose bytes differ from RECORD, split by their ``#!`` line: (relocated: the
     interpreter it names exists; broken: it does not). The RECORD hash covers the whole
     file, old shebang included, so a relocation cannot be told from an edit of the rest;
     a relocated script is information, a script that cannot start is a problem."""
-    relocated: Mismatches = {}
-    broken: Mismatches = {}
+    relocated: Interpreters = {}
+    broken: Interpreters = {}
     for name, wrong in facts.record_mismatches.items():
         for path, _ in wrong:
             if (shebang := facts.shebangs.get(path)) is not None:
