@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 
 from cudafix.cli.doctor_words import said, worded
-from cudafix.model.doctor import DoctorReport, Finding, MissingFiles, RequiredBy, RunTimeNeed
+from cudafix.model.doctor import (
+    Difference,
+    DoctorReport,
+    Finding,
+    ForeignBytes,
+    MissingFiles,
+    RequiredBy,
+    RunTimeNeed,
+)
 from cudafix.model.reasons import MissingFiles as MissingWhy
 from cudafix.plan.doctor import diagnose
 from tests.support.facts import PREFIX, SITE, Dist, env, facts
@@ -77,3 +85,22 @@ def test_every_finding_of_a_diagnosis_is_said_on_one_line() -> None:
     assert said(report, report.findings) == [
         "[mixed-cuda] distributions for more than one CUDA major are installed: cu12: 1; cu13: 1"
     ]
+
+
+def test_how_foreign_bytes_differ_is_worded_per_file() -> None:
+    found = Finding(
+        kind="foreign-bytes",
+        severity="warning",
+        facts=ForeignBytes(
+            version="2", differences=[Difference(size=3, recorded_size=1), Difference()]
+        ),
+        distribution="pa",
+        paths=[env("pa/a.so"), env("pa/b.so")],
+        command=REPAIR,
+    )
+    [f] = worded(_report().model_copy(update={"findings": [found]})).findings
+    assert f.message == (
+        "2 file(s) of pa 2 hold bytes its RECORD does not list "
+        "(another build was installed over them)"
+    )
+    assert f.details == ["pa/a.so: 3 bytes, RECORD says 1", "pa/b.so: sha256 differs from RECORD"]
