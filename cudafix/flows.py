@@ -41,7 +41,7 @@ from cudafix.gather import gather, live_differences, with_hashes, with_staging
 from cudafix.linker.elfindex import SHARED_SYSTEM
 from cudafix.linker.hostcache import HOST
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
-from cudafix.model.doctor import DoctorReport, Finding, new_problems
+from cudafix.model.doctor import DoctorReport, Finding, SayFindings, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
 from cudafix.model.names import BackendName, DistName, EnvPath
 from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan, input_problems
@@ -601,10 +601,6 @@ def _owners(
     return sorted(f"{n}=={dists[n].version}" for n in names if n in dists)
 
 
-def _said(findings: Sequence[Finding]) -> list[str]:
-    return [f"[{f.kind}] {f.message}" for f in findings]
-
-
 def run_command(
     args: FactArgs,
     argv: Sequence[str],
@@ -613,12 +609,14 @@ def run_command(
     *,
     accept: bool = False,
     on_event: OnEvent = quiet,
+    say: SayFindings,
 ) -> GuardedRun:
     """Run any command that changes the environment (``uv pip install -U torch``,
     ``pip install -r req.txt``) as a transaction: the whole environment is snapshotted, the
     environment is diagnosed again after, and the run is rolled back when it introduced a
     problem doctor reports (``accept``: commit anyway) or a probe fails. The automatic
-    probes import what the distributions the command added or changed provide."""
+    probes import what the distributions the command added or changed provide. ``say``
+    words the problems found, for the verdict."""
     target = locate(args.target)
     check_pending(target, mutating=True, on_event=on_event)
     flags = target_flags(args.target, target)
@@ -643,7 +641,8 @@ def run_command(
             on_event(Progress("  nothing the diagnosis reads changed: no new problems"))
             return Judged((), probes(()))
         now = read_facts(args, target)
-        findings = _said(new_problems(before.findings, diagnose(now, flags).findings))
+        report = diagnose(now, flags)
+        findings = say(report, new_problems(before.findings, report.findings))
         dists = now.inventory.distributions.values()
         changed = [d for d in dists if d.dist_info not in before.dist_infos]
         modules = sorted({m for d in changed for m in d.top_level}) if run.auto_probes else []
@@ -700,10 +699,12 @@ def undo(
     *,
     accept: bool = False,
     on_event: OnEvent = quiet,
+    say: SayFindings,
 ) -> TransactionResult:
     """Restore the state before a committed transaction, as a new transaction: the imports
     its plan probed are probed again, and doctor's findings after are compared with before
-    (an undo that puts back a broken state is rolled back and says so, unless ``accept``)."""
+    (an undo that puts back a broken state is rolled back and says so, unless ``accept``;
+    ``say`` words the problems found)."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
     flags = target_flags(args.target, target)
     before = diagnose(facts, flags).findings
@@ -711,10 +712,11 @@ def undo(
     def judge() -> list[str]:
         """Errors block (an import the undo would break); warnings it brings back are said:
         they were there before the transaction being undone."""
-        found = new_problems(before, diagnose(read_facts(args, target), flags).findings)
-        for said in _said([f for f in found if f.severity != "error"]):
+        report = diagnose(read_facts(args, target), flags)
+        found = new_problems(before, report.findings)
+        for said in say(report, [f for f in found if f.severity != "error"]):
             on_event(f"warning: the undo brings back {said}")
-        return _said([f for f in found if f.severity == "error"])
+        return say(report, [f for f in found if f.severity == "error"])
 
     probes = ProbeSpec(code=run.probe_code, commands=run.probe_commands, timeout=run.probe_timeout)
     full = tx_history.resolve(target.prefix, txid)

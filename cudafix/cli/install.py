@@ -114,8 +114,10 @@ def run_command(
         command=tuple(sys.argv),
     )
     live = app.LiveArgs(timeout=timeout, echo=(2, 2) if as_json else (1, 2))
+    from cudafix.cli.doctor_words import said
+
     try:
-        result = app.run_command(facts, argv, run, live, accept=accept, on_event=echo_err)
+        result = app.run_command(facts, argv, run, live, accept=accept, on_event=echo_err, say=said)
     except CudafixError as err:
         if as_json:
             emit_json_error(err)

@@ -119,7 +119,9 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
             raise
         report = diagnosis.report
         if as_json:
-            out = report.model_dump_json(indent=2)
+            from cudafix.cli.doctor_words import worded
+
+            out = worded(report).model_dump_json(indent=2)
         else:
             out = render_report(report, stdout_style(), OUTPUT.verbosity)
         code = ExitCode.OK if report.healthy else ExitCode.FAILURE
@@ -303,7 +305,9 @@ def undo(
         lock_timeout=lock_timeout,
         command=tuple(sys.argv),
     )
-    result = app.undo(facts, preview.entry.txid, run, accept=accept, on_event=echo_err)
+    from cudafix.cli.doctor_words import said
+
+    result = app.undo(facts, preview.entry.txid, run, accept=accept, on_event=echo_err, say=said)
     if as_json:
         click.echo(json.dumps({"state": "committed", "exit_code": 0, **result_fields(result)}))
         return

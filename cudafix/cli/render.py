@@ -18,7 +18,8 @@ from cudafix.model.wording import alternative_text, reason_lines, reinstall_text
 if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pydantic
     from pathlib import Path
 
-    from cudafix.model.doctor import Choice, DoctorReport, Finding
+    from cudafix.cli.doctor_words import WordedFinding, WordedReport
+    from cudafix.model.doctor import Choice, DoctorReport
     from cudafix.model.plan import Plan
     from cudafix.model.transaction import HistoryEntry, TransactionDetail, UndoPreview
 
@@ -284,7 +285,12 @@ _NOTES = {
 def render_report(report: DoctorReport, style: Style = plain, verbosity: Verbosity = 0) -> str:
     """Doctor findings, errors first, then warnings, then information folded by kind (all of
     it under ``verbosity`` 1); the verdict and the command to run next last."""
-    report = printable(report)
+    from cudafix.cli.doctor_words import worded
+
+    return _render_worded(printable(worded(report)), style, verbosity)
+
+
+def _render_worded(report: WordedReport, style: Style, verbosity: Verbosity) -> str:
     out = [
         f"Environment: {report.prefix}",
         f"{report.distributions} distributions, {report.elf_objects} ELF objects",
@@ -312,7 +318,7 @@ def render_report(report: DoctorReport, style: Style = plain, verbosity: Verbosi
     return "\n".join(out)
 
 
-def _folded(notes: Sequence[Finding], style: Style) -> list[str]:
+def _folded(notes: Sequence[WordedFinding], style: Style) -> list[str]:
     """One line per kind of information: how many, what they are, how to see them."""
     kinds: dict[str, int] = {}
     for f in notes:
@@ -324,7 +330,7 @@ def _folded(notes: Sequence[Finding], style: Style) -> list[str]:
     ]
 
 
-def _verdict(report: DoctorReport, style: Style) -> list[str]:
+def _verdict(report: WordedReport, style: Style) -> list[str]:
     problems = [f for f in report.findings if f.severity != "info"]
     if not problems:
         return [style("Healthy: no problems found.", fg="green", bold=True)]
@@ -335,7 +341,7 @@ def _verdict(report: DoctorReport, style: Style) -> list[str]:
     return out
 
 
-def _next_why(report: DoctorReport) -> str:
+def _next_why(report: WordedReport) -> str:
     doing = []
     if report.install:
         doing.append("installs " + ", ".join(f"{s} ({why})" for s, why in report.install.items()))
@@ -344,7 +350,7 @@ def _next_why(report: DoctorReport) -> str:
     return "; ".join(doing)
 
 
-def _entry_points(report: DoctorReport) -> str:
+def _entry_points(report: WordedReport) -> str:
     """How many objects import loads, and from how many entry points of each kind."""
     names = {"extension": "extension module(s)", "executable": "executable(s)",
              "run-time": "run-time load(s)"}  # fmt: skip
@@ -352,7 +358,7 @@ def _entry_points(report: DoctorReport) -> str:
     return f"import loads {report.imported_objects} of them; load chains start at {kinds or 'none'}"
 
 
-def _finding(f: Finding, style: Style) -> Iterable[str]:
+def _finding(f: WordedFinding, style: Style) -> Iterable[str]:
     mark, colour = _MARK[f.severity]
     yield ""
     yield style(f"{mark} [{f.kind}] ", fg=colour, bold=True) + f.message

@@ -20,10 +20,11 @@ from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.linkage import Root, entry_roots
 from cudafix.linker.loader import DlopenTable, SearchConfig
 from cudafix.linker.runtime import BoundLoads
+from cudafix.model.doctor import Difference
 from cudafix.model.names import DistName, EnvPath
 from cudafix.plan.requirements import requested_extras
 
-Mismatches = dict[DistName, list[tuple[EnvPath, str]]]
+Mismatches = dict[DistName, list[tuple[EnvPath, Difference]]]
 """Per distribution, its files whose bytes are not their RECORD's, with how they differ."""
 
 
@@ -72,10 +73,10 @@ class Facts:
                 if st is None or st.kind != "file" or not e.sha256 or not single:
                     continue
                 if e.size is not None and e.size != st.size:
-                    why = f"{st.size} bytes, RECORD says {e.size}"
+                    why = Difference(size=st.size, recorded_size=e.size)
                     out.setdefault(name, []).append((e.path, why))
                 elif e.path in self.path_hashes and self.path_hashes[e.path] != e.sha256:
-                    out.setdefault(name, []).append((e.path, "sha256 differs from RECORD"))
+                    out.setdefault(name, []).append((e.path, Difference()))
         return out
 
     shebangs: Mapping[EnvPath, Shebang] = field(default_factory=dict)

@@ -7,15 +7,18 @@ venv) is the oracle for what the loader really does.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cudafix.model.doctor import MixedMajors, Unresolved
 from scenarios import BuiltScenario, build_spec
 from scenarios.spec import Scenario
 from tests.support.cli import as_json, cudafix
+from tests.support.doctor import diagnosed, with_facts
 from tests.support.loadertree import cudafix_tree, ldd, parse_ldd, real
 from tests.support.venvs import ScenarioFactory, site_dir, try_import
 
@@ -108,7 +111,8 @@ def test_a_bundled_library_nothing_loads_is_information(tmp_path: Path) -> None:
     assert set(found) == {"liba-1a2b3c4d.so:libb-5e6f7a8b.so"}, found
     [finding] = found.values()
     assert finding["severity"] == "info"
-    assert "no extension module loads it" in finding["message"]
+    [(_, facts)] = with_facts(diagnosed(built.venv).findings, Unresolved)
+    assert (facts.chains, facts.system, facts.optional_for) == (0, None, None)  # nothing loads it
     assert proc.returncode == 0, proc.stdout
 
 
@@ -129,7 +133,8 @@ def test_a_need_failing_on_every_chain_is_still_an_error(tmp_path: Path) -> None
     assert set(found) == {"liba-1a2b3c4d.so:libb-5e6f7a8b.so"}, found
     [finding] = found.values()
     assert finding["severity"] == "error" and proc.returncode == 1
-    assert "fails on each of the 2 load chain(s)" in finding["details"][0]
+    [(_, facts)] = with_facts(diagnosed(built.venv).findings, Unresolved)
+    assert facts.chains == 2 and "pkg/_" in facts.root  # fails on each of the 2 chains
 
 
 # The planner judges the same way: libb lives in its own distribution, reached only through
@@ -254,9 +259,15 @@ packages = ["torch==2.14.1", "nvidia-cublas==13.1.0.3", "nvidia-cuda-runtime-cu1
 
 
 def _commands(finding: dict[str, Any]) -> list[str]:
-    hint = finding["hint"] or ""
-    shown = [c for i, c in enumerate(hint.split("`")) if i % 2]
-    return shown + [c["command"] for c in finding["choices"] if c["command"]]
+    """The commands a finding offers: its own, and each choice's."""
+    own = [shlex.join(finding["command"])] if finding["command"] else []
+    return own + [c["command"] for c in finding["choices"] if c["command"]]
+
+
+def _needed_by(built: BuiltScenario) -> dict[int, list[str]]:
+    """Per CUDA major, the frameworks doctor found needing it."""
+    [(_, majors)] = with_facts(diagnosed(built.venv).findings, MixedMajors)
+    return majors.needed_by
 
 
 def test_two_frameworks_on_two_majors_keep_both_or_remove_one_whole(tmp_path: Path) -> None:
@@ -266,14 +277,9 @@ def test_two_frameworks_on_two_majors_keep_both_or_remove_one_whole(tmp_path: Pa
     built = _build(TWO_FRAMEWORKS, tmp_path / "venv")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     report = as_json(proc)
-    [mixed] = [
-        f
-        for f in report["findings"]
-        if f["kind"] == "mixed-cuda" and f["message"].startswith("distributions for more")
-    ]
+    [mixed] = [f for f in report["findings"] if f["kind"] == "mixed-cuda" and f["owners"]]
     assert mixed["severity"] == "info" and proc.returncode == 0, report["findings"]
-    assert "jax-cuda12-plugin needs cu12" in mixed["message"]
-    assert "torch needs cu13" in mixed["message"]
+    assert _needed_by(built) == {12: ["jax-cuda12-plugin"], 13: ["torch"]}
     choices = {(c["action"], tuple(c["majors"])): c for c in mixed["choices"]}
     assert set(choices) == {
         ("keep-all", (12, 13)),
@@ -422,16 +428,11 @@ def test_cu12_needs_behind_a_requested_extra_are_a_frameworks_not_leftovers(
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     report = as_json(proc)
     for f in report["findings"]:
-        assert "'nvidia-*-cu12'" not in (f["hint"] or ""), f
+        assert "nvidia-*-cu12" not in f["command"], f
         assert all("'nvidia-*-cu12'" not in (c["command"] or "") for c in f["choices"]), f
-    [mixed] = [
-        f
-        for f in report["findings"]
-        if f["kind"] == "mixed-cuda" and f["message"].startswith("distributions for more")
-    ]
+    [mixed] = [f for f in report["findings"] if f["kind"] == "mixed-cuda" and f["owners"]]
     assert mixed["severity"] == "info" and proc.returncode == 0, report["findings"]
-    assert "jax-cuda12-plugin needs cu12" in mixed["message"]
-    assert "torch needs cu13" in mixed["message"]
+    assert _needed_by(built) == {12: ["jax-cuda12-plugin"], 13: ["torch"]}
     choices = {(c["action"], tuple(c["majors"])): c for c in mixed["choices"]}
     assert set(choices) == {
         ("keep-all", (12, 13)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import compileall
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,11 +15,14 @@ import pytest
 
 from cudafix.env.target import locate_target
 from cudafix.gather import gather
+from cudafix.model.doctor import MixedSonames, Unresolved
 from cudafix.model.probe import ProbeSpec
+from cudafix.model.reasons import ForeignOwnFiles
 from cudafix.tx.probe import run_probes
 from scenarios import build_spec
 from scenarios.spec import Scenario
 from tests.support.cli import as_json, cudafix
+from tests.support.doctor import diagnosed, with_facts
 from tests.support.venvs import ScenarioFactory, site_dir
 
 pytestmark = pytest.mark.slow
@@ -75,11 +79,10 @@ def test_two_majors_in_one_load_tree_are_reported(tmp_path: Path) -> None:
     assert proc.returncode == 1
     mixed = [f for f in as_json(proc)["findings"] if f["kind"] == "mixed-cuda"]
     assert len(mixed) == 1, mixed
-    assert "libcudart.so.12 and libcudart.so.13" in mixed[0]["message"]
-    assert "kernels/_ops" in mixed[0]["message"]
-    assert any(
-        "nvidia/cublas/lib/libcublas.so.12 needs libcudart.so.12" in d for d in mixed[0]["details"]
-    )
+    [(_, tree)] = with_facts(diagnosed(built.venv).findings, MixedSonames)
+    assert [ld.need for ld in tree.loads] == ["libcudart.so.12", "libcudart.so.13"]
+    assert "kernels/_ops" in tree.root
+    assert tree.loads[0].requester.endswith("nvidia/cublas/lib/libcublas.so.12")
 
 
 # What a healthy CUDA venv on a CPU box looks like: an extension whose tree needs the driver's
@@ -122,17 +125,17 @@ packages = ["gpukit==1.0"]
 def test_driver_and_on_demand_gaps_are_information_not_problems(tmp_path: Path) -> None:
     built = build_spec(Scenario.model_validate(tomllib.loads(CPU_BOX)), tmp_path / "venv")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
-    unresolved = {
-        f["message"].split(" needs ")[1].split(",")[0]: f
-        for f in as_json(proc)["findings"]
-        if f["kind"] == "unresolved"
-    }
+    unresolved = {f["need"]: f for f in as_json(proc)["findings"] if f["kind"] == "unresolved"}
     assert set(unresolved) == {"libcuda.so.1", "libucp.so.0", "libcudafix_nowhere.so.7"}
     assert all(f["severity"] == "info" for f in unresolved.values()), unresolved
-    assert "the NVIDIA driver" in unresolved["libcuda.so.1"]["message"]
-    assert "install" not in unresolved["libcuda.so.1"]["hint"]
-    assert "no extension module loads it" in unresolved["libcudafix_nowhere.so.7"]["message"]
+    assert unresolved["libcuda.so.1"]["command"] == []
     assert proc.returncode == 0, proc.stdout
+    facts = {f.need: u for f, u in with_facts(diagnosed(built.venv).findings, Unresolved)}
+    assert (
+        facts["libcuda.so.1"].system is not None and "NVIDIA driver" in facts["libcuda.so.1"].system
+    )
+    nowhere = facts["libcudafix_nowhere.so.7"]
+    assert (nowhere.chains, nowhere.system, nowhere.optional_for) == (0, None, None)
 
 
 def test_an_objects_search_directories_are_listed_once_not_per_need(tmp_path: Path) -> None:
@@ -153,10 +156,16 @@ def test_an_objects_search_directories_are_listed_once_not_per_need(tmp_path: Pa
         if f["consumer"].endswith("plugins/libtransport_ucx.so")
     ]
     assert [f["need"] for f in plugin] == ["libcudafix_nowhere.so.7", "libucp.so.0"]
-    first, second = (f["details"] for f in plugin)
-    assert len(first) > 30 and all(d.startswith("searched ") for d in first)
-    assert "gpukit/lib/sub29/lib" in first[29]
-    assert second == [f"searched the same {len(first)} directories as for libcudafix_nowhere.so.7"]
+    assert len(plugin[0]["details"]) > 30 and len(plugin[1]["details"]) == 1
+    first, second = (
+        u
+        for f, u in with_facts(diagnosed(built.venv).findings, Unresolved)
+        if f.consumer is not None and f.consumer.endswith("plugins/libtransport_ucx.so")
+    )
+    assert len(first.searched) > 30 and first.searched_as is None
+    assert "gpukit/lib/sub29/lib" in first.searched[29]
+    assert (second.searched, second.searched_as) == ([], "libcudafix_nowhere.so.7")
+    assert second.searched_count == len(first.searched)
 
 
 def test_an_import_that_would_fail_is_an_error(tmp_path: Path) -> None:
@@ -165,7 +174,7 @@ def test_an_import_that_would_fail_is_an_error(tmp_path: Path) -> None:
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     errors = [f for f in as_json(proc)["findings"] if f["severity"] == "error"]
     assert [f["kind"] for f in errors] == ["unresolved"]
-    assert "gpukit/lib/libkernels.so" in errors[0]["message"]
+    assert errors[0]["consumer"].endswith("gpukit/lib/libkernels.so")
     assert proc.returncode == 1
 
 
@@ -240,10 +249,10 @@ def test_a_pristine_install_shape_is_healthy(tmp_path: Path) -> None:
     assert proc.returncode == 0, [f for f in report["findings"] if f["severity"] != "info"]
     [dup] = _finding(report, "duplicate-soname")
     assert dup["need"] == "libcupti.so.13" and len(dup["paths"]) == 2
-    assert "no consumer's search path holds two" in dup["message"]
+    assert dup["severity"] == "info"  # no consumer's search path holds two copies
     [shared] = _finding(report, "shared")
     assert any("__pycache__" in p for p in shared["paths"])
-    assert "cudafix remove" not in shared["hint"].replace("`cudafix remove` plans", "")
+    assert shared["command"] == []  # no removal offered for identical bytes
     assert _finding(report, "clobbered") == []
 
 
@@ -263,7 +272,9 @@ def test_a_copy_on_the_consumers_own_path_from_another_build_warns(tmp_path: Pat
     assert shadowed["consumer"].endswith("torch/lib/libtorch_cuda.so")
     assert shadowed["provider"].endswith("triton/backends/nvidia/lib/cupti/libcupti.so.13")
     # triton ships the nvidia/__init__.py the nvidia wheels claim too: --repair, not bare
-    assert f"cudafix remove triton --repair --dry-run --venv {built.venv}" in shadowed["hint"]
+    assert shadowed["command"] == [
+        *("cudafix", "remove", "triton", "--repair", "--dry-run", "--venv", str(built.venv))
+    ]
 
 
 def test_own_files_holding_another_builds_bytes_are_found_and_repair_fixes_them(
@@ -280,8 +291,9 @@ def test_own_files_holding_another_builds_bytes_are_found_and_repair_fixes_them(
     [foreign] = _finding(report, "foreign-bytes")
     assert foreign["distribution"] == "nvidia-cuda-cupti"
     assert foreign["paths"] == [str(lib.relative_to(built.venv))]
-    assert report["repair"] == {
-        "nvidia-cuda-cupti": "1 of its own file(s) hold another build's bytes"
+    assert list(report["repair"]) == ["nvidia-cuda-cupti"]
+    assert diagnosed(built.venv).repair == {
+        "nvidia-cuda-cupti": ForeignOwnFiles(subject="nvidia-cuda-cupti", count=1)
     }
     text = cudafix("doctor", "--venv", built.venv).stdout
     [next_line] = [ln for ln in text.splitlines() if ln.startswith("Next: ")]
@@ -338,14 +350,11 @@ def test_the_mixed_cuda_hint_names_the_major_nothing_loaded_needs(
 ) -> None:
     for name, leftover in (("incident", "cu13"), ("shadowing", "cu12")):
         built = scenario(name)
-        [mixed] = [
-            f
-            for f in _finding(
-                as_json(cudafix("doctor", "--json", "--venv", built.venv)), "mixed-cuda"
-            )
-            if f["message"].startswith("distributions for more than one CUDA major")
-        ]
-        assert f"cudafix remove 'nvidia-*-{leftover}' --repair --dry-run --venv " in mixed["hint"]
+        report = as_json(cudafix("doctor", "--json", "--venv", built.venv))
+        [mixed] = [f for f in _finding(report, "mixed-cuda") if f["owners"]]  # the majors'
+        remove = ["cudafix", "remove", f"nvidia-*-{leftover}", "--repair", "--dry-run"]
+        assert mixed["command"] == [*remove, "--venv", str(built.venv)]
+        assert [c["command"] for c in mixed["choices"]] == [shlex.join(mixed["command"])]
 
 
 def test_a_load_probe_failing_only_on_the_driver_passes_with_a_note(tmp_path: Path) -> None:
@@ -375,11 +384,9 @@ def test_the_shadowing_scenario_warns_and_names_the_copy_to_remove(
     [shadowed] = [f for f in _finding(report, "shadowed") if f["severity"] == "warning"]
     assert shadowed["need"] == "libcusparseLt.so.0" and proc.returncode == 1
     assert shadowed["provider"].endswith("nvidia/cusparselt/lib/libcusparseLt.so.0")
-    assert (
-        # it shares nvidia/__init__.py with the cu13 wheel: the bare removal is refused
-        f"cudafix remove nvidia-cusparselt-cu12 --repair --dry-run --venv {built.venv}"
-        in (shadowed["hint"])
-    )
+    # it shares nvidia/__init__.py with the cu13 wheel: the bare removal is refused
+    remove = ["cudafix", "remove", "nvidia-cusparselt-cu12", "--repair", "--dry-run"]
+    assert shadowed["command"] == [*remove, "--venv", str(built.venv)]
 
 
 # vendorlib's DT_RPATH lists foo-fast's directory first; foo-fast is required only by
@@ -423,7 +430,7 @@ def test_a_copy_a_requested_extra_requires_is_not_a_wrong_pick(tmp_path: Path) -
     report = as_json(proc)
     [shadowed] = _finding(report, "shadowed")
     assert shadowed["provider"].endswith("foo_fast/lib/libfoo.so.1"), shadowed
-    assert (shadowed["severity"], shadowed["hint"], proc.returncode) == ("info", None, 0)
+    assert (shadowed["severity"], shadowed["command"], proc.returncode) == ("info", [], 0)
     planned = cudafix("remove", "foo-fast", "--dry-run", "--json", "--venv", built.venv)
     plan = as_json(planned)
     assert plan["verdict"] == "refused" and planned.returncode == 3
@@ -441,10 +448,7 @@ def test_the_clobbered_hint_removes_the_build_import_does_not_need_and_runs_as_p
     report = as_json(cudafix("doctor", "--json", "--venv", built.venv))
     clobbered = [f for f in _finding(report, "clobbered") if "nvidia-cudnn-cu12" in f["owners"]]
     assert clobbered, report["findings"]
-    [command] = [
-        h.split("`")[1] for f in clobbered if (h := f["hint"]) and "nvidia-cudnn-cu13" in h
-    ]
-    words = command.split()
+    [words] = [f["command"] for f in clobbered if "nvidia-cudnn-cu13" in f["command"]]
     assert words[:3] == ["cudafix", "remove", "nvidia-cudnn-cu13"]
     assert words[-2:] == ["--venv", str(built.venv)]
     wheels = ["--offline", "--find-links", str(built.wheelhouse)]

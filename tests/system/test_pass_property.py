@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from cudafix.cli.doctor_words import WordedFinding
 from cudafix.env.inventory import is_bytecode
-from cudafix.model.doctor import Finding, new_problems
+from cudafix.model.doctor import new_problems
 from scenarios.catalog import scenario_names
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, cudafix, dlopen_table
@@ -76,9 +77,9 @@ def _tree(prefix: Path) -> dict[str, tuple[object, ...]]:
     return tree
 
 
-def _findings(prefix: Path, table: list[str]) -> list[Finding]:
+def _findings(prefix: Path, table: list[str]) -> list[WordedFinding]:
     report = as_json(cudafix("doctor", "--venv", prefix, "--json", *table))
-    return [Finding.model_validate(f) for f in report["findings"]]
+    return [WordedFinding.model_validate(f) for f in report["findings"]]
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from cudafix.model.doctor import Scripts
 from tests.support.cli import as_json, cudafix
+from tests.support.doctor import diagnosed, with_facts
 from tests.support.venvs import install, new_venv
 from tests.support.wheels import make_wheel
 
@@ -56,7 +58,8 @@ def test_a_relocated_venv_is_healthy_and_says_so(tmp_path: Path) -> None:
     assert "foreign-bytes" not in kinds and "bad-script" not in kinds
     [note] = kinds["relocated"]
     assert note["severity"] == "info" and note["paths"] == ["bin/pr-cli"]
-    assert f"{moved}/bin/python" in str(note["message"])
+    [(_, script)] = with_facts(diagnosed(moved).findings, Scripts)
+    assert script.interpreters == [f"{moved}/bin/python"]
     assert as_json(cudafix("repair", "--venv", moved, "--dry-run", "--json"))["state"] == (
         "nothing-to-do"
     )

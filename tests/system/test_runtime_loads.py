@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from cudafix.model.doctor import RequirementUnmet, SharedPaths
 from cudafix.model.probe import ProbeSpec
 from cudafix.tx.probe import run_probes
 from scenarios import BuiltScenario
 from tests.support.cli import as_json, assert_one_line_error, cudafix, uv_uninstall
+from tests.support.doctor import diagnosed, with_facts
 from tests.support.venvs import ScenarioFactory, site_dir
 
 pytestmark = pytest.mark.slow
@@ -79,13 +81,13 @@ def test_doctor_names_the_lost_run_time_library_and_repair_installs_the_extras_p
     report = as_json(proc)
     runtime = [f for f in report["findings"] if f["need"] == "libcudnn.so.9"]
     assert [(f["severity"], f["consumer"].endswith(PLUGIN)) for f in runtime] == [("error", True)]
-    assert "jax-cuda12-plugin" in runtime[0]["message"]
+    assert runtime[0]["distribution"] == "jax-cuda12-plugin"
     assert list(report["install"]) == ["nvidia-cudnn-cu12<10.0,>=9.1"]
     # jax[cuda12] asked for jax-cuda12-plugin[with-cuda]: its requirement is reported too
-    assert any(
-        f["kind"] == "requirement" and "jax-cuda12-plugin[with-cuda]" in f["message"]
-        for f in report["findings"]
-    )
+    found = diagnosed(built.venv).findings
+    assert "jax-cuda12-plugin[with-cuda]" in {
+        u.requested_as for _, u in with_facts(found, RequirementUnmet)
+    }
     done = _repair(built, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     result = as_json(done)
@@ -115,7 +117,7 @@ def test_cupy_by_path_load_refused_diagnosed_and_repaired(scenario: ScenarioFact
     assert any(
         f["kind"] == "unresolved"
         and f["need"].endswith("nvidia/curand/lib/libcurand.so.10")
-        and "cupy-cuda12x" in f["message"]
+        and f["distribution"] == "cupy-cuda12x"
         for f in errors
     ), errors
     assert list(report["install"]) == ["nvidia-curand-cu12==10.3.5.147"]
@@ -174,8 +176,12 @@ def test_two_frameworks_sharing_cudnn_are_not_told_to_remove_what_one_requires(
     (clobber,) = [f for f in report["findings"] if f["kind"] == "clobbered"]
     assert clobber["owners"] == ["nvidia-cudnn-cu12", "nvidia-cudnn-cu13"]
     assert clobber["command"] == [] and report["next_command"] == []
-    assert "jax-cuda12-plugin requires nvidia-cudnn-cu12" in clobber["hint"]
-    assert "torch requires nvidia-cudnn-cu13" in clobber["hint"]
+    found = with_facts(diagnosed(built.venv).findings, SharedPaths)
+    [shared] = [facts for f, facts in found if f.kind == "clobbered"]
+    assert shared.required_by == {
+        "nvidia-cudnn-cu12": ["jax-cuda12-plugin"],
+        "nvidia-cudnn-cu13": ["torch"],
+    }
 
 
 def test_each_offered_framework_removal_passes_as_printed(scenario: ScenarioFactory) -> None:
