@@ -16,6 +16,7 @@ import pytest
 from test_transaction import BAD, OK, _run_child, assert_same
 
 from cudafix.env.statedir import StateDir, new_txid
+from cudafix.faults import CRASH_ENV, FAIL_ENV
 from cudafix.model.errors import (
     DamagedState,
     ExitCode,
@@ -26,7 +27,6 @@ from cudafix.model.errors import (
 from cudafix.tx import journal
 from cudafix.tx.apply import run_transaction
 from cudafix.tx.history import history, show
-from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from cudafix.tx.recovery import pending_transactions, recover
 from cudafix.tx.snapshot import Entry, post_state_from_json
 from cudafix.tx.snapshot import load as load_manifest

@@ -26,9 +26,9 @@ from typing import Any
 
 from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
+from cudafix.faults import crash_point, fail_point, hooks_armed
 from cudafix.model.errors import DamagedState, UnsafeState
 from cudafix.tx.journal import append as journal_append
-from cudafix.tx.journal import crash_point, fail_point, hooks_armed
 from cudafix.tx.steps import StateRebuilt
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
