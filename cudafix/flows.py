@@ -44,8 +44,8 @@ from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv
 from cudafix.model.doctor import DoctorReport, Finding, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
 from cudafix.model.names import BackendName, DistName, EnvPath
-from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan, input_problems
-from cudafix.model.probe import ProbeSpec, probe_spec
+from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan
+from cudafix.model.probe import ProbeSpec
 from cudafix.model.reasons import InstallToday
 from cudafix.model.sources import Sources
 from cudafix.model.transaction import (
@@ -58,11 +58,13 @@ from cudafix.model.transaction import (
     UndoPreview,
     quiet,
 )
+from cudafix.plan.admit import input_problems
 from cudafix.plan.doctor import diagnose, repair_candidates, runtime_installs
 from cudafix.plan.facts import Facts
 from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from cudafix.plan.preconditions import assumed_paths, check, retarget
+from cudafix.plan.probes import probe_spec
 from cudafix.plan.requirements import missing_requirements
 from cudafix.plan.script import load_script, script_options, script_request
 from cudafix.plan.select import select

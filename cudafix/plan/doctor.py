@@ -15,6 +15,7 @@ from typing import TypedDict
 
 from packaging.requirements import Requirement
 
+from cudafix.cli.wording import reinstall_text
 from cudafix.env.inventory import CoOwnedPath, Inventory, is_bytecode
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
@@ -34,7 +35,6 @@ from cudafix.model import reasons as R
 from cudafix.model.commands import TargetFlags, cudafix_argv, shell_join
 from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
-from cudafix.model.wording import reinstall_text
 from cudafix.plan.facts import Facts, Mismatches, load_roots
 from cudafix.plan.requirements import (
     MissingRequirement,

@@ -529,7 +529,14 @@ def _warnings(
     refused: Sequence[P.RefusedPath],
 ) -> list[R.PlanWarning]:
     out: list[R.PlanWarning] = [
-        R.ProviderSwitched.of(s, paths=[s.before, s.after])
+        R.ProviderSwitched(
+            subject=s.consumer,
+            distribution=s.consumer_distribution,
+            need=s.need,
+            before=s.before,
+            after=s.after,
+            paths=[s.before, s.after],
+        )
         for s in switches
         if s.before != s.after  # same path, new bytes: an install's, refused on its own
     ]

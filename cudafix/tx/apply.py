@@ -19,7 +19,7 @@ from cudafix.fetch.staging import scratch_dir
 from cudafix.fetch.wheelfile import checked_copy, written_paths
 from cudafix.model.errors import InputError, PlanRefused, StalePlan, TargetError
 from cudafix.model.names import EnvPath
-from cudafix.model.plan import Plan, input_problems, refuse_unless_allowed
+from cudafix.model.plan import Plan
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
 from cudafix.model.transaction import (
@@ -29,6 +29,7 @@ from cudafix.model.transaction import (
     TransactionResult,
     quiet,
 )
+from cudafix.plan.admit import input_problems, refuse_unless_allowed
 from cudafix.tx import files, journal, snapshot, steps
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.verify import install_mismatches
