@@ -18,7 +18,6 @@ from packaging.requirements import Requirement
 from cudafix.cli.wording import reinstall_text
 from cudafix.env.inventory import CoOwnedPath, Inventory, is_bytecode
 from cudafix.linker.elfindex import EnvironmentView
-from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import (
     Chains,
     Edge,
@@ -59,7 +58,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     runs as printed from wherever the user is.
     """
     inv = facts.inventory
-    view = EnvironmentView(inv.prefix, facts.elf, inv.files)
+    view = EnvironmentView(inv.prefix, facts.elf, inv.files, system=facts.host)
     objects = env_objects(str(inv.prefix), facts.elf)
     chains = resolve_chains(load_roots(facts), objects, view, facts.search, facts.dlopen)
     loaded = loaded_closure(facts, chains)
@@ -193,7 +192,7 @@ def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[
     """
     inv = facts.inventory
     if edges is None:
-        view = EnvironmentView(inv.prefix, facts.elf, inv.files)
+        view = EnvironmentView(inv.prefix, facts.elf, inv.files, system=facts.host)
         roots = [r for r in load_roots(facts) if r.path in facts.runtime.objects]
         edges = resolve_chains(roots, (), view, facts.search, facts.dlopen).edges.values()
     out: dict[str, str] = {}
@@ -451,7 +450,7 @@ def _unresolved(
     framework's run-time load is judged by :func:`_run_time_unresolved`. When the consumer's
     distribution requires one that is not installed, installing that is the fix.
     """
-    system = provided_by_system()
+    system = facts.host.provided_by_system()
     elsewhere = _copies_by_name(inv)
     searched = _Searched(inv)
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):

@@ -57,7 +57,7 @@ def after_view(
     )
     stub = FileStat(kind="file", size=0, mode=0o644, dev=0, ino=0, mtime_ns=0)
     files = {**view.files, **dict.fromkeys(new, stub)}
-    return EnvironmentView(Path(view.prefix), after, files, gone, view.system)
+    return EnvironmentView(Path(view.prefix), after, files, gone, system=view.system)
 
 
 def owners_after(
