@@ -66,7 +66,7 @@ def compare(venv: Path) -> Comparison:
     """Resolve every ELF object of ``venv`` with an empty dlopen table (ldd sees DT_NEEDED only)."""
     facts = gather(locate_target(None, str(venv), os.environ, Path.cwd()))
     inv = facts.inventory
-    view = EnvironmentView(inv.prefix, facts.elf, inv.files)
+    view = EnvironmentView(inv.prefix, facts.elf, inv.files, system=facts.host)
     result = Comparison()
     for rel in sorted(facts.elf.objects):
         if rel in facts.elf.foreign:

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         undo,
         undo_preview,
     )
-    from cudafix.model.plan import refuse_unless_allowed
+    from cudafix.plan.admit import refuse_unless_allowed
     from cudafix.warm import recall_answer
 
 _FLOWS = (
@@ -80,7 +80,7 @@ _FLOWS = (
 )
 _LAZY = {
     **dict.fromkeys(_FLOWS, "cudafix.flows"),
-    "refuse_unless_allowed": "cudafix.model.plan",
+    "refuse_unless_allowed": "cudafix.plan.admit",
     "recall_answer": "cudafix.warm",
     "answer_key": "cudafix.env.answers",
     "Answer": "cudafix.env.answers",

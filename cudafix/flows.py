@@ -38,14 +38,13 @@ from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
 from cudafix.gather import gather, live_differences, with_hashes, with_staging
-from cudafix.linker.elfindex import SHARED_SYSTEM
-from cudafix.linker.hostcache import HOST
+from cudafix.linker.hostcache import last_consulted
 from cudafix.model.commands import TargetFlags, cudafix_argv, cudafix_line, venv_flags
 from cudafix.model.doctor import DoctorReport, Finding, SayFindings, new_problems
 from cudafix.model.errors import CudafixError, InputError, LockedError, UnsafeState
 from cudafix.model.names import BackendName, DistName, EnvPath
-from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan, input_problems
-from cudafix.model.probe import ProbeSpec, probe_spec
+from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan
+from cudafix.model.probe import ProbeSpec
 from cudafix.model.reasons import InstallToday
 from cudafix.model.sources import Sources
 from cudafix.model.transaction import (
@@ -58,11 +57,13 @@ from cudafix.model.transaction import (
     UndoPreview,
     quiet,
 )
+from cudafix.plan.admit import input_problems
 from cudafix.plan.doctor import diagnose, repair_candidates, runtime_installs
 from cudafix.plan.facts import Facts
 from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from cudafix.plan.preconditions import assumed_paths, check, retarget
+from cudafix.plan.probes import probe_spec
 from cudafix.plan.requirements import missing_requirements
 from cudafix.plan.script import load_script, script_options, script_request
 from cudafix.plan.select import select
@@ -180,7 +181,9 @@ def _plan(facts: Facts, request: Request, sources: Sources, on_event: OnEvent = 
     if staged.staging.wheels:
         on_event(Progress(f"  fetched {_fetched(staged)}"))
     on_event(Progress("  simulating the plan"))
-    return build_plan(staged, request)
+    plan = build_plan(staged, request)
+    facts.host.save()
+    return plan
 
 
 def _check_backend(backend: BackendName, facts: Facts) -> None:
@@ -232,25 +235,32 @@ def remember_answer(
     if pending_transactions(target.prefix) or unreadable_transactions(target.prefix):
         return False
     if read is None:
-        tree = TreeCache.load(StateDir(target.prefix).tree_cache).read_paths()
-        read = read_set(args, target, tree)
+        state = StateDir(target.prefix)
+        tree = TreeCache.load(state.tree_cache).read_paths()
+        read = read_set(args, target, tree, host=last_consulted(state.host_cache))
     return remember(target.prefix, answers, read, since_ns=since_ns, ctimes=ctimes)
 
 
 def read_set(
-    args: FactArgs, target: TargetEnv, tree: Sequence[str], search_dirs: Sequence[str] = ()
+    args: FactArgs,
+    target: TargetEnv,
+    tree: Sequence[str],
+    search_dirs: Sequence[str] = (),
+    *,
+    host: Sequence[str],
 ) -> ReadSet:
     """What facts read from ``target`` (and what was resolved on them) depend on: the
     ``tree`` paths the walk listed and watched (``Facts.read_paths``), the interpreter, the
-    host files the loader consulted, the extra dlopen tables (:mod:`cudafix.env.answers`);
-    ``search_dirs``: system directories a resolution still to come will list."""
+    ``host`` files the loader consulted (``Facts.host``, or what the last reading saved:
+    :func:`~cudafix.linker.hostcache.last_consulted`), the extra dlopen tables
+    (:mod:`cudafix.env.answers`); ``search_dirs``: system directories a resolution still
+    to come will list."""
     state = StateDir(target.prefix)
     env = [*tree, "pyvenv.cfg", f"{STATE_DIR_NAME}/{state.transactions.name}"]
-    host = [*HOST.paths(), *SHARED_SYSTEM.consulted(), *map(str, args.dlopen_tables)]
-    host += search_dirs
+    outside = [*host, *map(str, args.dlopen_tables), *search_dirs]
     if target.python is not None:
-        host.append(str(target.python))
-    return ReadSet(sorted_unique(env), sorted_unique(host))
+        outside.append(str(target.python))
+    return ReadSet(sorted_unique(env), sorted_unique(outside))
 
 
 # -- the flows ------------------------------------------------------------------------------
@@ -270,6 +280,7 @@ def doctor(args: FactArgs, on_event: OnEvent = quiet) -> Diagnosis:
     target, facts = open_target(args, mutating=False, on_event=on_event)
     on_event(Progress("  diagnosing"))
     report = diagnose(facts, target_flags(args.target, target))
+    facts.host.save()
     return Diagnosis(report, {_before_run_key(args): _before_run_answer(facts, report.findings)})
 
 
@@ -580,8 +591,11 @@ def _read_before(
     started = time.time_ns()
     facts = read_facts(args, target, on_event)
     inv = facts.inventory
-    read = read_set(args, target, facts.read_paths, _search_dirs(facts))
+    read = read_set(
+        args, target, facts.read_paths, _search_dirs(facts), host=facts.host.consulted()
+    )
     findings = diagnose(facts, flags).findings
+    facts.host.save()
     kept = {_before_run_key(args): _before_run_answer(facts, findings)}
     remember_answer(args, kept, since_ns=started, read=read, ctimes=False)
     return _Before(

@@ -2,8 +2,8 @@
 
 The one read-side orchestration above ``env/`` and ``linker/``, so ``plan/`` stays pure:
 the target's interpreter is asked once, the tree is walked once, ELF objects and hashes
-come from caches under ``.cudafix/`` when unchanged, and the process-wide host cache is
-bound to the target's (``host``). What a plan needs besides (hashes for preconditions,
+come from caches under ``.cudafix/`` when unchanged, and the host is read through one view
+per target (``Facts.host``). What a plan needs besides (hashes for preconditions,
 what staging found, the live state under the lock) is read here too, and handed over as data.
 """
 
@@ -34,7 +34,7 @@ from cudafix.env.target import TargetEnv, query_interpreter
 from cudafix.env.treecache import TreeCache
 from cudafix.fetch.staging import Staging
 from cudafix.linker.elfindex import index_environment
-from cudafix.linker.hostcache import HOST, HostCache
+from cudafix.linker.hostview import HostView
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.linker.runtime import RuntimeTable, bind
 from cudafix.model.errors import CudafixError
@@ -49,23 +49,23 @@ def gather(
     *,
     dlopen_tables: Sequence[Path] = (),
     ld_library_path: str | None = None,
-    host: HostCache = HOST,
+    host: HostView | None = None,
 ) -> Facts:
     """Read the target; caches are saved only where cudafix may write (``.cudafix/``).
 
-    ``host`` is the memo of host facts the ELF index and the loader consult (process-wide
-    by default: host facts are the same for every environment); it is bound to this
-    target's cache file.
+    ``host`` is the view of the host the ELF index and the loader consult, carried in the
+    facts; by default one remembered in the target's host cache, which the caller saves
+    (:meth:`HostView.save`) once its decisions are made.
     """
     state = StateDir(target.prefix)
-    host.use(state.host_cache)
+    host = host if host is not None else HostView(state.host_cache)
     info = query_interpreter(target)
     hashes = HashCache.load(target.prefix, state.hash_cache)
     tree = TreeCache.load(state.tree_cache)
     inventory = read_inventory(
         target.prefix, info.site_packages, target.python, hasher=hashes, cache=tree
     )
-    elf = index_environment(target.prefix, inventory.files, state.elf_cache)
+    elf = index_environment(target.prefix, inventory.files, state.elf_cache, expected=host.arch())
     tree.watch([*elf.objects, *elf.problems])  # an in-place overwrite keeps the dir's mtime
     tree.save(state.tree_cache)
     suspects = changed_since_record(inventory, elf_providers(inventory, elf))
@@ -82,7 +82,7 @@ def gather(
     return Facts(
         inventory=inventory,
         elf=elf,
-        search=SearchConfig.for_host(split_ld_library_path(lib_path)),
+        search=SearchConfig.for_host(host, split_ld_library_path(lib_path)),
         dlopen=table,
         marker_env=dict(info.marker_env),
         self_dependencies=own_dependencies(target.prefix),
@@ -92,6 +92,7 @@ def gather(
         shebangs=read_shebangs(target.prefix, scripts_of(inventory, elf)),
         hashed_files=hashes.hashed,
         read_paths=tuple(tree.read_paths()),
+        host=host,
     )
 
 

@@ -22,6 +22,7 @@ from click.core import ParameterSource
 
 from cudafix import app
 from cudafix.cli.render import plain, render_plan, shown
+from cudafix.cli.wording import error_context
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import (
     CudafixError,
@@ -591,7 +592,7 @@ def error_json(err: CudafixError) -> dict[str, Any]:
         "state": next((s for kind, s in _STATES if isinstance(err, kind)), "error"),
         "exit_code": int(err.exit_code),
         "error": err.message,
-        "context": list(err.context),
+        "context": error_context(err),
         "hint": err.hint,
     }
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from cudafix.cli.wording import reinstall_text
 from cudafix.model.commands import shell_join
 from cudafix.model.doctor import (
     DOCTOR_SCHEMA_VERSION,
@@ -42,7 +43,6 @@ from cudafix.model.doctor import (
     UnsafeRecord,
 )
 from cudafix.model.names import site_relative
-from cudafix.model.wording import reinstall_text
 
 
 class WordedFinding(BaseModel):

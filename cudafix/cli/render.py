@@ -10,10 +10,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cudafix.cli.wording import (
+    alternative_text,
+    error_context,
+    reason_lines,
+    reinstall_text,
+    warning_text,
+)
 from cudafix.model.commands import shell_join
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import site_relative
-from cudafix.model.wording import alternative_text, reason_lines, reinstall_text, warning_text
 
 if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pydantic
     from pathlib import Path
@@ -387,7 +393,7 @@ def _choice(c: Choice) -> str:
 def render_error(err: CudafixError, style: Style = plain) -> str:
     """One clear line, then context and the next command (pip's diagnostic errors)."""
     lines = [style("error", fg="red", bold=True) + f": {shown(err.message)}"]
-    lines += [f"  {shown(c)}" for c in err.context]
+    lines += [f"  {shown(c)}" for c in error_context(err)]
     if err.hint:
         lines.append(f"hint: {shown(err.hint)}")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from cudafix.env.distinfo import CoreMetadata, parse_metadata
 from cudafix.env.inventory import is_bytecode
 from cudafix.env.reading import derive_top_level
 from cudafix.env.record import Refusal, parse_record, resolve_record_path
+from cudafix.faults import crash_point
 from cudafix.fetch.backend import UvBackend
 from cudafix.fetch.wheelfile import identify
 from cudafix.linker.elf import ElfInfo
@@ -40,7 +41,6 @@ from cudafix.model.names import (
 )
 from cudafix.model.sources import Sources
 from cudafix.process import Completed, run, run_live
-from cudafix.tx.journal import crash_point
 
 STAGE_TIMEOUT = 1800.0
 """Seconds one staging install may take (a CUDA wheel is GBs on a slow link)."""

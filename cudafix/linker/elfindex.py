@@ -8,11 +8,9 @@ the index (optionally with some paths removed) without touching the environment 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import posixpath
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,7 +19,7 @@ from typing import Any
 from cudafix.env.inventory import FileStat
 from cudafix.env.statedir import STATE_DIR_NAME, load_cache, save_cache
 from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf, verdict_from_json, verdict_to_json
-from cudafix.linker.hostcache import HOST
+from cudafix.linker.hostview import HostView
 from cudafix.model.names import EnvPath, is_so_name
 
 log = logging.getLogger("cudafix.linker.elfindex")
@@ -51,22 +49,6 @@ class ElfIndex:
     """Files actually opened by this scan (0 on a fully warm cache)."""
 
 
-def read_host_elf(path: str) -> Verdict:
-    """``read_elf`` of a file outside the environment, remembered by its stat (``HOST``)."""
-    return HOST.answer(
-        "elf", path, lambda: read_elf(Path(path)), verdict_to_json, lambda v: verdict_from_json(*v)
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def host_arch() -> tuple[int, str]:
-    """(class, machine) of ``sys.executable``: what the environment's ld.so can load."""
-    info = read_host_elf(sys.executable)
-    if isinstance(info, ElfInfo):
-        return info.elf_class, info.machine
-    return 64, "EM_X86_64"
-
-
 def read_elf_nofollow(path: str) -> ElfInfo | ElfProblem:
     """The index never reads through a symlink (it could point out of the environment)."""
     return read_elf(path, follow_symlinks=False)
@@ -77,10 +59,13 @@ def index_environment(
     files: Mapping[EnvPath, FileStat],
     cache_path: Path | None,
     *,
-    expected: tuple[int, str] | None = None,
+    expected: tuple[int, str],
     read: Reader = read_elf_nofollow,
 ) -> ElfIndex:
     """Classify every regular file in ``files``; reuse cached verdicts for unchanged ones.
+
+    ``expected``: the (ELF class, machine) the environment's interpreter runs
+    (:meth:`HostView.arch <cudafix.linker.hostview.HostView.arch>`); others are foreign.
 
     Most files are not ELF: the cache keeps only their stat key, so a warm run compares
     four integers per file and decodes nothing but the ELF objects.
@@ -111,7 +96,7 @@ def index_environment(
         parsed or plain.keys() != cached.plain.keys() or found.keys() != cached.elf.keys()
     ):
         _save_cache(cache_path, plain, found)
-    index = _build(prefix, plain, found, expected or host_arch(), parsed)
+    index = _build(prefix, plain, found, expected, parsed)
     odd = _odd_libraries(files)
     return replace(index, problems={**index.problems, **odd}) if odd else index
 
@@ -221,53 +206,6 @@ def _save_cache(
 # --- views -------------------------------------------------------------------------------
 
 
-class SystemLibraries:
-    """Memo of files outside the environment (system libs), shared by before/after views.
-
-    Directories are listed once, so probing many absent candidates costs a set lookup.
-    """
-
-    def __init__(self) -> None:
-        self._listings: dict[str, frozenset[str]] = {}
-        self._verdicts: dict[str, Verdict | None] = {}
-        self._real: dict[str, str] = {}
-        self._dirs: dict[str, bool] = {}
-
-    def lookup(self, path: str) -> Verdict | None:
-        """The verdict for ``path``, or None when nothing is there."""
-        if path not in self._verdicts:
-            directory, name = posixpath.split(path)
-            present = name in self._listing(directory) and Path(path).exists()
-            self._verdicts[path] = read_host_elf(path) if present else None
-        return self._verdicts[path]
-
-    def canonical(self, path: str) -> str:
-        if path not in self._real:
-            self._real[path] = os.path.realpath(path)
-        return self._real[path]
-
-    def dir_exists(self, path: str) -> bool:
-        if path not in self._dirs:
-            self._dirs[path] = Path(path).is_dir()
-        return self._dirs[path]
-
-    def consulted(self) -> list[str]:
-        """Every host path and directory looked at so far: what an answer built on these
-        lookups depends on."""
-        return [*self._listings, *self._verdicts, *self._real, *self._dirs]
-
-    def _listing(self, directory: str) -> frozenset[str]:
-        if directory not in self._listings:
-            try:
-                self._listings[directory] = frozenset(os.listdir(directory))  # noqa: PTH208
-            except OSError:
-                self._listings[directory] = frozenset()
-        return self._listings[directory]
-
-
-SHARED_SYSTEM = SystemLibraries()
-"""The process-wide default memo for system libraries."""
-
 _MAX_LINKS = 40  # ld.so/kernel give up after 40 symlinks (ELOOP)
 
 
@@ -276,7 +214,7 @@ class EnvironmentView:
 
     Paths inside the prefix answer from the index; symlinks in the environment are
     followed only within it (a link out of the prefix is absent and never read). Paths
-    outside the prefix are system libraries, read from disk once (``SystemLibraries``).
+    outside the prefix are system libraries, looked up in ``system`` (the run's host view).
     """
 
     def __init__(
@@ -285,21 +223,22 @@ class EnvironmentView:
         index: ElfIndex,
         files: Mapping[EnvPath, FileStat],
         removed: frozenset[EnvPath] = frozenset(),
-        system: SystemLibraries | None = None,
+        *,
+        system: HostView,
     ) -> None:
         self.prefix = posixpath.normpath(str(prefix.absolute()))
         self._real_prefix = os.path.realpath(self.prefix)
         self.index = index
         self.files = files
         self.removed = removed
-        self.system = system if system is not None else SHARED_SYSTEM
+        self.system = system
         self._located: dict[str, EnvPath | None] = {}
         self._dirs: frozenset[str] | None = None
 
     def without(self, removed: frozenset[EnvPath]) -> EnvironmentView:
         """The same environment after deleting ``removed`` (shares the system memo)."""
         view = EnvironmentView(
-            Path(self.prefix), self.index, self.files, self.removed | removed, self.system
+            Path(self.prefix), self.index, self.files, self.removed | removed, system=self.system
         )
         view._dirs = self._dirs  # same files, same directories
         return view

@@ -8,16 +8,16 @@ parsing any of it again. A file changed within ``treecache.RACY_NS`` of the read
 remembered (its mtime cannot vouch for its bytes yet).
 
 System lookups happen while resolving, after the facts are gathered, so the cache is
-written when the process exits (``atexit``) if anything new was learnt; an unwritable
-location is silently skipped, as for every cache.
+written by whoever resolved (:meth:`cudafix.linker.hostview.HostView.save`) once the
+decisions are made, if anything new was learnt; an unwritable location is silently skipped,
+as for every cache.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,10 +33,14 @@ T = TypeVar("T")
 class HostCache:
     """``(kind, path) -> (stat key, JSON value)``; mutable memo, like ``HashCache``."""
 
-    def __init__(self) -> None:
-        self._rows: dict[str, list[Any]] = {}
+    def __init__(self, cache_file: Path | None = None) -> None:
+        """Remembered in ``cache_file`` (read now, written by :meth:`save`); None: this
+        process only."""
+        data = (load_cache(cache_file, FORMAT, VERSION) or {}) if cache_file is not None else {}
+        self._rows = _rows(data.get("rows"))
+        self._consulted = _consulted(data.get("consulted"))
         self._dirty = False
-        self._path: Path | None = None
+        self._path = cache_file
         self._asked: set[str] = set()
 
     def answer(
@@ -62,24 +66,31 @@ class HostCache:
             self._dirty = True
         return value
 
-    def use(self, cache_file: Path) -> None:
-        """Read ``cache_file`` (once per process) and write it back at exit if it changed."""
-        if self._path is not None:
-            return
-        self._path = cache_file
-        self._rows = {**_load(cache_file), **self._rows}
-        atexit.register(self.save)
-
     def paths(self) -> list[str]:
-        """The host files this process asked about (an answer that used them depends on them)."""
+        """The host files asked about (an answer that used them depends on them)."""
         return sorted(self._asked)
 
-    def save(self) -> bool:
-        if not self._dirty or self._path is None:
+    def save(self, consulted: Sequence[str] = ()) -> bool:
+        """Write what was learnt to the cache file, with the host paths the run
+        ``consulted`` (what its answers depend on: :func:`last_consulted`); nothing is
+        written when neither changed. False when it could not be written."""
+        read = sorted(set(consulted))
+        if self._path is None or (not self._dirty and read == self._consulted):
             return True
-        ok = save_cache(self._path, FORMAT, VERSION, {"rows": self._rows})
+        ok = save_cache(self._path, FORMAT, VERSION, {"rows": self._rows, "consulted": read})
         self._dirty = not ok
+        if ok:
+            self._consulted = read
         return ok
+
+
+def last_consulted(cache_file: Path) -> list[str]:
+    """The host paths the last run that saved ``cache_file`` consulted (empty: none known)."""
+    return _consulted((load_cache(cache_file, FORMAT, VERSION) or {}).get("consulted"))
+
+
+def _consulted(value: Any) -> list[str]:
+    return [str(p) for p in value] if isinstance(value, list) else []
 
 
 def _key(path: str) -> list[int] | None:
@@ -90,12 +101,7 @@ def _key(path: str) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)]
 
 
-def _load(cache_file: Path) -> dict[str, list[Any]]:
-    rows = (load_cache(cache_file, FORMAT, VERSION) or {}).get("rows")
+def _rows(rows: Any) -> dict[str, list[Any]]:
     if not isinstance(rows, dict):
         return {}
     return {str(k): v for k, v in rows.items() if isinstance(v, list) and len(v) == 2}
-
-
-HOST = HostCache()
-"""The process-wide host cache (host facts are the same for every environment)."""

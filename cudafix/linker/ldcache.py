@@ -9,13 +9,10 @@ subdirectories. Parsing is a pure function over bytes.
 
 from __future__ import annotations
 
-import functools
 import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-from cudafix.linker.hostcache import HOST
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
@@ -68,26 +65,23 @@ def parse_ld_cache(data: bytes) -> tuple[CacheEntry, ...]:
         raise CacheFormatError(f"malformed ld.so cache: {exc}") from exc
 
 
-def read_ld_cache(path: Path = Path("/etc/ld.so.cache")) -> tuple[CacheEntry, ...]:
-    """Read and parse (remembered by the file's stat); missing or unreadable is empty, as
-    ld.so then skips it."""
-    return HOST.answer(
-        "ld.so.cache", str(path), lambda: _read_ld_cache(path), _entries_to_json, _entries_from_json
-    )
+LD_CACHE = Path("/etc/ld.so.cache")
 
 
-def _read_ld_cache(path: Path) -> tuple[CacheEntry, ...]:
+def read_ld_cache(path: Path = LD_CACHE) -> tuple[CacheEntry, ...]:
+    """Read and parse; missing or unreadable is empty, as ld.so then skips it (a run reads
+    it through :meth:`cudafix.linker.hostview.HostView.ld_cache`, remembered by its stat)."""
     try:
         return parse_ld_cache(path.read_bytes())
     except (OSError, CacheFormatError):
         return ()
 
 
-def _entries_to_json(entries: tuple[CacheEntry, ...]) -> list[Any]:
+def entries_to_json(entries: tuple[CacheEntry, ...]) -> list[Any]:
     return [[e.key, e.path, e.flags, e.hwcap, e.hwcaps_subdir] for e in entries]
 
 
-def _entries_from_json(rows: Any) -> tuple[CacheEntry, ...] | None:
+def entries_from_json(rows: Any) -> tuple[CacheEntry, ...] | None:
     try:
         return tuple(CacheEntry(str(k), str(p), int(f), int(h), s) for k, p, f, h, s in rows)
     except (TypeError, ValueError):
@@ -226,15 +220,9 @@ def hwcap_subdirs(host: HostLoader) -> tuple[str, ...]:
     return tuple(subdirs)
 
 
-@functools.lru_cache(maxsize=4)
-def probe_host_loader(interpreter: str = "/lib64/ld-linux-x86-64.so.2") -> HostLoader:
-    """Ask the host ld.so (read-only, through ``backend.run``); fall back to Debian x86-64."""
-    return HOST.answer(
-        "ld.so --help", interpreter, lambda: _probe(interpreter), asdict, _host_loader_from_json
-    )
-
-
-def _probe(interpreter: str) -> HostLoader:
+def probe_host_loader(interpreter: str) -> HostLoader:
+    """Ask the host ld.so (read-only, through ``process.run``); fall back to Debian x86-64
+    (a run asks through :meth:`cudafix.linker.hostview.HostView.loader`, remembered)."""
     from cudafix.process import run
 
     done = run([interpreter, "--help"], timeout=10)
@@ -242,7 +230,11 @@ def _probe(interpreter: str) -> HostLoader:
     return parsed or DEBIAN_X86_64
 
 
-def _host_loader_from_json(d: Any) -> HostLoader | None:
+def host_loader_to_json(loader: HostLoader) -> dict[str, Any]:
+    return asdict(loader)
+
+
+def host_loader_from_json(d: Any) -> HostLoader | None:
     try:
         return HostLoader(
             tuple(map(str, d["default_dirs"])),

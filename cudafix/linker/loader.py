@@ -38,14 +38,9 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from cudafix.linker.elf import ElfInfo, ElfProblem
-from cudafix.linker.elfindex import EnvironmentView, SystemLibraries, read_host_elf
-from cudafix.linker.ldcache import (
-    CacheEntry,
-    entries_for,
-    hwcap_subdirs,
-    probe_host_loader,
-    read_ld_cache,
-)
+from cudafix.linker.elfindex import EnvironmentView
+from cudafix.linker.hostview import HostView
+from cudafix.linker.ldcache import CacheEntry, entries_for, hwcap_subdirs
 from cudafix.model.errors import InputError
 from cudafix.model.names import Soname
 
@@ -61,7 +56,6 @@ __all__ = [
     "LoadTree",
     "Lookup",
     "SearchConfig",
-    "SystemLibraries",
     "resolve",
 ]
 
@@ -178,13 +172,16 @@ class SearchConfig:
     """Relative search entries (and empty ones) are relative to this."""
 
     @classmethod
-    def for_host(cls, ld_library_path: Sequence[str] | None = None) -> SearchConfig:
-        """This host's loader: its ld.so.cache, default dirs, hwcaps and ``$PLATFORM``."""
-        interp = _host_interpreter()
-        host = probe_host_loader(interp)
+    def for_host(
+        cls, host_view: HostView, ld_library_path: Sequence[str] | None = None
+    ) -> SearchConfig:
+        """This host's loader, as ``host_view`` reads it: its ld.so.cache, default dirs,
+        hwcaps and ``$PLATFORM``."""
+        interp = host_view.interpreter()
+        host = host_view.loader(interp)
         return cls(
             ld_library_path=tuple(ld_library_path or ()),
-            ld_cache=read_ld_cache(),
+            ld_cache=host_view.ld_cache(),
             default_dirs=host.default_dirs,
             lib=host.default_dirs[0].lstrip("/"),
             platform=host.platform,
@@ -525,10 +522,3 @@ class _Walk:
 
     def _canonical(self, path: str) -> str:
         return self.diag.canonical(path) if self.diag else path
-
-
-def _host_interpreter() -> str:
-    info = read_host_elf(sys.executable)
-    if isinstance(info, ElfInfo) and info.interpreter:
-        return info.interpreter
-    return "/lib64/ld-linux-x86-64.so.2"

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the CLI imports errors for --help, which must not pay for pydantic
+    from cudafix.model.plan import Target
+    from cudafix.model.reasons import Reason
 
 
 class ExitCode(enum.IntEnum):
@@ -73,6 +78,21 @@ class PlanRefused(CudafixError):
 
     reference = "plan-refused"
     exit_code = ExitCode.REFUSED
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        context: Sequence[str] = (),
+        hint: str | None = None,
+        reasons: Sequence[Reason] = (),
+        target: Target | None = None,
+    ) -> None:
+        super().__init__(message, context=context, hint=hint)
+        self.reasons = tuple(reasons)
+        """Why the plan was refused, as the plan's typed records (the CLI words them)."""
+        self.target = target
+        """The environment the plan was made for: the reasons' paths are shown relative to it."""
 
 
 class StalePlan(CudafixError):

@@ -7,18 +7,14 @@ layer consumes it unchanged (uv's ``Plan``, auditwheel's queued updates). Paths 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cudafix.model.errors import PlanRefused
-from cudafix.model.names import BackendName, DistName, is_dist_name, is_env_path, is_module_name
+from cudafix.model.names import BackendName, DistName
 from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.model.reasons import AlternativeDoes, PlanWarning, Reason, ReinstallWhy
 from cudafix.model.sources import Sources
-from cudafix.model.wording import reason_lines
 
 PLAN_SCHEMA_VERSION = 2
 """2: ``reasons``, ``warnings``, each reinstall's ``reason`` and each alternative's ``summary``
@@ -144,7 +140,7 @@ class Alternative(_Frozen):
     argv: list[str]
     """Its dry run, as the command to run next (the request's target, sources and policy)."""
     summary: AlternativeDoes
-    """What it does (:func:`cudafix.model.wording.alternative_text` words it)."""
+    """What it does (:func:`cudafix.cli.wording.alternative_text` words it)."""
     unstaged: list[str] = Field(default_factory=list)
     """``NAME==VERSION`` of reinstalls whose wheels were not fetched for the simulation (an
     index is not fetched from just to suggest): it passes if those wheels are the installed
@@ -269,72 +265,3 @@ class Plan(_Frozen):
     """Probes saved with the plan, so a plan file applied elsewhere is checked the same way."""
     source: str | None = None
     """The cleanup script the plan was compiled from, if any."""
-
-
-def refuse_unless_allowed(plan: Plan, force: bool) -> None:
-    """Raise :class:`PlanRefused` for a refused plan unless ``force``: the one check.
-
-    The CLI makes it before asking for confirmation; :func:`cudafix.tx.apply.run_transaction`
-    makes it again at the transaction's door, for callers that reach it directly.
-    """
-    if not plan.options.fetched and (plan.reinstall or plan.install):
-        raise PlanRefused(
-            "the plan was made with --no-fetch: its wheels were never staged, so what they "
-            "would write is unknown and could not be rolled back; nothing was changed",
-            hint="plan it again without --no-fetch (its dry run stages and checks the wheels)",
-        )
-    if plan.verdict == "refused" and not force:
-        raise PlanRefused(
-            "the plan was refused; nothing was changed",
-            context=reason_lines(plan.reasons, plan.target),
-        )
-
-
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
-
-
-def input_problems(plan: Plan) -> list[str]:
-    """Every field of ``plan`` that is not what it claims to be, where cudafix would hand
-    it to uv, pip or the target interpreter: empty for a plan cudafix made.
-
-    A plan file is input. A "name" of ``--target=/elsewhere`` is an option to uv, a probe
-    module of ``os; ...`` is code, a library of ``../../x.so`` is outside the environment:
-    each is refused before anything runs, even with ``--no-plan-probes``.
-    """
-    return list(_input_problems(plan))
-
-
-def _input_problems(plan: Plan) -> Iterator[str]:
-    names = [("remove", i, d.name) for i, d in enumerate(plan.remove)]
-    names += [("reinstall", i, r.name) for i, r in enumerate(plan.reinstall)]
-    names += [("install", i, p.name) for i, p in enumerate(plan.install)]
-    for field, i, name in names:
-        if not is_dist_name(name):
-            yield f"{field}[{i}].name {name!r}: not a distribution name"
-    pins = [("reinstall", r.version) for r in plan.reinstall]
-    pins += [("install", p.version) for p in plan.install]
-    for field, version in pins:
-        if not _is_version(version):
-            yield f"{field} version {version!r}: not a version (PEP 440)"
-    for module in [*plan.probe_modules, *plan.probes.imports]:
-        if not is_module_name(module):
-            yield f"probe module {module!r}: not a Python module name"
-    for library in plan.probe_libraries:
-        if not is_env_path(library):
-            yield f"probe library {library!r}: not a path inside the environment"
-    for link in plan.options.find_links:
-        if not (link.startswith("/") or _URL.fullmatch(link)):
-            yield f"find-links {link!r}: not an absolute path or a URL"
-    for pin in [*plan.reinstall, *plan.install]:
-        if pin.wheel is not None and not (pin.wheel.startswith("/") and pin.wheel_sha256):
-            yield f"wheel {pin.wheel!r}: not an absolute path with its sha256"
-
-
-def _is_version(text: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        Version(text)
-    except InvalidVersion:
-        return False
-    return text == text.strip()

@@ -1,6 +1,6 @@
 """A plan's decisions as typed records, not sentences: refusals, warnings, reinstalls, alternatives.
 
-The planner decides these; :mod:`cudafix.model.wording` alone words them. Each refusal,
+The planner decides these; :mod:`cudafix.cli.wording` alone words them. Each refusal,
 warning and reinstall reason has a stable identity, ``(kind, subject, paths)``, and each
 alternative's summary is its kind and pins or paths, so tests and comparisons never match prose.
 Paths are EnvPaths as the plan holds them; the wording shows them site-relative.
@@ -8,12 +8,9 @@ Paths are EnvPaths as the plan holds them; the wording shows them site-relative.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:
-    from cudafix.model.plan import ProviderSwitch
 
 
 class _Said(BaseModel):
@@ -129,9 +126,6 @@ class Overwrite(_Said):
     owners: list[str]
 
 
-S = TypeVar("S", bound="_Switch")
-
-
 class _Switch(_Said):
     """A remaining object (``subject``, owned by ``distribution``) that finds ``need`` at
     ``after`` instead of ``before``."""
@@ -140,18 +134,6 @@ class _Switch(_Said):
     need: str
     before: str
     after: str
-
-    @classmethod
-    def of(cls: type[S], s: ProviderSwitch, **more: Any) -> S:
-        """The record of the plan's switch ``s``, with ``more`` fields."""
-        return cls(
-            subject=s.consumer,
-            distribution=s.consumer_distribution,
-            need=s.need,
-            before=s.before,
-            after=s.after,
-            **more,
-        )
 
 
 class BuildSwitch(_Switch):

@@ -17,6 +17,7 @@ from cudafix.env.scripts import Shebang
 from cudafix.env.target import InterpreterInfo, guess_extension_suffixes
 from cudafix.fetch.staging import Staging
 from cudafix.linker.elfindex import ElfIndex
+from cudafix.linker.hostview import HostView
 from cudafix.linker.linkage import Root, entry_roots
 from cudafix.linker.loader import DlopenTable, SearchConfig
 from cudafix.linker.runtime import BoundLoads
@@ -51,6 +52,10 @@ class Facts:
     read_paths: tuple[str, ...] = ()
     """The tree these facts were read from: directories listed and files watched
     (:meth:`cudafix.env.treecache.TreeCache.read_paths`); unchanged stats, unchanged facts."""
+    host: HostView = field(default_factory=HostView, compare=False)
+    """The host outside the environment (system libraries, the ld.so cache, the host
+    loader), the only way the planner and doctor look at it; what they consulted is
+    :meth:`HostView.consulted`. By default a view of this host remembered nowhere."""
 
     @cached_property
     def extras(self) -> Mapping[DistName, frozenset[str]]:

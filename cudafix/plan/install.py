@@ -57,7 +57,7 @@ def after_view(
     )
     stub = FileStat(kind="file", size=0, mode=0o644, dev=0, ino=0, mtime_ns=0)
     files = {**view.files, **dict.fromkeys(new, stub)}
-    return EnvironmentView(Path(view.prefix), after, files, gone, view.system)
+    return EnvironmentView(Path(view.prefix), after, files, gone, system=view.system)
 
 
 def owners_after(
@@ -135,8 +135,15 @@ def install_reasons(plan: P.Plan) -> list[R.Reason]:
     ]
     written_paths = {p for i in plan.install for p in i.paths}
     reasons += [
-        R.BuildSwitch.of(
-            s, before_owners=s.before_owners, after_owners=s.after_owners, paths=[s.after]
+        R.BuildSwitch(
+            subject=s.consumer,
+            distribution=s.consumer_distribution,
+            need=s.need,
+            before=s.before,
+            after=s.after,
+            before_owners=s.before_owners,
+            after_owners=s.after_owners,
+            paths=[s.after],
         )
         for s in plan.switches
         if s.after in written_paths and not set(s.before_owners) & set(s.after_owners)

@@ -74,7 +74,9 @@ def wheels_needed(facts: Facts, request: Request) -> tuple[Pin, ...]:
 
 def build_plan(facts: Facts, request: Request) -> P.Plan:
     """The plan for ``request``, with safe alternatives when it is refused."""
-    view = EnvironmentView(facts.inventory.prefix, facts.elf, facts.inventory.files)
+    view = EnvironmentView(
+        facts.inventory.prefix, facts.elf, facts.inventory.files, system=facts.host
+    )
     deleted = frozenset(_deleted_paths(facts.inventory, request.names))
     plan = _simulate(facts, view, deleted, request)
     if plan.verdict == "pass" or request.options.repair or request.options.keep_shared:
@@ -523,7 +525,14 @@ def _warnings(
     refused: Sequence[P.RefusedPath],
 ) -> list[R.PlanWarning]:
     out: list[R.PlanWarning] = [
-        R.ProviderSwitched.of(s, paths=[s.before, s.after])
+        R.ProviderSwitched(
+            subject=s.consumer,
+            distribution=s.consumer_distribution,
+            need=s.need,
+            before=s.before,
+            after=s.after,
+            paths=[s.before, s.after],
+        )
         for s in switches
         if s.before != s.after  # same path, new bytes: an install's, refused on its own
     ]

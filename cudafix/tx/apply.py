@@ -20,7 +20,7 @@ from cudafix.fetch.staging import scratch_dir
 from cudafix.fetch.wheelfile import checked_copy, written_paths
 from cudafix.model.errors import InputError, PlanRefused, StalePlan, TargetError
 from cudafix.model.names import EnvPath
-from cudafix.model.plan import Plan, input_problems, refuse_unless_allowed
+from cudafix.model.plan import Plan
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.sources import Sources
 from cudafix.model.transaction import (
@@ -30,6 +30,7 @@ from cudafix.model.transaction import (
     TransactionResult,
     quiet,
 )
+from cudafix.plan.admit import input_problems, refuse_unless_allowed
 from cudafix.tx import files, journal, restore, steps
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.difference import Deviation, deviation_text

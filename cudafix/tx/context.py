@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from cudafix.env.statedir import StateDir, TxDir, ensure_dir, new_txid
+from cudafix.faults import fail_point
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import CudafixError, LockedError, RollbackIncomplete, TransactionFailed
 from cudafix.model.names import normalize_name, split_dist_info_name
@@ -183,7 +184,7 @@ class RunContext:
     def commit(self, tx: TxDir, manifest: Manifest) -> None:
         """The durable ``commit`` record is the commit point: any failure before it rolls back."""
         journal.append(tx.journal, steps.CommitBegin())
-        journal.fail_point("commit")
+        fail_point("commit")
         after = poststate.after_state(self.prefix, manifest)
         write_json(tx.post, poststate.post_state_to_json(manifest, after))
         changed = tuple(distribution_changes(manifest, after))

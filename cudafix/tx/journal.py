@@ -5,25 +5,13 @@ Each line is one typed step (:mod:`cudafix.tx.steps`, whose codec writes and rea
 pip's ``StashedUninstallPathSet`` keeps its move list in memory, so a crash leaks state;
 here every step is durable first, so ``recover`` can always finish (roll back) a run.
 
-Test-only hooks (never set them outside tests):
-
-* ``CUDAFIX_TEST_CRASH_AFTER=<step>[:SIGNAL]``: SIGKILL (or send ``SIGNAL``, e.g.
-  ``SIGTERM``) this process right after ``<step>`` is journaled (or reached, for per-file
-  points such as ``snapshot-file``/``restore-file``).
-* ``CUDAFIX_TEST_FAIL=<op>[@<glob>]:<ERRNO>[,...]``: raise ``OSError(errno.<ERRNO>)`` at
-  operation ``<op>`` (``snapshot``, ``restore``, ``keep``, ``journal``, ``commit``), only for
-  paths or journal events matching ``<glob>`` when one is given, to simulate ENOSPC/EPERM.
-* ``CUDAFIX_TEST_FILL_AT=<step>:<file>``: at ``<step>``, fill the file system holding
-  ``<file>`` by writing it until ENOSPC (a real full disk from then on).
+Its test fault hooks (:mod:`cudafix.faults`) fire as each step is journaled.
 """
 
 from __future__ import annotations
 
-import errno
-import fnmatch
 import json
 import os
-import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,13 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env.statedir import fsync_dir, open_file, read_bytes, write_durably
+from cudafix.faults import crash_point, fail_point
 from cudafix.tx import steps
 from cudafix.tx.steps import Commit, Event, Opening, Step
-
-CRASH_ENV = "CUDAFIX_TEST_CRASH_AFTER"
-FAIL_ENV = "CUDAFIX_TEST_FAIL"
-FILL_ENV = "CUDAFIX_TEST_FILL_AT"
-
 
 DONE_EVENTS = frozenset({Event.COMMIT, Event.ROLLED_BACK, Event.ABORTED})
 """A transaction whose journal ends in one of these needs nothing more."""
@@ -46,46 +30,6 @@ BEFORE_CHANGES = frozenset(
     {Event.PLAN, Event.SNAPSHOT_BEGIN, Event.SNAPSHOT_DONE, Event.ROLLBACK_BEGIN}
 )
 """Journal events that precede any change to the environment."""
-
-
-def hooks_armed() -> bool:
-    """Whether any test hook is set: a loop over every file of an environment asks once,
-    not once per file."""
-    return any(os.environ.get(name) for name in (CRASH_ENV, FAIL_ENV, FILL_ENV))
-
-
-def crash_point(step: str) -> None:
-    """Test hook: SIGKILL ourselves at ``step`` when asked to (simulates a power cut)."""
-    want, _, how = os.environ.get(CRASH_ENV, "").partition(":")
-    if want == step:
-        os.kill(os.getpid(), getattr(signal, how or "SIGKILL"))
-    _fill_point(step)
-
-
-def _fill_point(step: str) -> None:
-    """Test hook: fill the file system at ``step`` (ENOSPC for every write from then on)."""
-    where, _, filler = os.environ.get(FILL_ENV, "").partition(":")
-    if where != step or not filler:
-        return
-    chunk = b"\0" * (1 << 20)
-    with open(filler, "ab", buffering=0) as fh:
-        for size in (1 << 20, 4096, 1):
-            try:
-                while True:
-                    fh.write(chunk[:size])
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-
-
-def fail_point(op: str, subject: str = "") -> None:
-    """Test hook: raise the configured OSError at ``op`` (for ``subject`` matching the glob)."""
-    for spec in filter(None, os.environ.get(FAIL_ENV, "").split(",")):
-        target, _, code = spec.rpartition(":")
-        name, _, glob = target.partition("@")
-        if name == op and code and (not glob or fnmatch.fnmatchcase(subject, glob)):
-            num = getattr(errno, code)
-            raise OSError(num, f"{os.strerror(num)} (injected at {op})", subject or None)
 
 
 @dataclass(frozen=True)

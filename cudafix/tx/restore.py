@@ -18,8 +18,8 @@ from pathlib import Path
 
 from cudafix.env.inventory import is_bytecode
 from cudafix.env.statedir import TxDir
+from cudafix.faults import crash_point, fail_point
 from cudafix.tx.difference import Difference, difference_text
-from cudafix.tx.journal import crash_point, fail_point
 from cudafix.tx.manifest import ROOT, Entry, Manifest, check_path, write_json
 from cudafix.tx.snapshot import _join, _link_or_copy, _listing, ancestors, sha256_file
 

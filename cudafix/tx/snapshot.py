@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
-from cudafix.tx.journal import crash_point, fail_point, hooks_armed
+from cudafix.faults import crash_point, fail_point, hooks_armed
 from cudafix.tx.manifest import ROOT, Entry, Manifest, path_syntax, write_json
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})

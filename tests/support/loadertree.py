@@ -11,10 +11,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cudafix.env.inventory import FileStat
-from cudafix.linker.elfindex import EnvironmentView, SystemLibraries, index_environment
+from cudafix.linker.elfindex import EnvironmentView, index_environment
+from cudafix.linker.hostview import HostView
 from cudafix.linker.loader import DlopenTable, LoadTree, SearchConfig, resolve
 from cudafix.model.names import EnvPath
 from scenarios.cc import SharedObject, compile_shared
+
+ARCH = HostView().arch()
+"""What this host's interpreter runs: the index's ``expected`` (class, machine)."""
 
 _LDD_LINE = re.compile(r"^\s*(\S+)(?: => (not found|\S+))?(?: \(0x[0-9a-f]+\))?\s*$")
 
@@ -60,14 +64,14 @@ def scan(prefix: Path) -> dict[EnvPath, FileStat]:
 
 def view_of(prefix: Path, removed: frozenset[EnvPath] = frozenset()) -> EnvironmentView:
     files = scan(prefix)
-    index = index_environment(prefix, files, None)
-    return EnvironmentView(prefix, index, files, removed, SystemLibraries())
+    index = index_environment(prefix, files, None, expected=ARCH)
+    return EnvironmentView(prefix, index, files, removed, system=HostView())
 
 
 def cudafix_tree(
     root: Path, llp: Sequence[str] = (), table: Mapping[str, Sequence[str]] | None = None
 ) -> LoadTree:
-    config = SearchConfig.for_host(ld_library_path=llp)
+    config = SearchConfig.for_host(HostView(), ld_library_path=llp)
     dlopen = DlopenTable.from_mapping(table or {})
     return resolve(str(root), view_of(root.parent), config, dlopen)
 

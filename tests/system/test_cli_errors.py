@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_transaction import OK, _run_child
 
-from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
+from cudafix.faults import CRASH_ENV, FAIL_ENV
 from scenarios.fingerprint import fingerprint
 from tests.support.cli import assert_one_line_error, cudafix, one_json_error, repair_pa
 from tests.support.tx import remove_pa_plan

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_faults import tmpfs as tmpfs
 
-from cudafix.tx.journal import CRASH_ENV
+from cudafix.faults import CRASH_ENV
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, assert_one_line_error, cudafix, offline, remove_pa
 from tests.support.tx import A_BYTES, B_BYTES, shared_pair

@@ -16,6 +16,7 @@ from filelock import FileLock
 
 from cudafix import process
 from cudafix.env.statedir import StateDir
+from cudafix.faults import CRASH_ENV, FAIL_ENV
 from cudafix.model.errors import (
     ExitCode,
     LockedError,
@@ -29,7 +30,6 @@ from cudafix.model.probe import ProbeSpec
 from cudafix.tx.apply import run_transaction
 from cudafix.tx.difference import Deviation
 from cudafix.tx.history import gc, history, show
-from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from cudafix.tx.recovery import pending_transactions, recover
 from cudafix.tx.undo import undo
 from scenarios.fingerprint import diff_fingerprints, fingerprint

@@ -16,6 +16,7 @@ import pytest
 from test_transaction import BAD, OK, _run_child, assert_same
 
 from cudafix.env.statedir import StateDir, new_txid
+from cudafix.faults import CRASH_ENV, FAIL_ENV
 from cudafix.model.errors import (
     DamagedState,
     ExitCode,
@@ -27,7 +28,6 @@ from cudafix.tx import journal
 from cudafix.tx.apply import run_transaction
 from cudafix.tx.difference import Difference
 from cudafix.tx.history import history, show
-from cudafix.tx.journal import CRASH_ENV, FAIL_ENV
 from cudafix.tx.manifest import Entry
 from cudafix.tx.manifest import load as load_manifest
 from cudafix.tx.poststate import post_state_from_json

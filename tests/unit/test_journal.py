@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cudafix import faults
 from cudafix.model.probe import ProbeResult
 from cudafix.tx import journal, steps
 from cudafix.tx.steps import Commit, Event, Opening, ProbeDone, Process
@@ -76,16 +77,16 @@ def test_crash_hook_kills_after_the_step_is_durable(tmp_path: Path) -> None:
         f"p = Path({str(path)!r})\n"
         "for kind in steps.STEPS.values():\n    journal.append(p, kind())\n"
     )
-    env = {**os.environ, journal.CRASH_ENV: "snapshot-begin"}
+    env = {**os.environ, faults.CRASH_ENV: "snapshot-begin"}
     done = subprocess.run([sys.executable, "-c", code], env=env, check=False)
     assert done.returncode == -signal.SIGKILL
     assert journal.events(journal.read(path)) == ["plan", "snapshot-begin"]
 
 
 def test_fail_hook(monkeypatch: pytest.MonkeyPatch) -> None:
-    journal.fail_point("snapshot")
-    monkeypatch.setenv(journal.FAIL_ENV, "snapshot:EACCES")
-    journal.fail_point("restore")
+    faults.fail_point("snapshot")
+    monkeypatch.setenv(faults.FAIL_ENV, "snapshot:EACCES")
+    faults.fail_point("restore")
     with pytest.raises(OSError) as info:
-        journal.fail_point("snapshot")
+        faults.fail_point("snapshot")
     assert info.value.errno == errno.EACCES

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cudafix.linker.hostview import HostView
 from cudafix.linker.loader import DlopenTable, Lookup, SearchConfig, expand_entry, resolve
 from cudafix.linker.runtime import BoundLoads, RuntimeTable, bind
 from cudafix.model.names import DistName, EnvPath, Soname
@@ -236,7 +237,7 @@ def test_removed_and_escaping_symlinks_are_absent(tmp_path: Path) -> None:
     x = lib(env / "a" / "libx.so.1")
     (env / "a" / "liby.so.1").symlink_to(target)
     root = lib(env / "root.so", needed=[x, target], rpath=["$ORIGIN/a"])
-    config = SearchConfig.for_host()
+    config = SearchConfig.for_host(HostView())
     view = view_of(env)
     steps = {s.need: s for s in resolve(str(root), view, config, DlopenTable()).steps}
     assert steps["libx.so.1"].provider == str(x)
@@ -285,7 +286,7 @@ def test_run_time_edges_by_object_path_match_a_real_load(tmp_path: Path) -> None
     plugin = tmp_path / "_versions.so"
     lib(plugin, rpath=["$ORIGIN/nvidia/cudnn/lib"], runpath=True, dlopen=["libcudnn.so.9"])
     table = DlopenTable(by_object={str(plugin): (Soname("libcudnn.so.9"),)})
-    tree = resolve(str(plugin), view_of(tmp_path), SearchConfig.for_host(), table)
+    tree = resolve(str(plugin), view_of(tmp_path), SearchConfig.for_host(HostView()), table)
     step = next(s for s in tree.steps if s.need == "libcudnn.so.9")
     assert (step.requester, step.how, step.provider) == (str(plugin), "dlopen", str(cudnn))
     assert {p for p in tree.objects if p.startswith(str(tmp_path))} == loaded_maps(plugin)
@@ -297,12 +298,16 @@ def test_a_by_path_preload_meets_the_roots_needs_first(tmp_path: Path) -> None:
     curand = lib(tmp_path / "nvidia" / "curand" / "lib" / "libcurand.so.10")
     module = lib(tmp_path / "cupy" / "curand.so", needed=[curand])
     preloaded = DlopenTable(preload={str(module): (Soname(str(curand)),)})
-    steps = resolve(str(module), view_of(tmp_path), SearchConfig.for_host(), preloaded).steps
+    steps = resolve(
+        str(module), view_of(tmp_path), SearchConfig.for_host(HostView()), preloaded
+    ).steps
     assert [(s.need, s.how, s.provider) for s in steps if "curand" in s.need] == [
         (str(curand), "dlopen", str(curand)),
         ("libcurand.so.10", "loaded", str(curand)),
     ]
-    alone = resolve(str(module), view_of(tmp_path), SearchConfig.for_host(), DlopenTable())
+    alone = resolve(
+        str(module), view_of(tmp_path), SearchConfig.for_host(HostView()), DlopenTable()
+    )
     assert [s.provider for s in alone.steps if s.need == "libcurand.so.10"] == [None]
 
 

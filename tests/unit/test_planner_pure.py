@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from cudafix.cli.wording import error_context, reason_lines
 from cudafix.fetch.staging import Staging
 from cudafix.model.errors import PlanRefused
 from cudafix.model.names import DistName
-from cudafix.model.plan import Options, refuse_unless_allowed
+from cudafix.model.plan import Options
 from cudafix.model.reasons import (
     AnotherBuild,
     CoOwnsDeleted,
@@ -17,7 +18,7 @@ from cudafix.model.reasons import (
     RequirementBroken,
     Unfetched,
 )
-from cudafix.model.wording import reason_lines
+from cudafix.plan.admit import refuse_unless_allowed
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from tests.support.facts import Dist, Lib, env, facts, wheel_of
 
@@ -156,4 +157,5 @@ def test_reasons_are_worded_as_the_cli_prints_them() -> None:
     ]
     with pytest.raises(PlanRefused) as refused:
         refuse_unless_allowed(plan, force=False)
-    assert list(refused.value.context) == reason_lines(plan.reasons, plan.target)
+    assert refused.value.reasons == tuple(plan.reasons)
+    assert error_context(refused.value) == reason_lines(plan.reasons, plan.target)

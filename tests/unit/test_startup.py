@@ -29,7 +29,7 @@ def test_help_imports_no_pydantic_planner_or_transaction() -> None:
 def test_the_boundary_serves_the_flows_and_the_refusal_check() -> None:
     from cudafix import app
     from cudafix.flows import read_plan
-    from cudafix.model.plan import refuse_unless_allowed
+    from cudafix.plan.admit import refuse_unless_allowed
 
     assert app.read_plan is read_plan
     assert app.refuse_unless_allowed is refuse_unless_allowed

@@ -6,8 +6,8 @@ Everything else compares the typed records; these check that each kind reads as 
 
 from __future__ import annotations
 
+from cudafix.cli.wording import alternative_text, reinstall_text
 from cudafix.model import reasons as R
-from cudafix.model.wording import alternative_text, reinstall_text
 
 SITE = "lib/python3.12/site-packages"
 SITES = [SITE]

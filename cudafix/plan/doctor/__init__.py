@@ -53,7 +53,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     one runs as printed from wherever the user is.
     """
     inv = facts.inventory
-    view = EnvironmentView(inv.prefix, facts.elf, inv.files)
+    view = EnvironmentView(inv.prefix, facts.elf, inv.files, system=facts.host)
     objects = env_objects(str(inv.prefix), facts.elf)
     chains = resolve_chains(load_roots(facts), objects, view, facts.search, facts.dlopen)
     edges = chains.edges.values()

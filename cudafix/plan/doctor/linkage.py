@@ -4,7 +4,7 @@ Needs of objects and of frameworks' run-time loads, graded by what breaks; copie
 by whether a search path puts them side by side.
 
 Pure functions of :class:`~cudafix.plan.facts.Facts` and the resolved edges to typed
-findings. Host libraries are looked up through :func:`provided_by_system`.
+findings. Host libraries are looked up through the facts' host view (``facts.host``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from cudafix.env.inventory import Inventory, is_bytecode
-from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import Edge, in_env, to_env_path
 from cudafix.linker.loader import expand_entry
 from cudafix.linker.runtime import RuntimeLoad
@@ -52,7 +51,7 @@ def unresolved(
     the fix; with no command, the copies the venv holds off the search path are listed.
     """
     inv = facts.inventory
-    system = provided_by_system()
+    system = facts.host.provided_by_system()
     elsewhere = copies_by_name(inv)
     searched = _Searched(str(inv.prefix))
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):

@@ -38,7 +38,7 @@ def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[
     """
     inv = facts.inventory
     if edges is None:
-        view = EnvironmentView(inv.prefix, facts.elf, inv.files)
+        view = EnvironmentView(inv.prefix, facts.elf, inv.files, system=facts.host)
         roots = [r for r in load_roots(facts) if r.path in facts.runtime.objects]
         edges = resolve_chains(roots, (), view, facts.search, facts.dlopen).edges.values()
     out: dict[str, RunTimeNeed] = {}

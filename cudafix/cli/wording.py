@@ -1,8 +1,8 @@
 """A plan's reasons and warnings as the sentences a person reads: the one place they are worded.
 
-The renderer prints them and a refused plan's error carries them as context; both word them
-here, so the dry run and the refusal at the transaction's door say the same thing. It sits
-below ``cli/`` because the transaction (``tx/``) raises that error too.
+The renderer prints them, and a refused plan's error (raised by the CLI or at the
+transaction's door) carries them as typed reasons that :func:`error_context` words here too,
+so the dry run and the refusal say the same thing.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from cudafix.model.errors import CudafixError, PlanRefused
 from cudafix.model.names import cuda_major, site_relative
 
 if TYPE_CHECKING:  # --help imports the renderer and must not pay for pydantic
@@ -156,6 +157,13 @@ def alternative_text(does: R.AlternativeDoes) -> str:
 def reason_lines(reasons: Sequence[R.Reason], target: Target) -> list[str]:
     """Every reason, worded: a refused plan's error context and its verdict's list."""
     return [reason_text(r, target) for r in reasons]
+
+
+def error_context(err: CudafixError) -> list[str]:
+    """An error's context lines as printed, a refused plan's reasons worded after them."""
+    if isinstance(err, PlanRefused) and err.target is not None:
+        return [*err.context, *reason_lines(err.reasons, err.target)]
+    return list(err.context)
 
 
 def _need_lost(lost: R.NeedLost, target: Target) -> str:
