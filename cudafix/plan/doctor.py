@@ -197,9 +197,10 @@ def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[
         roots = [r for r in load_roots(facts) if r.path in facts.runtime.objects]
         edges = resolve_chains(roots, (), view, facts.search, facts.dlopen).edges.values()
     out: dict[str, str] = {}
-    for e in sorted(edges, key=lambda e: (e.requester, e.need)):
+    edges = sorted(edges, key=lambda e: (e.requester, e.need))
+    for e in edges:
         row = facts.runtime.row(e.requester, e.need)
-        if e.provider is not None or row is None:
+        if e.provider is not None or row is None or _alternative_found(facts, edges, e):
             continue
         for spec in _unmet_specs(facts, row):
             out.setdefault(
@@ -208,6 +209,12 @@ def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[
                 f"{_show(inv, e.need)} at run time",
             )
     return out
+
+
+def _alternative_found(facts: Facts, edges: Iterable[Edge], e: Edge) -> bool:
+    """Whether a run-time load's alternative (``libcufft.so.12`` for ``.so.11``) resolves."""
+    found = {x.need for x in edges if x.requester == e.requester and x.provider is not None}
+    return facts.runtime.satisfied_otherwise(e.requester, e.need, found.__contains__)
 
 
 def _unmet_specs(facts: Facts, row: RuntimeLoad) -> list[str]:
@@ -454,12 +461,14 @@ def _unresolved(
     system = provided_by_system()
     elsewhere = _copies_by_name(inv)
     searched = _Searched(inv)
-    for e in sorted(edges, key=lambda e: (e.requester, e.need)):
+    edges = sorted(edges, key=lambda e: (e.requester, e.need))
+    for e in edges:
         if e.provider is not None:
             continue
         row = facts.runtime.row(e.requester, e.need)
         if row is not None:
-            yield _run_time_unresolved(facts, e, row, cmd)
+            if not _alternative_found(facts, edges, e):
+                yield _run_time_unresolved(facts, e, row, cmd)
             continue
         rel = searched.env_path(e.requester)
         owner = inv.owners.get(rel, ()) if rel else ()

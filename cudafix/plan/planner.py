@@ -10,7 +10,7 @@ including paths other distributions claim.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -30,7 +30,7 @@ from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
 from cudafix.model import reasons as R
 from cudafix.model.commands import cudafix_argv, venv_flags
-from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
 from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.plan import install
 from cudafix.plan.facts import Facts, load_roots
@@ -346,6 +346,7 @@ def _linkage(
             else None,
         )
         for old, new in diff.lost
+        if not facts.runtime.satisfied_otherwise(old.requester, old.need, _found_in(after, old))
     ]
     switches = [
         P.ProviderSwitch(
@@ -381,6 +382,16 @@ def _linkage(
         and _loadable(facts, rel)
     }
     return lost, switches, touched, _run_time_probes(facts, before, after, changed, gone)
+
+
+def _found_in(edges: Mapping[EdgeKey, Edge], edge: Edge) -> Callable[[str], bool]:
+    """Whether another need of ``edge``'s requester resolves in ``edges``."""
+
+    def found(need: str) -> bool:
+        other = edges.get((edge.requester, Soname(need)))
+        return other is not None and other.provider is not None
+
+    return found
 
 
 def _loadable(facts: Facts, path: EnvPath) -> bool:
