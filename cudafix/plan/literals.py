@@ -141,6 +141,9 @@ class _Binder:
                 for need in info.needed:
                     self.needed_by[(owner, need)].append(rel)
         self._brings: dict[DistName, Brings] = {}
+        self._related: dict[DistName, Brings] = {}
+        self._extras: dict[DistName, frozenset[str]] = {}
+        self._shipped: dict[DistName, frozenset[str]] = {}
         self.sonames: dict[str, list[Soname]] = defaultdict(list)
         self.paths: dict[str, list[Soname]] = defaultdict(list)
         self.rows: dict[tuple[str, str], RuntimeLoad] = {}
@@ -203,8 +206,10 @@ class _Binder:
 
     def _ships(self, owner: DistName, name: str) -> bool:
         """A library the distribution itself ships (in its RECORD, there or not)."""
-        dist = self.inv.distributions[owner]
-        return any(posixpath.basename(e.path) == name for e in dist.files) or any(
+        if owner not in self._shipped:
+            files = self.inv.distributions[owner].files
+            self._shipped[owner] = frozenset(posixpath.basename(e.path) for e in files)
+        return name in self._shipped[owner] or any(
             owner in self.inv.owners.get(p, ()) for p in self.providers.get(name, ())
         )
 
@@ -263,6 +268,11 @@ class _Binder:
     def brings(self, name: DistName) -> Brings:
         """What ``name``'s requirements bring, then what those of each distribution that
         requires it bring (sorted), the nearest first."""
+        if name not in self._related:
+            self._related[name] = self._brings_of(name)
+        return self._related[name]
+
+    def _brings_of(self, name: DistName) -> Brings:
         own = self._walk(name)
         installed, unmet_ = dict(own.installed), list(own.unmet)
         for other in sorted(self.inv.distributions):
@@ -302,8 +312,11 @@ class _Binder:
         return self._brings[start]
 
     def _installed_extras(self, name: DistName) -> frozenset[str]:
+        """The extras of which some requirement is met (pip records no requested extras)."""
+        if name in self._extras:
+            return self._extras[name]
         dist = self.inv.distributions[name]
-        return frozenset(
+        self._extras[name] = frozenset(
             extra
             for extra in extras_of(dist)
             if any(
@@ -311,6 +324,7 @@ class _Binder:
                 for r, w in applicable(dist, self.env, frozenset({extra}))
             )
         )
+        return self._extras[name]
 
     # --- result -------------------------------------------------------------------------
 
