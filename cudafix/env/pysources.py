@@ -48,6 +48,7 @@ def python_literals(prefix: Path, inventory: Inventory, cache_path: Path | None)
     without being opened; the cache is rewritten only when something changed.
     """
     cached = _load(cache_path) if cache_path is not None else {}
+    base = str(prefix)  # a str join: pathlib's costs more than the read of a small file
     rows: dict[str, list[Any]] = {}
     read = 0
     for dist in inventory.distributions.values():
@@ -60,7 +61,7 @@ def python_literals(prefix: Path, inventory: Inventory, cache_path: Path | None)
             if row is not None and row[:4] == key and isinstance(row[4], list):
                 rows[entry.path] = row
                 continue
-            rows[entry.path] = [*key, list(_read(prefix / entry.path))]
+            rows[entry.path] = [*key, list(_read(f"{base}/{entry.path}") if stat.size else [])]
             read += 1
     changed = read or rows.keys() != cached.keys()
     if cache_path is not None and changed and not _save(cache_path, rows):
@@ -68,7 +69,7 @@ def python_literals(prefix: Path, inventory: Inventory, cache_path: Path | None)
     return {EnvPath(p): tuple(Soname(str(n)) for n in row[4]) for p, row in rows.items() if row[4]}
 
 
-def _read(path: Path) -> tuple[Soname, ...]:
+def _read(path: str) -> tuple[Soname, ...]:
     """The literals of one file; an unreadable one (or a symlink: never read through) has none."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
