@@ -160,6 +160,10 @@ class BoundLoads:
     """(object, need) -> the other needs any one of which does instead (``libcufft.so.12``
     or ``libcufft.so.11``, tried in turn; :mod:`cudafix.plan.literals`)."""
 
+    unrooted: frozenset[str] = frozenset()
+    """Objects whose only loads are sonames inferred from their literals: loaded when
+    something loads them (or judged on their own), never a load chain's start."""
+
     def row(self, requester: str, need: str) -> RuntimeLoad | None:
         return self.rows.get((requester, need))
 
@@ -170,6 +174,11 @@ class BoundLoads:
     @property
     def objects(self) -> frozenset[str]:
         return frozenset(self.sonames) | frozenset(self.paths)
+
+    @property
+    def roots(self) -> frozenset[str]:
+        """The objects known to be loaded: where run-time load chains start."""
+        return self.objects - self.unrooted
 
     def merged(self, inferred: BoundLoads) -> BoundLoads:
         """These loads, then ``inferred``'s for the objects these do not bind: a row is the
@@ -188,6 +197,7 @@ class BoundLoads:
                 **self.alternatives,
                 **{k: a for k, a in inferred.alternatives.items() if k[0] not in mine},
             },
+            self.unrooted | (inferred.unrooted - mine),
         )
 
     def satisfied_otherwise(self, requester: str, need: str, found: Callable[[str], bool]) -> bool:

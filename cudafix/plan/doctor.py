@@ -195,7 +195,8 @@ def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[
     if edges is None:
         view = EnvironmentView(inv.prefix, facts.elf, inv.files)
         roots = [r for r in load_roots(facts) if r.path in facts.runtime.objects]
-        edges = resolve_chains(roots, (), view, facts.search, facts.dlopen).edges.values()
+        alone = sorted(facts.runtime.unrooted)
+        edges = resolve_chains(roots, alone, view, facts.search, facts.dlopen).edges.values()
     out: dict[str, str] = {}
     edges = sorted(edges, key=lambda e: (e.requester, e.need))
     for e in edges:

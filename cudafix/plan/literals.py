@@ -350,4 +350,5 @@ class _Binder:
             dict(self.rows),
             {},
             dict(self.alternatives),
+            frozenset(o for o in self.sonames if o not in self.paths and not o.endswith(".py")),
         )
