@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cudafix.env.inventory import FileStat
 from cudafix.env.pysources import python_literals, source_literals
+from cudafix.fetch.staging import Staging
 from cudafix.linker.elf import ElfInfo, read_elf
 from cudafix.linker.elfindex import index_environment
 from cudafix.linker.hostdeps import provided_by_system
@@ -22,12 +23,13 @@ from cudafix.linker.literals import soname_literals
 from cudafix.linker.loader import DlopenTable
 from cudafix.model.names import DistName, EnvPath, Soname
 from cudafix.model.plan import Options
+from cudafix.model.reasons import MissingFiles
 from cudafix.plan.doctor import diagnose
 from cudafix.plan.facts import Facts
 from cudafix.plan.literals import bind_literals, named_after, stem
 from cudafix.plan.planner import Request, build_plan
 from scenarios.cc import SharedObject, compile_shared
-from tests.support.facts import PREFIX, Dist, Lib, env, facts
+from tests.support.facts import PREFIX, Dist, Lib, env, facts, wheel_of
 
 PLUGIN = "fw/_versions.so"
 FOO = "nvidia/foo/lib/libfoo.so.1"
@@ -275,3 +277,24 @@ def test_a_python_literal_no_requirement_brings_is_no_proof() -> None:
     )
     assert f.runtime.objects == frozenset()
     assert _remove(f, "nvidia-rand-cu12").verdict == "pass"
+
+
+def test_a_reinstall_under_a_python_loader_probes_its_loads_not_the_module() -> None:
+    """A reinstall rewrites the file a Python module loads: the plan probes that run-time
+    load (the file by path), and never hands the ``.py`` to ``dlopen``."""
+    only_python = Dist(
+        "mathlib", "1.0", {"mathlib/_loader.py": "py"}, requires=("nvidia-rand-cu12>=10",)
+    )
+    pin = (DistName("nvidia-rand-cu12"), "10.0")
+    staged = Staging(fetched=True, wheels={pin: wheel_of(RAND_DIST)}, source="find-links W")
+    f = _bound(
+        facts([only_python, RAND_DIST], {RAND: Lib("librand.so.10")}, staging=staged),
+        {"mathlib/_loader.py": ("librand.so.10",)},
+    )
+    why = MissingFiles(subject="nvidia-rand-cu12", count=1)
+    plan = build_plan(f, Request((), (), Options(), reinstall={DistName("nvidia-rand-cu12"): why}))
+    assert plan.verdict == "pass", plan.reasons
+    assert not [p for p in plan.probe_libraries if p.endswith(".py")]
+    assert [(p.object, p.need) for p in plan.probe_run_time] == [
+        (env("mathlib/_loader.py"), env(RAND))
+    ]

@@ -396,9 +396,12 @@ def _found_in(edges: Mapping[EdgeKey, Edge], edge: Edge) -> Callable[[str], bool
 
 def _loadable(facts: Facts, path: EnvPath) -> bool:
     """Whether a probe may ``dlopen`` ``path``: never an executable (PT_INTERP; glibc refuses
-    to load a PIE) nor anything in ``bin/``, which a probe never runs."""
+    to load a PIE) nor anything in ``bin/``, which a probe never runs, nor a Python module
+    that loads libraries (its run-time loads are probed instead)."""
     info = facts.elf.objects.get(path)
-    return not path.startswith("bin/") and (info is None or not info.is_executable)
+    if path.startswith("bin/") or path.endswith(".py"):
+        return False
+    return info is None or not info.is_executable
 
 
 def _run_time_probes(
