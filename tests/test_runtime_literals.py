@@ -153,8 +153,8 @@ def test_cuda13_removals_are_refused_naming_the_object_or_the_python_loader(
     assert _doctor(built, no_table)[0] == 0
     with_cuda = "jax-cuda13-plugin[with-cuda]"
     assert _lost(built, "nvidia-cudnn-cu13", no_table) == [
-        (PJRT13, "libcudnn.so.9", with_cuda),
         (PLUGIN13, "libcudnn.so.9", with_cuda),
+        (PJRT13, "libcudnn.so.9", with_cuda),
     ]
     # the PJRT plugin's own search path does not name nvidia/nvshmem/lib: by path, from Python
     assert _lost(built, "nvidia-nvshmem-cu13", no_table) == [
