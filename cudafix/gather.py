@@ -112,7 +112,9 @@ def runtime_table() -> RuntimeTable:
     """The shipped run-time table, or the file ``$CUDAFIX_RUNTIME_TABLE`` names instead (an
     empty file: no rows, to see what soname literals alone protect)."""
     path = os.environ.get(RUNTIME_TABLE_VARIABLE)
-    return RuntimeTable.load(Path(path)) if path else RuntimeTable.default()
+    if not path:
+        return RuntimeTable.default()
+    return RuntimeTable.load(Path(path), f"${RUNTIME_TABLE_VARIABLE}")
 
 
 def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:

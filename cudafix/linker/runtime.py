@@ -75,17 +75,18 @@ class RuntimeTable:
         return _default_table()
 
     @classmethod
-    def load(cls, path: Path) -> RuntimeTable:
-        """The ``[[load]]`` rows of a ``--dlopen-table`` file (none is fine)."""
+    def load(cls, path: Path, option: str = "--dlopen-table") -> RuntimeTable:
+        """The ``[[load]]`` rows of a ``--dlopen-table`` file (none is fine); ``option``: how
+        the user named the file, for the error."""
         try:
             with path.open("rb") as fh:
                 data = tomllib.load(fh)
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(f"--dlopen-table {path}: not a readable TOML file: {exc}") from exc
+            raise InputError(f"{option} {path}: not a readable TOML file: {exc}") from exc
         try:
             return cls.from_data(data)
         except ValueError as exc:
-            raise InputError(f"--dlopen-table {path}: {exc}") from exc
+            raise InputError(f"{option} {path}: {exc}") from exc
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> RuntimeTable:
