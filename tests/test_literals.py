@@ -219,6 +219,16 @@ def test_alternatives_one_provided_satisfies_the_load() -> None:
     assert sorted(x.need for x in both.lost) == ["libfoo.so.1", "libfoo.so.2"]
 
 
+def test_a_literal_the_object_links_is_no_run_time_load() -> None:
+    """A name its DT_NEEDED holds too is an edge already, judged as a link, not a load."""
+    dist, _ = _fw(*GPU)
+    lib = Lib(
+        None, ("libfoo.so.1",), runpath=("$ORIGIN/../nvidia/foo/lib",), literals=("libfoo.so.1",)
+    )
+    f = _bound(facts([dist, FOO_DIST, BAR_DIST], {PLUGIN: lib, FOO: Lib("libfoo.so.1")}))
+    assert f.runtime.objects == frozenset()
+
+
 def test_a_library_the_distribution_ships_itself_is_its_own_business() -> None:
     own = Dist("fw", "1.0", {PLUGIN: "plugin", FOO: "foo"})
     _, lib = _fw()

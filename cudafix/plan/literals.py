@@ -101,14 +101,15 @@ def bind_literals(
 
     ``system``: sonames the host provides (``cudafix/data/system.toml``); ``skip``: the
     distributions a run-time table row describes (the row is the truth for them);
-    ``dlopen_edges``: the soname-keyed dlopen table, whose edges are not inferred again.
+    ``dlopen_edges``: the soname-keyed dlopen table, whose edges are not inferred again (nor
+    an object's own DT_NEEDED: already an edge).
     """
     binder = _Binder(inventory, elf, marker_env, config, frozenset(system), frozenset(skip))
     edges = dlopen_edges or {}
     for rel, info in sorted(elf.objects.items()):
         if info.literals and rel not in elf.foreign:
             known = edges.get(info.soname or posixpath.basename(rel), ())
-            names = [n for n in info.literals if n not in known]
+            names = [n for n in info.literals if n not in known and n not in info.needed]
             binder.object_literals(rel, info, names)
     for rel, spelled in sorted(python.items()):
         binder.module_literals(rel, spelled)
