@@ -22,6 +22,7 @@ from packaging.requirements import Requirement
 from cudafix.env.distinfo import direct_url
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import changed_since_record
+from cudafix.env.pysources import python_literals
 from cudafix.env.reading import (
     find_dist_info,
     installed_versions,
@@ -36,11 +37,12 @@ from cudafix.fetch.staging import Staging
 from cudafix.linker.elfindex import index_environment
 from cudafix.linker.hostview import HostView
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
-from cudafix.linker.runtime import RuntimeTable, bind
+from cudafix.linker.runtime import RUNTIME_TABLE_VARIABLE, RuntimeTable, bind
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.plan.facts import Facts, elf_providers, scripts_of
+from cudafix.plan.literals import bind_literals
 from cudafix.plan.preconditions import quick_differences, record_digest
 
 
@@ -66,23 +68,33 @@ def gather(
         target.prefix, info.site_packages, target.python, hasher=hashes, cache=tree
     )
     elf = index_environment(target.prefix, inventory.files, state.elf_cache, expected=host.arch())
-    tree.watch([*elf.objects, *elf.problems])  # an in-place overwrite keeps the dir's mtime
+    python = python_literals(target.prefix, inventory, state.pysources_cache)
+    tree.watch([*elf.objects, *elf.problems, *python])  # in-place overwrites keep dir mtimes
     tree.save(state.tree_cache)
     suspects = changed_since_record(inventory, elf_providers(inventory, elf))
     path_hashes = {p: hashes(p) for p in [*(s.path for s in inventory.shared), *suspects]}
     hashes.save(state.hash_cache)
-    table, runtime = DlopenTable.default(), RuntimeTable.default()
+    table, runtime = DlopenTable.default(), runtime_table()
     for extra in dlopen_tables:
         table = table.merged(DlopenTable.load(extra))
         runtime = runtime.merged(RuntimeTable.load(extra))
     objects = [p for p in elf.objects if p not in elf.foreign]
     loads = bind(runtime, str(inventory.prefix), inventory.site_packages, objects, inventory.owners)
-    table = table.merged(DlopenTable(by_object=loads.sonames, preload=loads.paths))
     lib_path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
+    search = SearchConfig.for_host(host, split_ld_library_path(lib_path))
+    loads = loads.merged(
+        bind_literals(
+            inventory, elf, python, info.marker_env, search,
+            system=host.provided_by_system(),
+            skip={r.framework for r in runtime.rows if not r.optional},
+            dlopen_edges=table.edges,
+        )
+    )  # fmt: skip
+    table = table.merged(DlopenTable(by_object=loads.sonames, preload=loads.paths))
     return Facts(
         inventory=inventory,
         elf=elf,
-        search=SearchConfig.for_host(host, split_ld_library_path(lib_path)),
+        search=search,
         dlopen=table,
         marker_env=dict(info.marker_env),
         self_dependencies=own_dependencies(target.prefix),
@@ -94,6 +106,15 @@ def gather(
         read_paths=tuple(tree.read_paths()),
         host=host,
     )
+
+
+def runtime_table() -> RuntimeTable:
+    """The shipped run-time table, or the file ``$CUDAFIX_RUNTIME_TABLE`` names instead (an
+    empty file: no rows, to see what soname literals alone protect)."""
+    path = os.environ.get(RUNTIME_TABLE_VARIABLE)
+    if not path:
+        return RuntimeTable.default()
+    return RuntimeTable.load(Path(path), f"${RUNTIME_TABLE_VARIABLE}")
 
 
 def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:

@@ -65,6 +65,14 @@ def _marker(dist: Dist, path: str) -> str:
     return f'__attribute__((used)) static const char cudafix_origin[] = "{text}";'
 
 
+def _literals(names: Iterable[str]) -> str:
+    """The names as strings the object keeps in ``.rodata`` (nothing for none)."""
+    quoted = ", ".join(f'"{n}"' for n in names if '"' not in n and "\\" not in n)
+    if not quoted:
+        return ""
+    return f"\n__attribute__((used)) static const char *const cudafix_literals[] = {{{quoted}}};"
+
+
 _LOADER = """
 int cudafix_dlopen(const char *name) {
     if (dlopen(name, RTLD_NOW | RTLD_GLOBAL)) return 1;
@@ -81,7 +89,7 @@ def _lib_job(dist: Dist, lib: Lib, work: Path, providers: Mapping[str, Path]) ->
         needed=tuple(providers[n] for n in lib.needed),
         rpath=lib.runpath or lib.rpath,
         runpath=bool(lib.runpath),
-        source=_marker(dist, lib.path) + (_LOADER if lib.loader else ""),
+        source=_marker(dist, lib.path) + _literals(lib.literals) + (_LOADER if lib.loader else ""),
         dlopen=lib.dlopen,
         extra_flags=("-ldl",) if lib.loader else (),
     )
@@ -94,7 +102,7 @@ def _ext_job(dist: Dist, ext: Extension, work: Path, providers: Mapping[str, Pat
         needed=tuple(providers[n] for n in ext.needed),
         rpath=ext.runpath or ext.rpath,
         runpath=bool(ext.runpath),
-        source=_marker(dist, ext.path),
+        source=_marker(dist, ext.path) + _literals(ext.literals),
         python_module=ext.module,
     )
     return _Job(obj, ext.needed, None)

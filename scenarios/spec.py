@@ -43,6 +43,9 @@ class Lib(_Model):
     """DT_RUNPATH entries, verbatim. Mutually exclusive with ``rpath``."""
     dlopen: tuple[str, ...] = ()
     """Sonames a constructor dlopen()s when the library is loaded (no DT_NEEDED names them)."""
+    literals: tuple[str, ...] = ()
+    """Strings kept in its ``.rodata``: the sonames a framework's object names for the
+    libraries it dlopen()s at run time (JAX's ``_versions.so`` has ``"libcudnn.so.9"``)."""
     loader: bool = False
     """Export ``int cudafix_dlopen(const char *name)``: dlopen() called from this object, so
     ld.so searches its RPATH/RUNPATH, as a framework's run-time loader does (1: loaded;
@@ -81,6 +84,8 @@ class Extension(_Model):
     runpath: tuple[str, ...] = ()
     suffix: str | None = None
     """File ending instead of EXT_SUFFIX: ``.so`` for a name without ABI tag (``_jax.so``)."""
+    literals: tuple[str, ...] = ()
+    """Strings kept in its ``.rodata`` (:attr:`Lib.literals`)."""
 
     @field_validator("path")
     @classmethod

@@ -51,6 +51,7 @@ ENVIRONMENT_VARIABLES = (
     "UV_INDEX_URL",
     "UV_EXTRA_INDEX_URL",
     "NO_COLOR",
+    "CUDAFIX_RUNTIME_TABLE",
 )
 """What a read-only command reads of its environment variables (the target, the loader's
 search, the index, colour); each is part of the question."""

@@ -97,6 +97,11 @@ class StateDir:
         return self.cache / "elf-cache.json"
 
     @property
+    def pysources_cache(self) -> Path:
+        """Soname literals of Python sources by stat key (:mod:`cudafix.env.pysources`)."""
+        return self.cache / "pysources-cache.json"
+
+    @property
     def tree_cache(self) -> Path:
         """Directory listings and parsed dist-infos (:mod:`cudafix.env.treecache`)."""
         return self.cache / "tree-cache.json"

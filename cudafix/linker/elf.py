@@ -13,10 +13,11 @@ import os
 import posixpath
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from cudafix.linker.literals import read_literals
 from cudafix.model.names import Soname
 
 ELF_MAGIC = b"\x7fELF"
@@ -45,6 +46,9 @@ class ElfInfo:
     """The module name when the object exports ``PyInit_<name>`` for its own file name
     (``_jax`` for ``_jax.so``): what CPython's import looks up, so an extension module's
     mark whatever suffix it carries. Only names ending in ``.so`` are asked."""
+    literals: tuple[Soname, ...] = ()
+    """Sonames its read-only data spells (:mod:`cudafix.linker.literals`): what it may
+    ``dlopen()`` by name. Read only when asked (the environment's objects, not the host's)."""
 
     @property
     def is_executable(self) -> bool:
@@ -92,6 +96,7 @@ def verdict_from_json(kind: Any, body: Any) -> ElfInfo | ElfProblem | None:
                 nodeflib=bool(body["nodeflib"]),
                 interpreter=body.get("interpreter"),
                 python_module=body.get("python_module"),
+                literals=tuple(Soname(str(n)) for n in body.get("literals", ())),
             )
         if kind == "problem":
             return ElfProblem(str(body[0]), str(body[1]))
@@ -246,13 +251,15 @@ class _File:
         return None
 
 
-def read_elf(path: str | Path, *, follow_symlinks: bool = True) -> ElfInfo | ElfProblem:
+def read_elf(
+    path: str | Path, *, follow_symlinks: bool = True, literals: bool = False
+) -> ElfInfo | ElfProblem:
     """Read ``path``'s dynamic facts (never the whole file).
 
     Only the pages holding the headers, the dynamic segment, its strings and one hash
     lookup are read. No parse error escapes: every failure is an :class:`ElfProblem`.
     ``follow_symlinks=False`` refuses to open a symlink (the index must never read
-    through one).
+    through one). ``literals`` also reads the sonames its ``.rodata`` spells.
     """
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
@@ -262,7 +269,10 @@ def read_elf(path: str | Path, *, follow_symlinks: bool = True) -> ElfInfo | Elf
     except OSError as exc:
         return ElfProblem("unreadable", f"{path}: {exc.strerror}")
     try:
-        return _read_fd(path, fd)
+        verdict = _read_fd(path, fd)
+        if literals and isinstance(verdict, ElfInfo):
+            verdict = replace(verdict, literals=read_literals(fd, os.pread(fd, _SNIFF, 0)))
+        return verdict
     except OSError as exc:
         return ElfProblem("unreadable", f"{path}: {exc.strerror}")
     finally:

@@ -25,8 +25,9 @@ from cudafix.model.names import EnvPath, is_so_name
 log = logging.getLogger("cudafix.linker.elfindex")
 
 CACHE_FORMAT = "cudafix-elf-cache"
-CACHE_VERSION = 5  # 2: garbage dynamic tags are problems; non-ELF files as stat keys only;
-# 4: python_module (PyInit_ export); 5: own reader, section table unread (as by ld.so)
+CACHE_VERSION = 6  # 2: garbage dynamic tags are problems; non-ELF files as stat keys only;
+# 4: python_module (PyInit_ export); 5: own reader, section table unread (as by ld.so);
+# 6: soname literals of .rodata
 _NOT_ELF = ("not-elf", "linker-script")
 
 Reader = Callable[[str], "ElfInfo | ElfProblem"]
@@ -50,8 +51,9 @@ class ElfIndex:
 
 
 def read_elf_nofollow(path: str) -> ElfInfo | ElfProblem:
-    """The index never reads through a symlink (it could point out of the environment)."""
-    return read_elf(path, follow_symlinks=False)
+    """The index never reads through a symlink (it could point out of the environment); it
+    reads each object's soname literals too, cached with the rest."""
+    return read_elf(path, follow_symlinks=False, literals=True)
 
 
 def index_environment(

@@ -335,11 +335,11 @@ class _Walk:
 
     def run(self) -> LoadTree:
         info = self.view.elf(self.root)
-        if info is None:
+        if info is None and not self._python_loader():
             problem = self.diag.problem(self.root) if self.diag else None
             detail = problem.detail if problem else f"{self.root}: not found"
             return LoadTree(self.root, (), (self.root,), detail)
-        self.arch = (info.elf_class, info.machine)
+        self.arch = (info.elf_class, info.machine) if info else self._interpreter_arch()
         for soname, path in self.config.preloaded:
             self._add(path, None, None, soname)
         root = self._add(self.root, info, None, self.root)
@@ -351,6 +351,22 @@ class _Walk:
         self._dlopen_phase()
         paths = tuple(o.path for o in self.objects if o.info is not None)
         return LoadTree(self.root, tuple(self.steps), paths)
+
+    def _python_loader(self) -> bool:
+        """A Python module the table says loads libraries (``ctypes.CDLL``): a root that is
+        no ELF object, whose loads are the interpreter's own ``dlopen()``s."""
+        return self.root.endswith(".py") and (
+            self.root in self.table.by_object or self.root in self.table.preload
+        )
+
+    def _interpreter_arch(self) -> tuple[int, str]:
+        """(class, machine) of the ld.so that runs the interpreter: what a Python module's
+        loads must match."""
+        for _soname, path in self.config.preloaded:
+            info = self.view.elf(path)
+            if info is not None:
+                return info.elf_class, info.machine
+        return 64, "EM_X86_64"
 
     def _add(self, path: str, info: ElfInfo | None, loader: int | None, name: str) -> int:
         index = len(self.objects)
@@ -413,26 +429,28 @@ class _Walk:
             how = "path" if provider else ("invalid" if kind == "invalid" else "not-found")
             return _Found(provider, how, (posixpath.dirname(path),), error)
         info = self.objects[index].info
-        assert info is not None  # only loaded ELF objects request anything
         tiers = self._tiers(index, info)
-        key = (need, tiers, info.nodeflib, self.arch)
+        nodeflib = info.nodeflib if info is not None else False
+        key = (need, tiers, nodeflib, self.arch)
         cached = self.memo.get(key)
         if isinstance(cached, _Found):
             return cached
-        found = self._search(need, tiers, info.nodeflib)
+        found = self._search(need, tiers, nodeflib)
         self.memo[key] = found
         return found
 
-    def _tiers(self, index: int, info: ElfInfo) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    def _tiers(self, index: int, info: ElfInfo | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The directories searched for a need of ``info`` (None: a Python module's
+        ``dlopen()``, which sees only the interpreter's paths)."""
         rpath: list[str] = []
-        if not info.runpath:
+        if info is not None and not info.runpath:
             chain: int | None = index
             while chain is not None:
                 obj = self.objects[chain]
                 rpath += self._expand(obj.info.effective_rpath if obj.info else (), obj.path)
                 chain = obj.loader
         llp = self._expand(self.config.ld_library_path, self.root)
-        runpath = self._expand(info.runpath, self.objects[index].path)
+        runpath = self._expand(info.runpath if info else (), self.objects[index].path)
         return (("rpath", tuple(rpath)), ("ld_library_path", llp), ("runpath", runpath))
 
     def _expand(self, entries: tuple[str, ...], owner: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ import fnmatch
 import functools
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -32,6 +32,8 @@ _REQUESTED = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(?P<extra>[A-
 
 TABLE_VERSION = 1
 """The ``version`` of ``runtime.toml`` this code reads."""
+RUNTIME_TABLE_VARIABLE = "CUDAFIX_RUNTIME_TABLE"
+"""Names a file read instead of the shipped table (:func:`cudafix.gather.runtime_table`)."""
 
 
 @dataclass(frozen=True)
@@ -73,17 +75,18 @@ class RuntimeTable:
         return _default_table()
 
     @classmethod
-    def load(cls, path: Path) -> RuntimeTable:
-        """The ``[[load]]`` rows of a ``--dlopen-table`` file (none is fine)."""
+    def load(cls, path: Path, option: str = "--dlopen-table") -> RuntimeTable:
+        """The ``[[load]]`` rows of a ``--dlopen-table`` file (none is fine); ``option``: how
+        the user named the file, for the error."""
         try:
             with path.open("rb") as fh:
                 data = tomllib.load(fh)
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(f"--dlopen-table {path}: not a readable TOML file: {exc}") from exc
+            raise InputError(f"{option} {path}: not a readable TOML file: {exc}") from exc
         try:
             return cls.from_data(data)
         except ValueError as exc:
-            raise InputError(f"--dlopen-table {path}: {exc}") from exc
+            raise InputError(f"{option} {path}: {exc}") from exc
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> RuntimeTable:
@@ -154,6 +157,13 @@ class BoundLoads:
     """(object, soname or absolute path) -> the row that says so: the evidence."""
     optional: Mapping[str, RuntimeLoad] = field(default_factory=dict)
     """Objects the framework may fail to load and run on without (the row that says so)."""
+    alternatives: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    """(object, need) -> the other needs any one of which does instead (``libcufft.so.12``
+    or ``libcufft.so.11``, tried in turn; :mod:`cudafix.plan.literals`)."""
+
+    unrooted: frozenset[str] = frozenset()
+    """Objects whose only loads are sonames inferred from their literals: loaded when
+    something loads them (or judged on their own), never a load chain's start."""
 
     def row(self, requester: str, need: str) -> RuntimeLoad | None:
         return self.rows.get((requester, need))
@@ -165,6 +175,35 @@ class BoundLoads:
     @property
     def objects(self) -> frozenset[str]:
         return frozenset(self.sonames) | frozenset(self.paths)
+
+    @property
+    def roots(self) -> frozenset[str]:
+        """The objects known to be loaded: where run-time load chains start."""
+        return self.objects - self.unrooted
+
+    def merged(self, inferred: BoundLoads) -> BoundLoads:
+        """These loads, then ``inferred``'s for the objects these do not bind: a row is the
+        truth about an object it names."""
+        mine = self.objects
+
+        def new(loads: Mapping[str, tuple[Soname, ...]]) -> dict[str, tuple[Soname, ...]]:
+            return {k: v for k, v in loads.items() if k not in mine}
+
+        return BoundLoads(
+            {**self.sonames, **new(inferred.sonames)},
+            {**self.paths, **new(inferred.paths)},
+            {**self.rows, **{k: r for k, r in inferred.rows.items() if k[0] not in mine}},
+            {**inferred.optional, **self.optional},
+            {
+                **self.alternatives,
+                **{k: a for k, a in inferred.alternatives.items() if k[0] not in mine},
+            },
+            self.unrooted | (inferred.unrooted - mine),
+        )
+
+    def satisfied_otherwise(self, requester: str, need: str, found: Callable[[str], bool]) -> bool:
+        """Whether an alternative of ``need`` for ``requester`` is ``found`` (a provider)."""
+        return any(found(other) for other in self.alternatives.get((requester, need), ()))
 
 
 def bind(

@@ -79,6 +79,11 @@ def is_so_name(path: str) -> bool:
     return name.endswith(".so") or ".so." in name
 
 
+SONAME_LITERAL = rb"lib[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*?\.so(?:\.[0-9]+)*"
+"""A library name as code spells it for ``dlopen()`` (``libcufft.so.11``, ``libnvrtc-builtins.so``):
+the bytes pattern both the ELF and the Python source scans look for."""
+
+
 def split_dist_info_name(dirname: str) -> tuple[str, str] | None:
     """``name``, ``version`` of a ``name-version.dist-info`` directory name, as written.
 

@@ -110,7 +110,7 @@ def load_roots(facts: Facts, gone: frozenset[EnvPath] = frozenset()) -> tuple[Ro
     known = {r.path for r in entries}
     run_time = tuple(
         Root(path, "run-time", facts.runtime.source(path))
-        for path in sorted(facts.runtime.objects)
+        for path in sorted(facts.runtime.roots)
         if path not in known and EnvPath(path[len(prefix) + 1 :]) not in gone
     )
     return entries + run_time

@@ -10,7 +10,7 @@ including paths other distributions claim.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -30,7 +30,7 @@ from cudafix.linker.loader import DlopenTable, expand_entry
 from cudafix.model import plan as P
 from cudafix.model import reasons as R
 from cudafix.model.commands import cudafix_argv, venv_flags
-from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
 from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.plan import install
 from cudafix.plan.facts import Facts, load_roots
@@ -348,6 +348,7 @@ def _linkage(
             else None,
         )
         for old, new in diff.lost
+        if not facts.runtime.satisfied_otherwise(old.requester, old.need, _found_in(after, old))
     ]
     switches = [
         P.ProviderSwitch(
@@ -385,11 +386,24 @@ def _linkage(
     return lost, switches, touched, _run_time_probes(facts, before, after, changed, gone)
 
 
+def _found_in(edges: Mapping[EdgeKey, Edge], edge: Edge) -> Callable[[str], bool]:
+    """Whether another need of ``edge``'s requester resolves in ``edges``."""
+
+    def found(need: str) -> bool:
+        other = edges.get((edge.requester, Soname(need)))
+        return other is not None and other.provider is not None
+
+    return found
+
+
 def _loadable(facts: Facts, path: EnvPath) -> bool:
     """Whether a probe may ``dlopen`` ``path``: never an executable (PT_INTERP; glibc refuses
-    to load a PIE) nor anything in ``bin/``, which a probe never runs."""
+    to load a PIE) nor anything in ``bin/``, which a probe never runs, nor a Python module
+    that loads libraries (its run-time loads are probed instead)."""
     info = facts.elf.objects.get(path)
-    return not path.startswith("bin/") and (info is None or not info.is_executable)
+    if path.startswith("bin/") or path.endswith(".py"):
+        return False
+    return info is None or not info.is_executable
 
 
 def _run_time_probes(

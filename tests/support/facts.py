@@ -42,6 +42,8 @@ class Lib:
     needed: tuple[str, ...] = ()
     rpath: tuple[str, ...] = ()
     runpath: tuple[str, ...] = ()
+    literals: tuple[str, ...] = ()
+    """Sonames its read-only data spells."""
 
 
 def env(path: str) -> EnvPath:
@@ -110,6 +112,7 @@ def facts(
             tuple(Soname(n) for n in lib.needed),
             lib.rpath,
             lib.runpath,
+            literals=tuple(Soname(n) for n in lib.literals),
         )
         for p, lib in (libs or {}).items()
         if env(p) in files

@@ -28,7 +28,7 @@ from cudafix.model.doctor import (
 )
 from cudafix.model.names import EnvPath, cuda_major
 from cudafix.plan.doctor.common import REPAIR, Commands, closure, copies_by_name, owners_abs
-from cudafix.plan.doctor.requirements import unmet_specs, was_installed
+from cudafix.plan.doctor.requirements import alternative_found, unmet_specs, was_installed
 from cudafix.plan.facts import Facts
 from cudafix.plan.requirements import MissingRequirement
 
@@ -54,12 +54,14 @@ def unresolved(
     system = facts.host.provided_by_system()
     elsewhere = copies_by_name(inv)
     searched = _Searched(str(inv.prefix))
-    for e in sorted(edges, key=lambda e: (e.requester, e.need)):
+    edges = sorted(edges, key=lambda e: (e.requester, e.need))
+    for e in edges:
         if e.provider is not None:
             continue
         row = facts.runtime.row(e.requester, e.need)
         if row is not None:
-            yield _run_time_unresolved(facts, e, row, cmd)
+            if not alternative_found(facts, edges, e):
+                yield _run_time_unresolved(facts, e, row, cmd)
             continue
         rel = searched.env_path(e.requester)
         owner = list(inv.owners.get(rel, ())) if rel else []

@@ -40,17 +40,25 @@ def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[
     if edges is None:
         view = EnvironmentView(inv.prefix, facts.elf, inv.files, system=facts.host)
         roots = [r for r in load_roots(facts) if r.path in facts.runtime.objects]
-        edges = resolve_chains(roots, (), view, facts.search, facts.dlopen).edges.values()
+        alone = sorted(facts.runtime.unrooted)
+        edges = resolve_chains(roots, alone, view, facts.search, facts.dlopen).edges.values()
     out: dict[str, RunTimeNeed] = {}
-    for e in sorted(edges, key=lambda e: (e.requester, e.need)):
+    edges = sorted(edges, key=lambda e: (e.requester, e.need))
+    for e in edges:
         row = facts.runtime.row(e.requester, e.need)
-        if e.provider is not None or row is None:
+        if e.provider is not None or row is None or alternative_found(facts, edges, e):
             continue
         for spec in unmet_specs(facts, row):
             out.setdefault(
                 spec, RunTimeNeed(requested_as=row.requested_as, requester=e.requester, need=e.need)
             )
     return out
+
+
+def alternative_found(facts: Facts, edges: Iterable[Edge], e: Edge) -> bool:
+    """Whether a run-time load's alternative (``libcufft.so.12`` for ``.so.11``) resolves."""
+    found = {x.need for x in edges if x.requester == e.requester and x.provider is not None}
+    return facts.runtime.satisfied_otherwise(e.requester, e.need, found.__contains__)
 
 
 def unmet_specs(facts: Facts, row: RuntimeLoad) -> list[str]:

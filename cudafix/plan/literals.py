@@ -1,0 +1,355 @@
+"""Run-time loads inferred from soname literals, for frameworks no table row describes.
+
+An object whose read-only data spells ``"libcudnn.so.9"``, or a Python module with the string
+``"libcurand.so.10"``, probably loads that library at run time. Such a name becomes an edge
+(a :class:`~cudafix.linker.runtime.BoundLoads`, as the run-time table's rows do) only where
+it is evidence, not noise:
+
+- a system library (glibc, the NVIDIA driver, an optional system stack, anything the host's
+  ``ld.so.cache`` has and no file of the environment provides) is never a wheel edge;
+- a library the literal's own distribution ships is its own business (its RECORD says so);
+- a library the environment provides counts when the file lies on the object's own search
+  path (its RPATH/RUNPATH names the wheel's directory), or when the literal's distribution
+  brings its distribution: through its Requires-Dist, base or an extra that is installed
+  (some requirement of it met), transitively, or through those of a distribution that
+  requires it. Found on the search path, it is loaded by soname; else by full path, as
+  cuda-pathfinder and JAX's ``_load_nvidia_libraries`` do;
+- a library nothing provides counts when such a requirement is unmet and is named after
+  it (``nvidia-cudnn-cu12`` for ``libcudnn.so.9``): a plain uninstall took it;
+- names differing only in the version (``libcufft.so.12`` or ``libcufft.so.11``, tried in
+  turn) are alternatives: one provided satisfies the load.
+
+A Python module's load is given to the objects of its distribution whose DT_NEEDED names
+the library (loaded by path first, then imported: CuPy's pattern), else to the module itself.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from packaging.requirements import Requirement
+
+from cudafix.env.inventory import Inventory
+from cudafix.env.pysources import Literals
+from cudafix.linker.elf import ElfInfo
+from cudafix.linker.elfindex import ElfIndex
+from cudafix.linker.loader import SearchConfig, expand_entry
+from cudafix.linker.runtime import BoundLoads, RuntimeLoad
+from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
+from cudafix.plan.requirements import applicable, extras_of, unmet
+
+GLIBC = frozenset(
+    {
+        "libc.so.6",
+        "libm.so.6",
+        "libdl.so.2",
+        "libpthread.so.0",
+        "librt.so.1",
+        "libutil.so.1",
+        "libresolv.so.2",
+        "libnsl.so.1",
+        "libanl.so.1",
+        "ld-linux-x86-64.so.2",
+    }
+)
+"""The C library's own names: always the system's."""
+_STEM = re.compile(r"^(?P<stem>.+?\.so)(?:\.[0-9.]+)?$")
+_NOISE_TOKENS = re.compile(r"^(nvidia|cu[0-9]+x?)$")
+
+
+@dataclass(frozen=True)
+class Brings:
+    """What a distribution's requirements bring, as far as installed extras reach."""
+
+    installed: Mapping[DistName, tuple[DistName, str]] = field(default_factory=dict)
+    """Installed distribution -> (the distribution, extra) whose requirement names it."""
+    unmet: tuple[tuple[DistName, str, Requirement], ...] = ()
+    """(distribution, extra, requirement) of each unmet requirement on the way."""
+
+
+def stem(soname: str) -> str:
+    """``libcufft.so`` of ``libcufft.so.11``: what alternatives share."""
+    match = _STEM.match(soname)
+    return match.group("stem") if match else soname
+
+
+def named_after(dist: str, soname: str) -> bool:
+    """Whether a distribution's name names the library (``nvidia-cuda-runtime-cu12`` and
+    ``libcudart.so.12``; ``nvidia-cublas`` and ``libcublasLt.so.13``): a word of the name
+    (``nvidia`` and ``cuNN`` aside, four letters or more) begins the library's."""
+    base = stem(soname).removesuffix(".so").removeprefix("lib").lower()
+    words = [w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w)]
+    return any(base == w or (len(w) >= 4 and base.startswith(w)) for w in words)
+
+
+def bind_literals(
+    inventory: Inventory,
+    elf: ElfIndex,
+    python: Literals,
+    marker_env: Mapping[str, str],
+    config: SearchConfig,
+    *,
+    system: Iterable[str] = (),
+    skip: Iterable[DistName] = (),
+    dlopen_edges: Mapping[str, tuple[Soname, ...]] | None = None,
+) -> BoundLoads:
+    """The literals of the environment's objects and Python sources as run-time loads (pure).
+
+    ``system``: sonames the host provides (``cudafix/data/system.toml``); ``skip``: the
+    distributions a run-time table row describes (the row is the truth for them);
+    ``dlopen_edges``: the soname-keyed dlopen table, whose edges are not inferred again (nor
+    an object's own DT_NEEDED: already an edge).
+    """
+    binder = _Binder(inventory, elf, marker_env, config, frozenset(system), frozenset(skip))
+    edges = dlopen_edges or {}
+    for rel, info in sorted(elf.objects.items()):
+        if info.literals and rel not in elf.foreign:
+            known = edges.get(info.soname or posixpath.basename(rel), ())
+            names = [n for n in info.literals if n not in known and n not in info.needed]
+            binder.object_literals(rel, info, names)
+    for rel, spelled in sorted(python.items()):
+        binder.module_literals(rel, spelled)
+    return binder.result()
+
+
+class _Binder:
+    def __init__(
+        self,
+        inventory: Inventory,
+        elf: ElfIndex,
+        marker_env: Mapping[str, str],
+        config: SearchConfig,
+        system: frozenset[str],
+        skip: frozenset[DistName],
+    ) -> None:
+        self.inv, self.elf, self.env, self.config = inventory, elf, marker_env, config
+        self.system, self.skip = system, skip
+        self.prefix = str(inventory.prefix)
+        self.providers: dict[str, list[EnvPath]] = defaultdict(list)
+        for rel, info in sorted(elf.objects.items()):
+            if rel in elf.foreign:
+                continue
+            self.providers[posixpath.basename(rel)].append(rel)
+            if info.soname and info.soname != posixpath.basename(rel):
+                self.providers[info.soname].append(rel)
+        self.needed_by: dict[tuple[DistName, str], list[EnvPath]] = defaultdict(list)
+        for rel, info in sorted(elf.objects.items()):
+            for owner in inventory.owners.get(rel, ()):
+                for need in info.needed:
+                    self.needed_by[(owner, need)].append(rel)
+        self._brings: dict[DistName, Brings] = {}
+        self._related: dict[DistName, Brings] = {}
+        self._extras: dict[DistName, frozenset[str]] = {}
+        self._shipped: dict[DistName, frozenset[str]] = {}
+        self.sonames: dict[str, list[Soname]] = defaultdict(list)
+        self.paths: dict[str, list[Soname]] = defaultdict(list)
+        self.rows: dict[tuple[str, str], RuntimeLoad] = {}
+        self.alternatives: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    # --- requesters ---------------------------------------------------------------------
+
+    def object_literals(self, rel: EnvPath, info: ElfInfo, names: Iterable[Soname]) -> None:
+        owner = self._owner(rel)
+        if owner is None:
+            return
+        own_dirs = self._own_dirs(rel, info)
+        for group in self._groups(owner, names):
+            bound: list[tuple[str, str, RuntimeLoad]] = []
+            for name, path, row, brought in self._choose(
+                owner, group, f"the read-only data of {rel}"
+            ):
+                if path is None or posixpath.dirname(path) in own_dirs:
+                    bound.append((rel, name, row))
+                elif brought:
+                    bound.append((rel, f"{self.prefix}/{path}", row))
+            self._add(bound)
+
+    def module_literals(self, rel: EnvPath, names: Iterable[Soname]) -> None:
+        owner = self._owner(rel)
+        if owner is None:
+            return
+        for group in self._groups(owner, names):
+            bound: list[tuple[str, str, RuntimeLoad]] = []
+            for name, path, row, brought in self._choose(owner, group, rel):
+                if not brought:
+                    continue  # no requirement brings it: a name in Python code is no proof
+                need = name if path is None else f"{self.prefix}/{path}"
+                loaders = self.needed_by.get((owner, name)) or [rel]
+                bound += [(obj, need, row) for obj in loaders]
+            self._add(bound)
+
+    # --- choosing -----------------------------------------------------------------------
+
+    def _owner(self, rel: EnvPath) -> DistName | None:
+        owners = self.inv.owners.get(rel, ())
+        if not owners or any(o in self.skip for o in owners):
+            return None
+        return owners[0]
+
+    def _groups(self, owner: DistName, names: Iterable[Soname]) -> list[list[Soname]]:
+        """The names that may be wheel edges, alternatives grouped (first-seen order)."""
+        groups: dict[str, list[Soname]] = {}
+        for name in names:
+            if self._system(name) or self._ships(owner, name):
+                continue
+            groups.setdefault(stem(name), []).append(name)
+        return list(groups.values())
+
+    def _system(self, name: str) -> bool:
+        if name in GLIBC or name in self.system:
+            return True
+        expected = self.elf.expected
+        return name not in self.providers and bool(self.config.cache_lookup(name, *expected))
+
+    def _ships(self, owner: DistName, name: str) -> bool:
+        """A library the distribution itself ships (in its RECORD, there or not)."""
+        if owner not in self._shipped:
+            files = self.inv.distributions[owner].files
+            self._shipped[owner] = frozenset(posixpath.basename(e.path) for e in files)
+        return name in self._shipped[owner] or any(
+            owner in self.inv.owners.get(p, ()) for p in self.providers.get(name, ())
+        )
+
+    def _choose(
+        self, owner: DistName, group: list[Soname], where: str
+    ) -> list[tuple[Soname, EnvPath | None, RuntimeLoad, bool]]:
+        """Per provided name of ``group``: the file, the row saying what brings it, and
+        whether a requirement does; with none provided, the first name an unmet
+        requirement is named after (no file)."""
+        brings = self.brings(owner)
+        out: list[tuple[Soname, EnvPath | None, RuntimeLoad, bool]] = []
+        for name in group:
+            files = self.providers.get(name, [])
+            if not files:
+                continue
+            path = min(files, key=lambda p: (not self._brought(brings, p), p))
+            by = next(
+                (
+                    brings.installed[o]
+                    for o in self.inv.owners.get(path, ())
+                    if o in brings.installed
+                ),
+                None,
+            )
+            row = self._row(owner, by or (owner, ""), name, where)
+            out.append((name, path, row, by is not None))
+        if out:
+            return out
+        for name in group:
+            for dist, extra, req in brings.unmet:
+                if named_after(req.name, name):
+                    return [(name, None, self._row(owner, (dist, extra), name, where), True)]
+        return []
+
+    def _brought(self, brings: Brings, path: EnvPath) -> bool:
+        return any(o in brings.installed for o in self.inv.owners.get(path, ()))
+
+    def _row(self, owner: DistName, by: tuple[DistName, str], name: str, where: str) -> RuntimeLoad:
+        return RuntimeLoad(
+            framework=owner,
+            provider=by[0],
+            extra=by[1],
+            objects=(),
+            source=f'the soname literal "{name}" in {where}',
+        )
+
+    def _own_dirs(self, rel: EnvPath, info: ElfInfo) -> frozenset[str]:
+        """The object's own RPATH and RUNPATH directories, as EnvPaths."""
+        origin = posixpath.dirname(f"{self.prefix}/{rel}")
+        dirs = (expand_entry(e, origin, self.config) for e in (*info.rpath, *info.runpath))
+        base = self.prefix + "/"
+        return frozenset(d[len(base) :] for d in dirs if d is not None and d.startswith(base))
+
+    # --- requirements -------------------------------------------------------------------
+
+    def brings(self, name: DistName) -> Brings:
+        """What ``name``'s requirements bring, then what those of each distribution that
+        requires it bring (sorted), the nearest first."""
+        if name not in self._related:
+            self._related[name] = self._brings_of(name)
+        return self._related[name]
+
+    def _brings_of(self, name: DistName) -> Brings:
+        own = self._walk(name)
+        installed, unmet_ = dict(own.installed), list(own.unmet)
+        for other in sorted(self.inv.distributions):
+            if other == name:
+                continue
+            theirs = self._walk(other)
+            if name in theirs.installed:
+                for dep, by in theirs.installed.items():
+                    installed.setdefault(dep, by)
+                unmet_ += [u for u in theirs.unmet if u not in unmet_]
+        return Brings(installed, tuple(unmet_))
+
+    def _walk(self, start: DistName) -> Brings:
+        """Breadth-first through requirements: base ones, and those of every extra that is
+        installed (some requirement met) or that a requirement on the way names."""
+        if start in self._brings:
+            return self._brings[start]
+        dists = self.inv.distributions
+        installed: dict[DistName, tuple[DistName, str]] = {}
+        unmet_: list[tuple[DistName, str, Requirement]] = []
+        todo: list[tuple[DistName, frozenset[str]]] = [(start, frozenset())]
+        seen: set[tuple[DistName, frozenset[str]]] = set()
+        while todo:
+            name, named = todo.pop(0)
+            if (name, named) in seen or name not in dists:
+                continue
+            seen.add((name, named))
+            extras = named | self._installed_extras(name)
+            for req, extra in applicable(dists[name], self.env, extras):
+                dep = normalize_name(req.name)
+                if unmet(req, dists) is not None:
+                    unmet_.append((name, extra, req))
+                    continue
+                installed.setdefault(dep, (name, extra))
+                todo.append((dep, frozenset(normalize_name(x) for x in req.extras)))
+        self._brings[start] = Brings(installed, tuple(unmet_))
+        return self._brings[start]
+
+    def _installed_extras(self, name: DistName) -> frozenset[str]:
+        """The extras of which some requirement is met (pip records no requested extras)."""
+        if name in self._extras:
+            return self._extras[name]
+        dist = self.inv.distributions[name]
+        self._extras[name] = frozenset(
+            extra
+            for extra in extras_of(dist)
+            if any(
+                w == extra and unmet(r, self.inv.distributions) is None
+                for r, w in applicable(dist, self.env, frozenset({extra}))
+            )
+        )
+        return self._extras[name]
+
+    # --- result -------------------------------------------------------------------------
+
+    def _add(self, bound: list[tuple[str, str, RuntimeLoad]]) -> None:
+        """Record the edges of one group: alternatives of each other, per requester."""
+        per: dict[str, list[str]] = defaultdict(list)
+        for requester, need, row in bound:
+            absolute = f"{self.prefix}/{requester}"
+            kind = self.paths if need.startswith("/") else self.sonames
+            if Soname(need) not in kind[absolute]:
+                kind[absolute].append(Soname(need))
+            self.rows.setdefault((absolute, need), row)
+            per[absolute].append(need)
+        for requester, needs in per.items():
+            if len(needs) > 1:
+                for need in needs:
+                    self.alternatives[(requester, need)] = tuple(n for n in needs if n != need)
+
+    def result(self) -> BoundLoads:
+        return BoundLoads(
+            {k: tuple(v) for k, v in self.sonames.items() if v},
+            {k: tuple(v) for k, v in self.paths.items() if v},
+            dict(self.rows),
+            {},
+            dict(self.alternatives),
+            frozenset(o for o in self.sonames if o not in self.paths and not o.endswith(".py")),
+        )
