@@ -60,6 +60,7 @@ from cudafix.model.transaction import (
 )
 from cudafix.plan.doctor import diagnose, repair_candidates, runtime_installs
 from cudafix.plan.facts import Facts
+from cudafix.plan.gone import returning_installs
 from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from cudafix.plan.preconditions import assumed_paths, check, retarget
@@ -314,7 +315,7 @@ def plan_repair(
     wanted = repair_candidates(facts)
     inv = facts.inventory
     missing = {m.spec for m in missing_requirements(inv.distributions, facts.marker_env)}
-    specs = tuple(sorted(missing | set(runtime_installs(facts))))
+    specs = tuple(sorted(missing | set(runtime_installs(facts)) | set(returning_installs(facts))))
     if not wanted and not specs:
         return None
     if specs:

@@ -19,9 +19,11 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from cudafix.env import lastseen
 from cudafix.env.distinfo import direct_url
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import (
+    Inventory,
     changed_since_record,
     find_dist_info,
     installed_versions,
@@ -33,12 +35,12 @@ from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, query_interpreter
 from cudafix.env.treecache import TreeCache
 from cudafix.fetch.staging import Staging
-from cudafix.linker.elfindex import index_environment
+from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostcache import HOST, HostCache
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.linker.runtime import RuntimeTable, bind
 from cudafix.model.errors import CudafixError
-from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.plan.facts import Facts, elf_providers, scripts_of
 from cudafix.plan.preconditions import quick_differences, record_digest
@@ -79,6 +81,7 @@ def gather(
     loads = bind(runtime, str(inventory.prefix), inventory.site_packages, objects, inventory.owners)
     table = table.merged(DlopenTable(by_object=loads.sonames, preload=loads.paths))
     lib_path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
+    last_seen = remember_libraries(inventory, elf)
     return Facts(
         inventory=inventory,
         elf=elf,
@@ -92,7 +95,28 @@ def gather(
         shebangs=read_shebangs(target.prefix, scripts_of(inventory, elf)),
         hashed_files=hashes.hashed,
         read_paths=tuple(tree.read_paths()),
+        last_seen=last_seen,
     )
+
+
+def remember_libraries(inventory: Inventory, elf: ElfIndex) -> lastseen.Memory:
+    """What the last reading remembered of the libraries objects need
+    (:mod:`cudafix.env.lastseen`); this reading is remembered in its place, for the next."""
+    prefix = inventory.prefix
+    old = lastseen.load(prefix)
+    present = [p for p in elf.objects if p not in elf.foreign]
+    needed = {n for p in present for n in elf.objects[p].needed if "/" not in n}
+    now: dict[Soname, list[lastseen.Seen]] = {}
+    for path in present:
+        owners = inventory.owners.get(path, ())
+        dist = inventory.distributions.get(owners[0]) if owners else None
+        name = Soname(elf.objects[path].soname or posixpath.basename(path))
+        if dist is not None and name in needed:
+            now.setdefault(name, []).append(lastseen.Seen(path, dist.name, dist.version))
+    new = lastseen.update(old, {s: tuple(v) for s, v in now.items()}, needed)
+    if new != old:
+        lastseen.save(prefix, new)
+    return old
 
 
 def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:

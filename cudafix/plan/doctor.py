@@ -16,6 +16,7 @@ from typing import TypedDict
 from packaging.requirements import Requirement
 
 from cudafix.env.inventory import CoOwnedPath, Inventory, is_bytecode
+from cudafix.linker.bypath import partly_provided
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.hostdeps import provided_by_system
 from cudafix.linker.linkage import (
@@ -36,6 +37,7 @@ from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
 from cudafix.model.wording import reinstall_text
 from cudafix.plan.facts import Facts, Mismatches, load_roots
+from cudafix.plan.gone import gone_libraries, pin, returning_installs
 from cudafix.plan.requirements import (
     MissingRequirement,
     applicable,
@@ -72,7 +74,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         for m in missing_requirements(inv.distributions, facts.marker_env)
         if m.distribution not in leftovers
     )
-    installs = runtime_installs(facts, chains.edges.values())
+    installs = {**runtime_installs(facts, chains.edges.values()), **returning_installs(facts)}
     findings = [
         *_missing(inv, cmd),
         *_clobbered(inv, loaded, _needed_by(needs), cmd),
@@ -454,6 +456,11 @@ def _unresolved(
     system = provided_by_system()
     elsewhere = _copies_by_name(inv)
     searched = _Searched(inv)
+    edges = list(edges)
+    broken = partly_provided(
+        edges, str(inv.prefix), lambda p: next(iter(_owners_abs(inv, p)), None)
+    )
+    gone = gone_libraries(facts)
     for e in sorted(edges, key=lambda e: (e.requester, e.need)):
         if e.provider is not None:
             continue
@@ -473,12 +480,26 @@ def _unresolved(
         )
         hint: str | None = None
         optional = facts.runtime.optional.get(e.requester)
-        if not claimants and e.need in system:
+        seen = None if claimants else gone.get(e.need)
+        if seen is not None:
+            severity = "error"
+            why = (
+                f"; {seen.distribution} {seen.version} provided it at the last reading of this "
+                "environment, and it went since"
+            )
+            step = _step(cmd.argv("repair", "--dry-run"), f"installs {pin(seen)}")
+        elif not claimants and e.need in system:
             severity, why = "info", f"; {e.need} comes from {system[e.need]}, not from a wheel"
             step, hint = None, f"nothing to do unless this host should have {system[e.need]}"
         elif not claimants and optional is not None:
             severity = "info"
             why = f"; {optional.framework} imports it only if it can, and runs without it"
+        elif severity == "info" and e.requester in broken:
+            severity = "error"
+            why = (
+                "; its other needs are met in this environment, so the stack it was built "
+                "for is installed and it fails when loaded"
+            )
         elif severity == "info":
             why = (
                 "; no extension module loads it (nor an executable or a run-time load), "
@@ -502,10 +523,15 @@ def _unresolved(
             ),
             details=chains
             + searched.details(e)
-            + [f"{e.need} is in the RECORD of {c}, but missing on disk" for c in claimants],
+            + [f"{e.need} is in the RECORD of {c}, but missing on disk" for c in claimants]
+            + (
+                [f"{e.need} was {_show(inv, seen.path)} of {seen.distribution} {seen.version}"]
+                if seen is not None
+                else []
+            ),
             consumer=searched.env_path(e.requester) or e.requester,
             need=e.need,
-            owners=claimants,
+            owners=[seen.distribution] if seen is not None else claimants,
         )
 
 

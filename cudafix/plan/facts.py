@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from cudafix.env.inventory import Inventory
+from cudafix.env.lastseen import Memory
 from cudafix.env.scripts import Shebang
 from cudafix.env.target import InterpreterInfo, guess_extension_suffixes
 from cudafix.fetch.staging import Staging
@@ -81,6 +82,10 @@ class Facts:
     shebangs: Mapping[EnvPath, Shebang] = field(default_factory=dict)
     """The ``#!`` line of the ``bin/`` scripts of ELF-providing distributions: a relocated
     venv rewrites them (:mod:`cudafix.env.scripts`)."""
+
+    last_seen: Memory = field(default_factory=dict)
+    """What provided each needed soname at the last reading of this environment
+    (:mod:`cudafix.env.lastseen`): how a library that went since is named."""
 
     hashed_files: int = field(default=0, compare=False)
     """Files :func:`cudafix.gather.gather` read whole to hash them (0: the hash cache answered)."""
