@@ -67,6 +67,7 @@ from cudafix.plan.preconditions import assumed_paths, check, retarget
 from cudafix.plan.requirements import missing_requirements
 from cudafix.plan.script import load_script, script_options, script_request
 from cudafix.plan.select import select
+from cudafix.plan.versions import jointly
 from cudafix.tx import history as tx_history
 from cudafix.tx import undo as tx_undo
 from cudafix.tx.apply import run_transaction
@@ -314,7 +315,9 @@ def plan_repair(
     _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     wanted = repair_candidates(facts)
     inv = facts.inventory
-    missing = {m.spec for m in missing_requirements(inv.distributions, facts.marker_env)}
+    missing = {
+        m.spec for m in jointly(facts, missing_requirements(inv.distributions, facts.marker_env))
+    }
     specs = tuple(sorted(missing | set(runtime_installs(facts)) | set(returning_installs(facts))))
     if not wanted and not specs:
         return None

@@ -47,6 +47,7 @@ from cudafix.plan.requirements import (
     requirement_closure,
     unmet,
 )
+from cudafix.plan.versions import joint, jointly
 
 _SONAME_MAJOR = re.compile(r"^(?P<stem>.+\.so)\.(?P<major>\d+)")
 
@@ -69,10 +70,13 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     cmd = _Commands(target_flags)
     needs = framework_cuda_needs(facts, chains)
     leftovers = cuda_leftovers(facts, needs)
-    wanted = tuple(
-        m
-        for m in missing_requirements(inv.distributions, facts.marker_env)
-        if m.distribution not in leftovers
+    wanted = jointly(
+        facts,
+        (
+            m
+            for m in missing_requirements(inv.distributions, facts.marker_env)
+            if m.distribution not in leftovers
+        ),
     )
     installs = {**runtime_installs(facts, chains.edges.values()), **returning_installs(facts)}
     findings = [
@@ -219,7 +223,10 @@ def _unmet_specs(facts: Facts, row: RuntimeLoad) -> list[str]:
         return []
     inv = facts.inventory
     reqs = extra_requirements(inv.distributions[row.provider], row.extra, facts.marker_env)
-    return [f"{r.name}{r.specifier}" for r in reqs if unmet(r, inv.distributions) is not None]
+    unmet_specs = (
+        f"{r.name}{r.specifier}" for r in reqs if unmet(r, inv.distributions) is not None
+    )
+    return list(dict.fromkeys(joint(facts, spec) for spec in unmet_specs))
 
 
 def _was_installed(facts: Facts, row: RuntimeLoad) -> bool:
