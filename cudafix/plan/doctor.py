@@ -6,6 +6,7 @@ says what is wrong, where, and the next command.
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import re
 from collections import defaultdict
@@ -34,7 +35,7 @@ from cudafix.linker.runtime import RuntimeLoad
 from cudafix.model import reasons as R
 from cudafix.model.commands import TargetFlags, cudafix_argv, shell_join
 from cudafix.model.doctor import Choice, DoctorReport, Finding, Severity
-from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name, site_relative
+from cudafix.model.names import DistName, EnvPath, normalize_name, site_relative
 from cudafix.model.wording import reinstall_text
 from cudafix.plan.facts import Facts, Mismatches, load_roots
 from cudafix.plan.gone import gone_libraries, pin, returning_installs
@@ -675,10 +676,8 @@ def _frameworks(inv: Inventory, chains: Chains) -> set[DistName]:
 def _mixed_cuda(facts: Facts, chains: Chains, needs: Needs, cmd: _Commands) -> Iterable[Finding]:
     """More than one CUDA major installed, and the two-majors-in-one-process check."""
     majors: dict[int, list[str]] = defaultdict(list)
-    for name in facts.inventory.distributions:
-        major = cuda_major(name)
-        if major:
-            majors[major].append(name)
+    for name, major in sorted(facts.cuda_majors.items()):
+        majors[major].append(name)
     if len(majors) > 1:
         yield _majors_finding(facts, needs, majors, cmd)
     yield from _mixed_sonames(facts.inventory, chains.trees.values())
@@ -699,10 +698,10 @@ def _majors_finding(
     """
     by_major: dict[int, list[DistName]] = defaultdict(list)
     for framework, libs in sorted(needs.items()):
-        for m in sorted({m for n in libs if (m := cuda_major(n)) is not None}):
+        for m in sorted({m for n in libs if (m := facts.cuda_majors.get(n)) is not None}):
             by_major[m].append(framework)
     leftover = sorted(set(majors) - set(by_major))
-    choices = [_remove_leftovers(m, cmd) for m in leftover]
+    choices = [_remove_leftovers(m, majors[m], cmd) for m in leftover]
     if len(by_major) > 1:
         choices = [Choice(action="keep-all", majors=sorted(by_major)), *choices]
         choices += [_remove_framework(facts, needs, by_major, m, cmd) for m in sorted(by_major)]
@@ -714,6 +713,7 @@ def _majors_finding(
         used = ", ".join(f"cu{m}" for m in sorted(by_major))
         commands = "; ".join(f"`{c.command}`" for c in choices)
         hint = f"what import loads needs {used}; remove the leftovers: {commands}"
+    selectors = _leftover_selectors(leftover[0], majors[leftover[0]]) if leftover else []
     needed = "; ".join(
         f"{', '.join(fs)} need{'s' if len(fs) == 1 else ''} cu{m}"
         for m, fs in sorted(by_major.items())
@@ -728,7 +728,7 @@ def _majors_finding(
         owners=sorted(n for v in majors.values() for n in v),
         hint=hint,
         choices=choices,
-        command=cmd.argv("remove", f"nvidia-*-cu{leftover[0]}", "--repair", "--dry-run")
+        command=cmd.argv("remove", *selectors, "--repair", "--dry-run")
         if len(by_major) == 1 and leftover
         else [],
         reason=f"what import loads needs only cu{next(iter(by_major))}; the cu{leftover[0]} "
@@ -752,7 +752,7 @@ def framework_cuda_needs(facts: Facts, chains: Chains) -> dict[DistName, frozens
     out: dict[DistName, frozenset[DistName]] = {}
     for framework in sorted(frameworks):
         closure = _closure(facts, {framework})
-        libs = frozenset(n for n in closure if cuda_major(n) is not None or n.startswith("nvidia-"))
+        libs = frozenset(n for n in closure if n in facts.cuda_majors or n.startswith("nvidia-"))
         if libs:
             out[framework] = libs
     return out
@@ -762,17 +762,26 @@ def cuda_leftovers(facts: Facts, needs: Needs) -> frozenset[DistName]:
     """Distributions of a CUDA major (``*-cuNN``) that no framework's requirement closure
     needs, while some framework needs another: the leftovers mixed-cuda offers to remove.
     Empty without framework evidence (then nothing is called a leftover)."""
-    used = {m for libs in needs.values() for n in libs if (m := cuda_major(n)) is not None}
+    majors = facts.cuda_majors
+    used = {m for libs in needs.values() for n in libs if (m := majors.get(n)) is not None}
     if not used:
         return frozenset()
-    return frozenset(n for n in facts.inventory.distributions if cuda_major(n) not in (None, *used))
+    return frozenset(n for n in facts.inventory.distributions if majors.get(n) not in (None, *used))
 
 
-def _remove_leftovers(major: int, cmd: _Commands) -> Choice:
+def _leftover_selectors(major: int, names: Sequence[str]) -> list[str]:
+    """``nvidia-*-cuNN``, and by name the leftovers of that major the glob misses (CUDA 13
+    wheels are mostly unsuffixed)."""
+    glob = f"nvidia-*-cu{major}"
+    rest = [n for n in sorted(names) if not fnmatch.fnmatchcase(n, glob)]
+    return rest if len(rest) == len(names) else [glob, *rest]
+
+
+def _remove_leftovers(major: int, names: Sequence[str], cmd: _Commands) -> Choice:
     return Choice(
         action="remove-leftovers",
         majors=[major],
-        command=cmd("remove", f"nvidia-*-cu{major}", "--repair", "--dry-run"),
+        command=cmd("remove", *_leftover_selectors(major, names), "--repair", "--dry-run"),
     )
 
 
@@ -789,7 +798,8 @@ def _remove_framework(
     others = [f for f in needs if f not in frameworks]
     kept = set(_closure(facts, others))
     libs = sorted(
-        {n for f in frameworks for n in needs[f] if cuda_major(n) in (major, None)} - kept
+        {n for f in frameworks for n in needs[f] if facts.cuda_majors.get(n) in (major, None)}
+        - kept
     )
     removed = [f for f in frameworks if f not in kept]
     removed += _dependents(facts, {*removed, *libs}, kept)
@@ -949,11 +959,12 @@ def _wrong_pick(facts: Facts, e: Edge) -> bool:
     if not consumers or not providers:
         return False
     closure = _closure(facts, consumers)
-    majors = {m for n in closure if (m := cuda_major(n)) is not None}
+    known = facts.cuda_majors
+    majors = {m for n in closure if (m := known.get(n)) is not None}
     if not any(p in closure for p in providers):
         return True
     return bool(majors) and any(
-        (m := cuda_major(p)) is not None and m not in majors for p in providers
+        (m := known.get(p)) is not None and m not in majors for p in providers
     )
 
 

@@ -22,6 +22,7 @@ from cudafix.linker.linkage import Root, entry_roots
 from cudafix.linker.loader import DlopenTable, SearchConfig
 from cudafix.linker.runtime import BoundLoads
 from cudafix.model.names import DistName, EnvPath
+from cudafix.plan.majors import cuda_majors
 from cudafix.plan.requirements import requested_extras
 
 Mismatches = dict[DistName, list[tuple[EnvPath, str]]]
@@ -57,6 +58,12 @@ class Facts:
         """The extras each distribution was installed with (:func:`requested_extras`),
         derived once: doctor and the planner ask per finding."""
         return requested_extras(self.inventory.distributions, self.marker_env)
+
+    @cached_property
+    def cuda_majors(self) -> Mapping[DistName, int]:
+        """The CUDA major of each distribution that says one by what it is
+        (:func:`~cudafix.plan.majors.cuda_majors`), derived once."""
+        return cuda_majors(self.inventory, self.elf)
 
     @cached_property
     def record_mismatches(self) -> Mismatches:
