@@ -460,6 +460,12 @@ def _unresolved(
     optional transports are loaded on demand): then it was judged on its own tree. A
     framework's run-time load is judged by :func:`_run_time_unresolved`. When the consumer's
     distribution requires one that is not installed, installing that is the fix.
+
+    Two things make it an error whatever the chains: the need's library was there at the
+    last reading of this environment and went since (:mod:`cudafix.plan.gone`: ``repair``
+    installs what provided it, at that version), or nothing loads the object while some of
+    its needs are met in the venv and this one nowhere
+    (:func:`~cudafix.linker.bypath.partly_provided`: the stack it was built for is there).
     """
     system = provided_by_system()
     elsewhere = _copies_by_name(inv)
