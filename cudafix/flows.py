@@ -60,6 +60,7 @@ from cudafix.model.transaction import (
 from cudafix.plan.admit import input_problems
 from cudafix.plan.doctor import diagnose, repair_candidates, runtime_installs
 from cudafix.plan.facts import Facts
+from cudafix.plan.gone import returning_installs
 from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from cudafix.plan.preconditions import assumed_paths, check, retarget
@@ -67,6 +68,7 @@ from cudafix.plan.probes import probe_spec
 from cudafix.plan.requirements import missing_requirements
 from cudafix.plan.script import load_script, script_options, script_request
 from cudafix.plan.select import select
+from cudafix.plan.versions import jointly
 from cudafix.tx import history as tx_history
 from cudafix.tx import undo as tx_undo
 from cudafix.tx.apply import run_transaction
@@ -324,8 +326,10 @@ def plan_repair(
     _target, facts = open_target(args, mutating=mutating, on_event=on_event)
     wanted = repair_candidates(facts)
     inv = facts.inventory
-    missing = {m.spec for m in missing_requirements(inv.distributions, facts.marker_env)}
-    specs = tuple(sorted(missing | set(runtime_installs(facts))))
+    missing = {
+        m.spec for m in jointly(facts, missing_requirements(inv.distributions, facts.marker_env))
+    }
+    specs = tuple(sorted(missing | set(runtime_installs(facts)) | set(returning_installs(facts))))
     if not wanted and not specs:
         return None
     if specs:

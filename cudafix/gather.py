@@ -19,9 +19,10 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from cudafix.env import lastseen
 from cudafix.env.distinfo import direct_url
 from cudafix.env.hashing import HashCache
-from cudafix.env.inventory import changed_since_record
+from cudafix.env.inventory import Inventory, changed_since_record
 from cudafix.env.pysources import python_literals
 from cudafix.env.reading import (
     find_dist_info,
@@ -34,12 +35,12 @@ from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, query_interpreter
 from cudafix.env.treecache import TreeCache
 from cudafix.fetch.staging import Staging
-from cudafix.linker.elfindex import index_environment
+from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostview import HostView
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.linker.runtime import RUNTIME_TABLE_VARIABLE, RuntimeTable, bind
 from cudafix.model.errors import CudafixError
-from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.plan.facts import Facts, elf_providers, scripts_of
 from cudafix.plan.literals import bind_literals
@@ -91,6 +92,7 @@ def gather(
         )
     )  # fmt: skip
     table = table.merged(DlopenTable(by_object=loads.sonames, preload=loads.paths))
+    last_seen = remember_libraries(inventory, elf)
     return Facts(
         inventory=inventory,
         elf=elf,
@@ -105,6 +107,7 @@ def gather(
         hashed_files=hashes.hashed,
         read_paths=tuple(tree.read_paths()),
         host=host,
+        last_seen=last_seen,
     )
 
 
@@ -115,6 +118,26 @@ def runtime_table() -> RuntimeTable:
     if not path:
         return RuntimeTable.default()
     return RuntimeTable.load(Path(path), f"${RUNTIME_TABLE_VARIABLE}")
+
+
+def remember_libraries(inventory: Inventory, elf: ElfIndex) -> lastseen.Memory:
+    """What the last reading remembered of the libraries objects need
+    (:mod:`cudafix.env.lastseen`); this reading is remembered in its place, for the next."""
+    prefix = inventory.prefix
+    old = lastseen.load(prefix)
+    present = [p for p in elf.objects if p not in elf.foreign]
+    needed = {n for p in present for n in elf.objects[p].needed if "/" not in n}
+    now: dict[Soname, list[lastseen.Seen]] = {}
+    for path in present:
+        owners = inventory.owners.get(path, ())
+        dist = inventory.distributions.get(owners[0]) if owners else None
+        name = Soname(elf.objects[path].soname or posixpath.basename(path))
+        if dist is not None and name in needed:
+            now.setdefault(name, []).append(lastseen.Seen(path, dist.name, dist.version))
+    new = lastseen.update(old, {s: tuple(v) for s, v in now.items()}, needed)
+    if new != old:
+        lastseen.save(prefix, new)
+    return old
 
 
 def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:

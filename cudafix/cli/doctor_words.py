@@ -153,6 +153,11 @@ class _Where:
     def install(self, why: InstallWhy) -> str:
         if why.kind == "required":
             return f"required by {why.distribution}"
+        if why.kind == "returning":
+            return (
+                f"provided {why.need} ({self.show(why.path)}) at the last reading of this "
+                "environment; gone since"
+            )
         return (
             f"{why.requested_as} requires it; {self.show(why.requester)} loads "
             f"{self.show(why.need)} at run time"
@@ -272,10 +277,21 @@ class _Where:
 
     def _unresolved(self, f: Finding, facts: Unresolved) -> _Words:
         why = ""
-        if facts.system is not None:
+        gone = facts.gone
+        if gone is not None:
+            why = (
+                f"; {gone.distribution} {gone.version} provided it at the last reading of this "
+                "environment, and it went since"
+            )
+        elif facts.system is not None:
             why = f"; {f.need} comes from {facts.system}, not from a wheel"
         elif facts.optional_for is not None:
             why = f"; {facts.optional_for} imports it only if it can, and runs without it"
+        elif facts.partly_provided:
+            why = (
+                "; its other needs are met in this environment, so the stack it was built "
+                "for is installed and it fails when loaded"
+            )
         elif f.severity == "info":
             why = (
                 "; no extension module loads it (nor an executable or a run-time load), "
@@ -294,6 +310,13 @@ class _Where:
             )
         else:
             details += [f"searched {self.show(d)}" for d in facts.searched]
+        if gone is not None:
+            details.append(
+                f"{f.need} was {self.show(gone.path)} of {gone.distribution} {gone.version}"
+            )
+            return _step(
+                f.command, message, details, f"installs {gone.distribution}=={gone.version}"
+            )
         details += [f"{f.need} is in the RECORD of {c}, but missing on disk" for c in f.owners]
         if facts.system is not None:
             hint = f"nothing to do unless this host should have {facts.system}"

@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from cudafix.linker.elfindex import ElfIndex
+from cudafix.linker.bypath import by_path
+from cudafix.linker.elf import ElfInfo
+from cudafix.linker.elfindex import ElfIndex, EnvironmentView
 from cudafix.linker.loader import (
     DiagnosingView,
     DlopenTable,
@@ -112,7 +114,9 @@ def resolve_chains(
     config: SearchConfig,
     dlopen: DlopenTable | None,
 ) -> Chains:
-    """Load every root, then each of ``objects`` (absolute paths) that no root loads."""
+    """Load every root, then each of ``objects`` (absolute paths) that no root loads; a need
+    of an object no root loads that only a file elsewhere in the environment meets is an
+    edge to that file (:func:`~cudafix.linker.bypath.by_path`)."""
     canonical = _canonicaliser(view)
     ordered = tuple(sorted({r.path: r for r in roots}.values(), key=lambda r: r.path))
     trees = resolve_trees([r.path for r in ordered], view, config, dlopen)
@@ -121,7 +125,20 @@ def resolve_chains(
     alone = [o for o in sorted(objects) if canonical(o) not in reached and o not in trees]
     own = resolve_trees(alone, view, config, dlopen)
     edges = judge([trees[r.path] for r in ordered], own.values(), canonical)
-    return Chains(ordered, {**trees, **own}, loaded, edges)
+    return Chains(ordered, {**trees, **own}, loaded, by_path(edges, present(view)))
+
+
+def present(view: LibraryView) -> dict[str, ElfInfo]:
+    """The loadable ELF objects of an environment view (absolute path -> facts); none for
+    a view that is not an environment's."""
+    if not isinstance(view, EnvironmentView):
+        return {}
+    index, skip = view.index, view.removed
+    return {
+        f"{view.prefix}/{p}": info
+        for p, info in index.objects.items()
+        if p not in skip and p not in index.foreign
+    }
 
 
 def judge(

@@ -121,6 +121,15 @@ class Scripts(_Value):
     """Per path of ``Finding.paths``, the interpreter its ``#!`` line names."""
 
 
+class Provided(_Value):
+    """A file that provided a library at the last reading, and its distribution then."""
+
+    path: str
+    """EnvPath."""
+    distribution: str
+    version: str
+
+
 class Unresolved(_Value):
     """A need (``Finding.need``) of an object that nothing on its search path provides."""
 
@@ -145,6 +154,11 @@ class Unresolved(_Value):
     """The framework that loads the object only if it can, and runs without it."""
     elsewhere: list[Copy] = []
     """Copies of the need in the environment, off the object's search path."""
+    gone: Provided | None = None
+    """What provided the need at the last reading of this environment, gone since."""
+    partly_provided: bool = False
+    """Nothing loads the object, yet its other needs are met in this environment: the stack
+    it was built for is installed, so it fails when loaded."""
 
 
 class RunTimeUnresolved(_Value):
@@ -311,7 +325,17 @@ class RunTimeNeed(_Value):
     need: str
 
 
-InstallWhy = Annotated[RequiredBy | RunTimeNeed, Field(discriminator="kind")]
+class Returning(_Value):
+    """A requirement ``repair`` installs because the library its distribution provided at
+    the last reading went since (an uninstall cudafix did not run)."""
+
+    kind: Literal["returning"] = "returning"
+    need: str
+    path: str
+    """EnvPath of the file that provided it."""
+
+
+InstallWhy = Annotated[RequiredBy | RunTimeNeed | Returning, Field(discriminator="kind")]
 """Why ``repair`` installs a requirement."""
 
 

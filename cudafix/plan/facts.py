@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from cudafix.env.inventory import Inventory
+from cudafix.env.lastseen import Memory
 from cudafix.env.scripts import Shebang
 from cudafix.env.target import InterpreterInfo, guess_extension_suffixes
 from cudafix.fetch.staging import Staging
@@ -23,6 +24,7 @@ from cudafix.linker.loader import DlopenTable, SearchConfig
 from cudafix.linker.runtime import BoundLoads
 from cudafix.model.doctor import Difference
 from cudafix.model.names import DistName, EnvPath
+from cudafix.plan.majors import cuda_majors
 from cudafix.plan.requirements import requested_extras
 
 Mismatches = dict[DistName, list[tuple[EnvPath, Difference]]]
@@ -64,6 +66,12 @@ class Facts:
         return requested_extras(self.inventory.distributions, self.marker_env)
 
     @cached_property
+    def cuda_majors(self) -> Mapping[DistName, int]:
+        """The CUDA major of each distribution that says one by what it is
+        (:func:`~cudafix.plan.majors.cuda_majors`), derived once."""
+        return cuda_majors(self.inventory, self.elf)
+
+    @cached_property
     def record_mismatches(self) -> Mismatches:
         """Single-owner files of ELF-providing distributions whose bytes are not their
         RECORD's, with how they differ: a size that disagrees, or a hash where one was
@@ -87,6 +95,10 @@ class Facts:
     shebangs: Mapping[EnvPath, Shebang] = field(default_factory=dict)
     """The ``#!`` line of the ``bin/`` scripts of ELF-providing distributions: a relocated
     venv rewrites them (:mod:`cudafix.env.scripts`)."""
+
+    last_seen: Memory = field(default_factory=dict)
+    """What provided each needed soname at the last reading of this environment
+    (:mod:`cudafix.env.lastseen`): how a library that went since is named."""
 
     hashed_files: int = field(default=0, compare=False)
     """Files :func:`cudafix.gather.gather` read whole to hash them (0: the hash cache answered)."""

@@ -16,6 +16,7 @@ from typing import Literal
 
 from cudafix.env.inventory import Distribution, Inventory, is_bytecode
 from cudafix.fetch.staging import Pin, StagedWheel
+from cudafix.linker.bypath import BY_PATH
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import (
     Edge,
@@ -374,10 +375,11 @@ def _linkage(
         )
         for edge, clobber in install.same_path_switches(prefix, before, gone, clobbers)
     ]
-    touched = {
+    touched = {  # a by-path need loads only after its framework's preload: not probed alone
         rel
         for e in before.values()
         if e.provider
+        and e.how != BY_PATH
         and to_env_path(prefix, e.provider) in changed
         and (rel := to_env_path(prefix, e.requester)) is not None
         and rel not in gone

@@ -77,7 +77,12 @@ def test_two_majors_in_one_load_tree_are_reported(tmp_path: Path) -> None:
     built = build_spec(Scenario.model_validate(tomllib.loads(MIXED)), tmp_path / "venv")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     assert proc.returncode == 1
-    mixed = [f for f in as_json(proc)["findings"] if f["kind"] == "mixed-cuda"]
+    majors, *mixed = [f for f in as_json(proc)["findings"] if f["kind"] == "mixed-cuda"]
+    # the unsuffixed nvidia-cuda-runtime 13.0.96 is CUDA 13 (nvidia/cu13/lib)
+    assert majors["details"] == [
+        "cu12: nvidia-cublas-cu12, nvidia-cuda-runtime-cu12",
+        "cu13: nvidia-cuda-runtime",
+    ]
     assert len(mixed) == 1, mixed
     [(_, tree)] = with_facts(diagnosed(built.venv).findings, MixedSonames)
     assert [ld.need for ld in tree.loads] == ["libcudart.so.12", "libcudart.so.13"]

@@ -31,7 +31,9 @@ from cudafix.plan.doctor.files import foreign_files, repair_candidates
 from cudafix.plan.doctor.requirements import runtime_installs
 from cudafix.plan.doctor.scripts import script_problems
 from cudafix.plan.facts import Facts, load_roots
+from cudafix.plan.gone import returning_installs
 from cudafix.plan.requirements import MissingRequirement, missing_requirements
+from cudafix.plan.versions import jointly
 
 __all__ = [
     "IMPORT_KINDS",
@@ -62,12 +64,18 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     cmd = Commands(target_flags)
     needs = framework_cuda_needs(facts, chains)
     leftovers = cuda_leftovers(facts, needs)
-    wanted = tuple(
-        m
-        for m in missing_requirements(inv.distributions, facts.marker_env)
-        if m.distribution not in leftovers
+    wanted = jointly(
+        facts,
+        (
+            m
+            for m in missing_requirements(inv.distributions, facts.marker_env)
+            if m.distribution not in leftovers
+        ),
     )
-    installs = runtime_installs(facts, edges)
+    installs: dict[str, InstallWhy] = {
+        **runtime_installs(facts, edges),
+        **returning_installs(facts),
+    }
     findings = [
         *files.missing(inv, cmd),
         *files.clobbered(inv, loaded, cuda.needed_by(needs), cmd),

@@ -8,16 +8,17 @@ Pure functions of :class:`~cudafix.plan.facts.Facts` and the load chains to type
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from cudafix.env.inventory import Inventory
 from cudafix.linker.linkage import Chains
 from cudafix.linker.loader import LoadTree, Lookup
 from cudafix.model.commands import shell_join
 from cudafix.model.doctor import Choice, Finding, Load, MixedMajors, MixedSonames
-from cudafix.model.names import DistName, cuda_major
+from cudafix.model.names import DistName
 from cudafix.plan.doctor.common import Commands, Needs, closure, frameworks, owners_abs
 from cudafix.plan.facts import Facts
 
@@ -33,7 +34,7 @@ def framework_cuda_needs(facts: Facts, chains: Chains) -> dict[DistName, frozens
         libs = frozenset(
             n
             for n in closure(facts, {framework})
-            if cuda_major(n) is not None or n.startswith("nvidia-")
+            if n in facts.cuda_majors or n.startswith("nvidia-")
         )
         if libs:
             out[framework] = libs
@@ -44,10 +45,11 @@ def cuda_leftovers(facts: Facts, needs: Needs) -> frozenset[DistName]:
     """Distributions of a CUDA major (``*-cuNN``) that no framework's requirement closure
     needs, while some framework needs another: the leftovers mixed-cuda offers to remove.
     Empty without framework evidence (then nothing is called a leftover)."""
-    used = {m for libs in needs.values() for n in libs if (m := cuda_major(n)) is not None}
+    majors = facts.cuda_majors
+    used = {m for libs in needs.values() for n in libs if (m := majors.get(n)) is not None}
     if not used:
         return frozenset()
-    return frozenset(n for n in facts.inventory.distributions if cuda_major(n) not in (None, *used))
+    return frozenset(n for n in facts.inventory.distributions if majors.get(n) not in (None, *used))
 
 
 def needed_by(needs: Needs) -> dict[DistName, list[DistName]]:
@@ -62,10 +64,8 @@ def needed_by(needs: Needs) -> dict[DistName, list[DistName]]:
 def mixed_cuda(facts: Facts, chains: Chains, needs: Needs, cmd: Commands) -> Iterable[Finding]:
     """More than one CUDA major installed, and the two-majors-in-one-process check."""
     majors: dict[int, list[str]] = defaultdict(list)
-    for name in facts.inventory.distributions:
-        major = cuda_major(name)
-        if major:
-            majors[major].append(name)
+    for name, major in sorted(facts.cuda_majors.items()):
+        majors[major].append(name)
     if len(majors) > 1:
         yield _majors_finding(facts, needs, majors, cmd)
     yield from _mixed_sonames(chains.trees.values())
@@ -86,10 +86,10 @@ def _majors_finding(
     """
     by_major: dict[int, list[DistName]] = defaultdict(list)
     for framework, libs in sorted(needs.items()):
-        for m in sorted({m for n in libs if (m := cuda_major(n)) is not None}):
+        for m in sorted({m for n in libs if (m := facts.cuda_majors.get(n)) is not None}):
             by_major[m].append(framework)
     leftover = sorted(set(majors) - set(by_major))
-    choices = [_remove_leftovers(m, cmd) for m in leftover]
+    choices = [_remove_leftovers(m, majors[m], cmd) for m in leftover]
     if len(by_major) > 1:
         choices = [Choice(action="keep-all", majors=sorted(by_major)), *choices]
         choices += [_remove_framework(facts, needs, by_major, m, cmd) for m in sorted(by_major)]
@@ -106,17 +106,36 @@ def _majors_finding(
         ),
         owners=sorted(n for v in majors.values() for n in v),
         choices=choices,
-        command=cmd.argv("remove", f"nvidia-*-cu{leftover[0]}", "--repair", "--dry-run")
+        command=cmd.argv(
+            "remove",
+            *_leftover_selectors(leftover[0], majors[leftover[0]]),
+            "--repair",
+            "--dry-run",
+        )
         if one_used
         else [],
     )
 
 
-def _remove_leftovers(major: int, cmd: Commands) -> Choice:
+FIX = ("--repair", "--dry-run")
+"""How a leftover removal is offered: dry run first, co-owners' files put back."""
+
+
+def _leftover_selectors(major: int, names: Sequence[str]) -> list[str]:
+    """``nvidia-*-cuNN``, and by name the leftovers of that major the glob misses (CUDA 13
+    wheels are mostly unsuffixed)."""
+    glob = f"nvidia-*-cu{major}"
+    rest = [n for n in sorted(names) if not fnmatch.fnmatchcase(n, glob)]
+    return rest if len(rest) == len(names) else [glob, *rest]
+
+
+def _remove_leftovers(major: int, names: Sequence[str], cmd: Commands) -> Choice:
     return Choice(
         action="remove-leftovers",
         majors=[major],
-        command=shell_join(cmd.argv("remove", f"nvidia-*-cu{major}", "--repair", "--dry-run")),
+        command=shell_join(
+            cmd.argv("remove", *_leftover_selectors(major, names), "--repair", "--dry-run")
+        ),
     )
 
 
@@ -132,7 +151,9 @@ def _remove_framework(
     chosen = by_major[major]
     others = [f for f in needs if f not in chosen]
     kept = set(closure(facts, others))
-    libs = sorted({n for f in chosen for n in needs[f] if cuda_major(n) in (major, None)} - kept)
+    libs = sorted(
+        {n for f in chosen for n in needs[f] if facts.cuda_majors.get(n) in (major, None)} - kept
+    )
     removed = [f for f in chosen if f not in kept]
     removed += _dependents(facts, {*removed, *libs}, kept)
     names: list[str] = [*removed, *libs]

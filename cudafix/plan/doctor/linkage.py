@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from cudafix.env.inventory import Inventory, is_bytecode
+from cudafix.linker.bypath import partly_provided
 from cudafix.linker.linkage import Edge, in_env, to_env_path
 from cudafix.linker.loader import expand_entry
 from cudafix.linker.runtime import RuntimeLoad
@@ -21,15 +22,17 @@ from cudafix.model.doctor import (
     Copy,
     DuplicateSoname,
     Finding,
+    Provided,
     RunTimeUnresolved,
     Severity,
     Shadowed,
     Unresolved,
 )
-from cudafix.model.names import EnvPath, cuda_major
+from cudafix.model.names import EnvPath
 from cudafix.plan.doctor.common import REPAIR, Commands, closure, copies_by_name, owners_abs
 from cudafix.plan.doctor.requirements import alternative_found, unmet_specs, was_installed
 from cudafix.plan.facts import Facts
+from cudafix.plan.gone import gone_libraries
 from cudafix.plan.requirements import MissingRequirement
 
 
@@ -55,6 +58,8 @@ def unresolved(
     elsewhere = copies_by_name(inv)
     searched = _Searched(str(inv.prefix))
     edges = sorted(edges, key=lambda e: (e.requester, e.need))
+    broken = partly_provided(edges, str(inv.prefix), lambda p: next(iter(owners_abs(inv, p)), None))
+    gone = gone_libraries(facts)
     for e in edges:
         if e.provider is not None:
             continue
@@ -69,12 +74,18 @@ def unresolved(
         severity: Severity = "error" if claimants or e.chains else "info"
         command = _install_argv(cmd, wanted, owner) if not claimants else cmd.argv(*REPAIR)
         optional = facts.runtime.optional.get(e.requester)
-        host = system.get(e.need) if not claimants else None
+        seen = None if claimants else gone.get(e.need)
+        host = system.get(e.need) if not claimants and seen is None else None
         optional_for = None
-        if host is not None:
+        partly = False
+        if seen is not None:
+            severity, command = "error", cmd.argv(*REPAIR)
+        elif host is not None:
             severity, command = "info", []
         elif not claimants and optional is not None:
             severity, optional_for = "info", optional.framework
+        elif severity == "info" and e.requester in broken:
+            severity, partly = "error", True
         copies = elsewhere.get(e.need, []) if host is None and not command else []
         first = searched.first(e)
         dirs = list(dict.fromkeys(e.searched))
@@ -94,11 +105,15 @@ def unresolved(
                 elsewhere=[
                     Copy(path=p, owners=list(inv.owners.get(p, ()))) for p in sorted(copies)
                 ],
+                gone=None
+                if seen is None
+                else Provided(path=seen.path, distribution=seen.distribution, version=seen.version),
+                partly_provided=partly,
             ),
             distribution=owner[0] if owner else None,
             consumer=rel or e.requester,
             need=e.need,
-            owners=claimants,
+            owners=[seen.distribution] if seen is not None else claimants,
             command=command,
         )
 
@@ -263,9 +278,10 @@ def _wrong_pick(facts: Facts, e: Edge) -> bool:
     if not consumers or not providers:
         return False
     held = closure(facts, consumers)
-    majors = {m for n in held if (m := cuda_major(n)) is not None}
+    known = facts.cuda_majors
+    majors = {m for n in held if (m := known.get(n)) is not None}
     if not any(p in held for p in providers):
         return True
     return bool(majors) and any(
-        (m := cuda_major(p)) is not None and m not in majors for p in providers
+        (m := known.get(p)) is not None and m not in majors for p in providers
     )

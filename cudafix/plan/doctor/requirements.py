@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import Edge, resolve_chains
 from cudafix.linker.runtime import RuntimeLoad
-from cudafix.model.doctor import Finding, RequirementUnmet, RunTimeNeed
+from cudafix.model.doctor import Finding, InstallWhy, RequirementUnmet, RunTimeNeed
 from cudafix.model.names import DistName, normalize_name
 from cudafix.plan.doctor.common import REPAIR, Commands
 from cudafix.plan.facts import Facts, load_roots
@@ -25,6 +25,7 @@ from cudafix.plan.requirements import (
     extra_requirements,
     unmet,
 )
+from cudafix.plan.versions import joint
 
 
 def runtime_installs(facts: Facts, edges: Iterable[Edge] | None = None) -> dict[str, RunTimeNeed]:
@@ -68,7 +69,8 @@ def unmet_specs(facts: Facts, row: RuntimeLoad) -> list[str]:
         return []
     inv = facts.inventory
     reqs = extra_requirements(inv.distributions[row.provider], row.extra, facts.marker_env)
-    return [f"{r.name}{r.specifier}" for r in reqs if unmet(r, inv.distributions) is not None]
+    specs = (f"{r.name}{r.specifier}" for r in reqs if unmet(r, inv.distributions) is not None)
+    return list(dict.fromkeys(joint(facts, spec) for spec in specs))
 
 
 def was_installed(facts: Facts, row: RuntimeLoad) -> bool:
@@ -89,7 +91,7 @@ def requirements(
     facts: Facts,
     cmd: Commands,
     wanted: tuple[MissingRequirement, ...],
-    installs: Mapping[str, RunTimeNeed],
+    installs: Mapping[str, InstallWhy],
     leftovers: frozenset[DistName],
 ) -> Iterable[Finding]:
     """Broken Requires-Dist; one that names a distribution not installed at all is fixed by
