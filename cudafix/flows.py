@@ -47,7 +47,7 @@ from cudafix.model.names import BackendName, DistName, EnvPath
 from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan, input_problems
 from cudafix.model.probe import ProbeSpec, probe_spec
 from cudafix.model.reasons import InstallToday
-from cudafix.model.sources import Sources
+from cudafix.model.sources import Sources, link_path
 from cudafix.model.transaction import (
     GuardedRun,
     HistoryEntry,
@@ -157,11 +157,6 @@ def _source_options(sources: Sources) -> dict[str, Any]:
         "extra_index_urls": list(sources.extra_index_urls),
         "fetched": sources.fetch,
     }
-
-
-def link_path(link: str) -> str:
-    """A ``--find-links`` value as a saved plan keeps it: a URL as is, a directory absolute."""
-    return link if "://" in link else str(Path(link).absolute())
 
 
 def _plan(facts: Facts, request: Request, sources: Sources, on_event: OnEvent = quiet) -> Plan:
