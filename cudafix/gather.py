@@ -28,10 +28,10 @@ from cudafix.env.inventory import (
     read_distribution,
     read_inventory,
 )
+from cudafix.env.memo.treecache import TreeCache
 from cudafix.env.scripts import read_shebangs
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, query_interpreter
-from cudafix.env.treecache import TreeCache
 from cudafix.fetch.staging import Staging
 from cudafix.linker.elfindex import index_environment
 from cudafix.linker.hostcache import HOST, HostCache

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.env.treecache import RACY_NS
+from cudafix.env.memo.treecache import RACY_NS
 from cudafix.process import group_members
 from cudafix.tx.history import history, show
 from cudafix.tx.recovery import pending_transactions

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import uv
 
+from cudafix.env.memo.treecache import RACY_NS, TreeCache
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import locate_target
-from cudafix.env.treecache import RACY_NS, TreeCache
 from cudafix.gather import gather
 from cudafix.plan.facts import Facts
 from scenarios import BuiltScenario

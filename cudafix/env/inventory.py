@@ -19,6 +19,16 @@ from typing import Any, NamedTuple
 
 from cudafix.env.distinfo import CoreMetadata, parse_metadata
 from cudafix.env.hashing import HashCache
+from cudafix.env.memo.treecache import (
+    DIST_INFO_FILES,
+    TreeCache,
+    racy,
+    stat_key,
+    symlink_fingerprint,
+)
+from cudafix.env.memo.treecache import (
+    FileStat as FileStat,  # re-exported: the inventory's files are these
+)
 from cudafix.env.record import (
     NAMES_A_DIRECTORY,
     ParsedRecord,
@@ -26,16 +36,6 @@ from cudafix.env.record import (
     Refusal,
     parse_record,
     resolve_record_path,
-)
-from cudafix.env.treecache import (
-    DIST_INFO_FILES,
-    TreeCache,
-    racy,
-    stat_key,
-    symlink_fingerprint,
-)
-from cudafix.env.treecache import (
-    FileStat as FileStat,  # re-exported: the inventory's files are these
 )
 from cudafix.model.errors import InputError, TargetError
 from cudafix.model.names import (
@@ -348,7 +348,7 @@ def canonical_site_packages(prefix: Path, site_packages: Sequence[EnvPath]) -> t
 def walk_files(prefix: Path, cache: TreeCache | None = None) -> dict[EnvPath, FileStat]:
     """lstat every non-directory under ``prefix``, never descending into symlinked dirs.
 
-    With ``cache``, unchanged directories are not listed again (:mod:`cudafix.env.treecache`).
+    With ``cache``, unchanged directories are not listed again (:mod:`cudafix.env.memo.treecache`).
     """
     return (cache if cache is not None else TreeCache()).walk(prefix)
 

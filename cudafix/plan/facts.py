@@ -49,7 +49,7 @@ class Facts:
     ``dlopen`` already holds them as edges."""
     read_paths: tuple[str, ...] = ()
     """The tree these facts were read from: directories listed and files watched
-    (:meth:`cudafix.env.treecache.TreeCache.read_paths`); unchanged stats, unchanged facts."""
+    (:meth:`cudafix.env.memo.treecache.TreeCache.read_paths`); unchanged stats, unchanged facts."""
 
     @cached_property
     def extras(self) -> Mapping[DistName, frozenset[str]]:
