@@ -23,6 +23,7 @@ from cudafix.env import lastseen
 from cudafix.env.distinfo import direct_url
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Inventory, changed_since_record
+from cudafix.env.memo.treecache import TreeCache
 from cudafix.env.pysources import python_literals
 from cudafix.env.reading import (
     find_dist_info,
@@ -33,7 +34,6 @@ from cudafix.env.reading import (
 from cudafix.env.scripts import read_shebangs
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, query_interpreter
-from cudafix.env.treecache import TreeCache
 from cudafix.fetch.staging import Staging
 from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostview import HostView

@@ -18,13 +18,9 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from cudafix import app
-from cudafix.cli.common import (
-    EXIT_CODES_HELP,
-    PlanFlags,
-    echo_err,
-    plan_options,
-    present_and_apply,
-)
+from cudafix.cli.options import EXIT_CODES_HELP, PlanFlags, plan_options
+from cudafix.cli.output import echo_err, echo_event
+from cudafix.cli.present import present_and_apply
 from cudafix.model.errors import InputError
 
 if TYPE_CHECKING:
@@ -89,8 +85,14 @@ def _plan_for(file: Path, flags: PlanFlags) -> Plan:
     if file_kind(file, text) == "plan":
         saved = app.read_plan(file, text)
         return app.plan_saved(
-            flags.facts, saved, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
+            flags.facts, saved, flags.sources, backend, mutating=flags.mutating, on_event=echo_event
         )
     return app.plan_script(
-        flags.facts, file, text, flags.sources, backend, mutating=flags.mutating, on_event=echo_err
+        flags.facts,
+        file,
+        text,
+        flags.sources,
+        backend,
+        mutating=flags.mutating,
+        on_event=echo_event,
     )

@@ -10,30 +10,26 @@ roll back).
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
-from typing import TYPE_CHECKING, Any
 
 import click
 
 from cudafix import app
-from cudafix.cli.common import (
+from cudafix.cli.errors import emit_json_error
+from cudafix.cli.options import (
     EXIT_CODES_HELP,
     PlanFlags,
-    echo_err,
-    emit_json_error,
     facts_options,
     lock_timeout_option,
     plan_options,
-    present_and_apply,
     probe_timeout_option,
 )
+from cudafix.cli.output import echo_err, echo_event, echo_json
+from cudafix.cli.present import present_and_apply
 from cudafix.cli.render import shown
+from cudafix.cli.shapes import run_json
 from cudafix.model.errors import CudafixError, ExitCode, UsageError
-
-if TYPE_CHECKING:
-    from cudafix.model.transaction import GuardedRun
 
 
 @click.command("install", epilog=EXIT_CODES_HELP)
@@ -49,7 +45,7 @@ def install(specs: tuple[str, ...], allow_broken_requirements: bool, flags: Plan
     request = app.InstallArgs(tuple(specs), allow_broken_requirements)
     plan = app.plan_install(
         flags.facts, request, flags.sources, flags.backend, mutating=flags.mutating,
-        on_event=echo_err,
+        on_event=echo_event,
     )  # fmt: skip
     if not plan.install and not plan.remove and not flags.as_json:
         done = f"Nothing to install in {plan.target.prefix}: {' '.join(specs)} is satisfied."
@@ -117,7 +113,9 @@ def run_command(
     from cudafix.cli.doctor_words import said
 
     try:
-        result = app.run_command(facts, argv, run, live, accept=accept, on_event=echo_err, say=said)
+        result = app.run_command(
+            facts, argv, run, live, accept=accept, on_event=echo_event, say=said
+        )
     except CudafixError as err:
         if as_json:
             emit_json_error(err)
@@ -129,7 +127,7 @@ def run_command(
             f"warning: {shown(path)} was rewritten in place; a rollback could not have restored it"
         )
     if as_json:
-        click.echo(json.dumps(run_json(result), indent=2))
+        echo_json(run_json(result))
         return
     undo = f"cudafix undo {result.txid} --venv {shlex.quote(str(result.prefix))}"
     kept = (
@@ -141,18 +139,3 @@ def run_command(
         f"Committed transaction {result.txid}: {shown(shlex.join(argv))}; probes passed: "
         f"{len(result.probes)}.\nUndo with: {shown(undo)}{kept}"
     )
-
-
-def run_json(result: GuardedRun) -> dict[str, Any]:
-    """``run --json``: the committed run, as a fleet controller aggregates it."""
-    return {
-        "state": "committed",
-        "exit_code": int(ExitCode.OK),
-        "target": str(result.prefix),
-        "transaction": result.txid,
-        "argv": list(result.completed.argv),
-        "returncode": result.completed.returncode,
-        "accepted": list(result.findings),
-        "in_place": list(result.in_place),
-        "probes": list(result.probes),
-    }

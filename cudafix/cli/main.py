@@ -7,43 +7,46 @@ operation failed and was rolled back; 2 usage or input error; 3 plan refused or 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 import click
 
 from cudafix import __version__, app
 from cudafix.cli.apply import apply as apply_command
-from cudafix.cli.common import (
+from cudafix.cli.errors import emit_json_error
+from cudafix.cli.install import install as install_command
+from cudafix.cli.install import run_command
+from cudafix.cli.options import (
     EXIT_CODES_HELP,
-    OUTPUT,
-    Computed,
     PlanFlags,
+    facts_options,
+    lock_timeout_option,
+    plan_options,
+    probe_timeout_option,
+    target_options,
+)
+from cudafix.cli.output import (
+    OUTPUT,
+    echo_err,
+    echo_event,
+    echo_json,
+    echo_out,
+    output_options,
+    stdout_style,
+    style_for,
+)
+from cudafix.cli.present import (
+    Computed,
     answer_once,
     confirm,
     dry_run_answer,
-    echo_err,
-    echo_out,
-    emit_json_error,
-    facts_options,
-    lock_timeout_option,
-    output_options,
-    plan_options,
     present_and_apply,
-    probe_timeout_option,
-    result_fields,
-    stdout_style,
-    style_for,
-    target_options,
-    undo_json,
     undo_line,
 )
-from cudafix.cli.install import install as install_command
-from cudafix.cli.install import run_command
 from cudafix.cli.render import (
     render_detail,
     render_error,
@@ -52,6 +55,13 @@ from cudafix.cli.render import (
     render_undo_preview,
     shown,
     size_text,
+)
+from cudafix.cli.shapes import (
+    detail_json,
+    history_json,
+    nothing_to_do_json,
+    undo_json,
+    undone_json,
 )
 from cudafix.model.errors import (
     CudafixError,
@@ -110,7 +120,7 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
     -q says only the verdict and the command to run next).
     """
 
-    def diagnose(on_event: Callable[[str], None]) -> Computed:
+    def diagnose(on_event: app.OnEvent) -> Computed:
         try:
             diagnosis = app.doctor(facts, on_event=on_event)
         except CudafixError as err:
@@ -159,7 +169,7 @@ def remove(
         tuple(selectors), tuple(exclude), repair, keep_shared, allow_broken_requirements
     )
 
-    def plan(on_event: Callable[[str], None]) -> Plan:
+    def plan(on_event: app.OnEvent) -> Plan:
         return app.plan_remove(
             flags.facts,
             request,
@@ -171,13 +181,13 @@ def remove(
 
     if flags.dry_run and flags.out is None:
 
-        def dry_run(on_event: Callable[[str], None]) -> Computed:
+        def dry_run(on_event: app.OnEvent) -> Computed:
             made = plan(on_event)
             staged = bool(made.reinstall or made.install)  # its answer depends on an index
             return Computed(dry_run_answer(made, flags.as_json), keep=not staged)
 
         answer_once(flags.facts, ("remove", request, flags), dry_run)
-    present_and_apply(plan(echo_err), flags)
+    present_and_apply(plan(echo_event), flags)
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -186,14 +196,12 @@ def repair(flags: PlanFlags) -> None:
     """Reinstall distributions whose files are missing (at their installed versions), and
     install required distributions that are not installed (at the version required)."""
     plan = app.plan_repair(
-        flags.facts, flags.sources, flags.backend, mutating=flags.mutating, on_event=echo_err
+        flags.facts, flags.sources, flags.backend, mutating=flags.mutating, on_event=echo_event
     )
     if plan is None:
         prefix = app.locate(flags.facts.target).prefix
         if flags.as_json:
-            click.echo(
-                json.dumps({"state": "nothing-to-do", "exit_code": 0, "target": str(prefix)})
-            )
+            echo_json(nothing_to_do_json(prefix), indent=None)
         else:
             click.echo(
                 f"Nothing to repair in {shown(str(prefix))}: no distribution has missing "
@@ -213,7 +221,7 @@ def repair(flags: PlanFlags) -> None:
 @lock_timeout_option()
 def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
     """Roll back a transaction that was interrupted (killed, power loss)."""
-    report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_err)
+    report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_event)
     if not report.transactions:
         click.echo(f"No unfinished transaction in {shown(str(report.prefix))}.")
         return
@@ -228,7 +236,7 @@ def history(target: app.TargetArgs, as_json: bool) -> None:
     """List transactions: id, time, kind, outcome, what changed, command."""
     prefix, entries = app.history(target)
     if as_json:
-        click.echo(json.dumps([e.__dict__ for e in entries], indent=2, default=list))
+        echo_json(history_json(entries))
         return
     echo_out(render_history(prefix, entries, stdout_style()))
 
@@ -243,13 +251,7 @@ def show(txid: str, target: app.TargetArgs, as_json: bool) -> None:
     if not as_json:
         echo_out(render_detail(detail, stdout_style()))
         return
-    click.echo(
-        json.dumps(
-            {"entry": detail.entry.__dict__, "journal": detail.journal, "paths": detail.paths},
-            indent=2,
-            default=list,
-        )
-    )
+    echo_json(detail_json(detail))
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -282,7 +284,7 @@ def undo(
     """
     preview = app.undo_preview(facts.target, txid)
     if as_json and dry_run:
-        click.echo(json.dumps(undo_json(preview), indent=2, default=list))
+        echo_json(undo_json(preview))
     elif not as_json:
         echo_out(render_undo_preview(preview, stdout_style()))
     if not preview.readable and not dry_run:
@@ -307,9 +309,9 @@ def undo(
     )
     from cudafix.cli.doctor_words import said
 
-    result = app.undo(facts, preview.entry.txid, run, accept=accept, on_event=echo_err, say=said)
+    result = app.undo(facts, preview.entry.txid, run, accept=accept, on_event=echo_event, say=said)
     if as_json:
-        click.echo(json.dumps({"state": "committed", "exit_code": 0, **result_fields(result)}))
+        echo_json(undone_json(result), indent=None)
         return
     click.echo(
         f"Undid {preview.entry.txid} as transaction {result.txid}; probes passed: "

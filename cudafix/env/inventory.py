@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
-from cudafix.env.treecache import (
+from cudafix.env.memo.treecache import (
     FileStat as FileStat,  # re-exported: the inventory's files are these
 )
 from cudafix.model.names import DistName, EnvPath

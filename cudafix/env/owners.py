@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import CoOwnedPath, Distribution, Inventory, RecordEntry, is_bytecode
-from cudafix.env.treecache import FileStat
+from cudafix.env.memo.treecache import FileStat
 from cudafix.model.names import DistName, EnvPath
 
 Hasher = Callable[[EnvPath], "str | None"]

@@ -26,6 +26,14 @@ from cudafix.env.inventory import (
     UnreadableRecord,
     UnsafeEntry,
 )
+from cudafix.env.memo.treecache import (
+    DIST_INFO_FILES,
+    FileStat,
+    TreeCache,
+    racy,
+    stat_key,
+    symlink_fingerprint,
+)
 from cudafix.env.owners import Hasher, _missing, _ownership, _shared_paths
 from cudafix.env.record import (
     NAMES_A_DIRECTORY,
@@ -34,14 +42,6 @@ from cudafix.env.record import (
     Refusal,
     parse_record,
     resolve_record_path,
-)
-from cudafix.env.treecache import (
-    DIST_INFO_FILES,
-    FileStat,
-    TreeCache,
-    racy,
-    stat_key,
-    symlink_fingerprint,
 )
 from cudafix.model.errors import InputError, TargetError
 from cudafix.model.names import (
@@ -140,7 +140,7 @@ def canonical_site_packages(prefix: Path, site_packages: Sequence[EnvPath]) -> t
 def walk_files(prefix: Path, cache: TreeCache | None = None) -> dict[EnvPath, FileStat]:
     """lstat every non-directory under ``prefix``, never descending into symlinked dirs.
 
-    With ``cache``, unchanged directories are not listed again (:mod:`cudafix.env.treecache`).
+    With ``cache``, unchanged directories are not listed again (:mod:`cudafix.env.memo.treecache`).
     """
     return (cache if cache is not None else TreeCache()).walk(prefix)
 

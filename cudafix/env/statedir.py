@@ -103,12 +103,12 @@ class StateDir:
 
     @property
     def tree_cache(self) -> Path:
-        """Directory listings and parsed dist-infos (:mod:`cudafix.env.treecache`)."""
+        """Directory listings and parsed dist-infos (:mod:`cudafix.env.memo.treecache`)."""
         return self.cache / "tree-cache.json"
 
     @property
     def answers(self) -> Path:
-        """Read-only commands' last answers (:mod:`cudafix.env.answers`)."""
+        """Read-only commands' last answers (:mod:`cudafix.env.memo.answers`)."""
         return self.cache / "answers.json"
 
     @property

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudafix.env.memo.treecache import RACY_NS
 from cudafix.env.record import env_path_of
 from cudafix.env.statedir import StateDir, load_cache, save_cache
-from cudafix.env.treecache import RACY_NS
 from cudafix.model.errors import TargetError, UsageError
 from cudafix.model.names import EnvPath
 from cudafix.process import run

@@ -24,6 +24,7 @@ from cudafix.env.inventory import is_bytecode
 from cudafix.env.record import parse_record
 from cudafix.model.errors import StalePlan
 from cudafix.model.names import EnvPath, is_env_path, normalize_name, split_dist_info_name
+from cudafix.model.sources import is_url, link_path
 
 Fingerprint = Counter[tuple[str | None, int | None]]
 """(sha256, size) of every file a wheel installs as-is: scripts and dist-info left out."""
@@ -50,10 +51,9 @@ def _candidates(name: str, version: str, find_links: Sequence[str]) -> Iterable[
     from packaging.version import Version
 
     for link in find_links:
-        where = Path(link)
-        if "://" in link or not where.is_dir():
+        if is_url(link) or not Path(link).is_dir():
             continue
-        for entry in sorted(where.absolute().iterdir()):
+        for entry in sorted(Path(link_path(link)).iterdir()):
             if not entry.name.endswith(".whl"):
                 continue
             try:

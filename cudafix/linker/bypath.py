@@ -16,12 +16,9 @@ import os
 import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from cudafix.linker.edge import Edge, EdgeKey
 from cudafix.linker.elf import ElfInfo
-
-if TYPE_CHECKING:  # linkage calls this module: the types only, no import cycle at run time
-    from cudafix.linker.linkage import Edge, EdgeKey
 
 BY_PATH = "by-path"
 """``Edge.how`` of a need met only by a file elsewhere in the environment."""

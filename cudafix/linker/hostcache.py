@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cudafix.env.memo.treecache import RACY_NS
 from cudafix.env.statedir import load_cache, save_cache
-from cudafix.env.treecache import RACY_NS
 
 FORMAT = "cudafix-host-cache"
 VERSION = 1

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from cudafix.linker.bypath import by_path
+from cudafix.linker.edge import Edge, EdgeKey
 from cudafix.linker.elf import ElfInfo
 from cudafix.linker.elfindex import ElfIndex, EnvironmentView
 from cudafix.linker.loader import (
@@ -27,27 +28,7 @@ from cudafix.linker.loader import (
     SearchConfig,
     resolve,
 )
-from cudafix.model.names import EnvPath, Soname
-
-
-@dataclass(frozen=True)
-class Edge:
-    """One need of one object, and the file it resolves to (None: not found)."""
-
-    requester: str
-    need: Soname
-    provider: str | None
-    how: str
-    searched: tuple[str, ...]
-    chains: int = 0
-    """How many real load chains (:class:`Root`) load the requester; 0: none does, and the
-    edge is the requester's own tree's. With chains, a None provider means the need fails
-    on every one of them, and a provider is the first chain's that finds one."""
-    root: str = ""
-    """The root of the tree this edge was read from."""
-
-
-EdgeKey = tuple[str, Soname]
+from cudafix.model.names import EnvPath
 
 RootKind = Literal["extension", "executable", "run-time"]
 

@@ -8,6 +8,7 @@ another node fetches from where it was planned.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 PYPI = "https://pypi.org/simple"
 
@@ -55,3 +56,14 @@ class Sources:
             return [*said, "uv's cache (offline)"]
         said.append(f"the index {self.index_url or PYPI}")
         return said + [f"the extra index {url}" for url in self.extra_index_urls]
+
+
+def is_url(link: str) -> bool:
+    """A ``--find-links`` value that names a page (``https://``, ``file://``), not a directory."""
+    return "://" in link
+
+
+def link_path(link: str, base: Path = Path()) -> str:
+    """A ``--find-links`` value as a plan keeps it: a URL as is, a directory absolute
+    (relative to ``base``, else to the working directory, as uv reads it)."""
+    return link if is_url(link) else str((base / link).absolute())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from cudafix.process import Completed
@@ -115,14 +115,24 @@ class GuardedRun:
     """Files the command rewrote in place (the snapshot could not have restored them)."""
 
 
-OnEvent = Callable[[str], None]
+RunEventKind = Literal["progress", "info", "note", "warning", "probe-note"]
+"""What an event is: ``progress`` only says how far a run got (the CLI shows it on a
+terminal, or under ``-v``); the others are always shown: ``info`` a plain statement (a
+rollback, a wait), ``note`` and ``warning`` what the user should know, ``probe-note`` why a
+passing probe is not a clean pass."""
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """Something a run reports while it goes; the CLI decides how it is shown."""
+
+    kind: RunEventKind
+    text: str
+
+
+OnEvent = Callable[[RunEvent], None]
 """Where a run reports progress and warnings (the CLI sends them to stderr)."""
 
 
-class Progress(str):
-    """An event that only says how far a flow got (the CLI shows it on a terminal, or
-    under ``-v``), as opposed to a warning, which is always shown."""
-
-
-def quiet(_message: str) -> None:
+def quiet(_event: RunEvent) -> None:
     """The default ``on_event``: say nothing."""

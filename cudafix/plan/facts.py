@@ -53,7 +53,7 @@ class Facts:
     ``dlopen`` already holds them as edges."""
     read_paths: tuple[str, ...] = ()
     """The tree these facts were read from: directories listed and files watched
-    (:meth:`cudafix.env.treecache.TreeCache.read_paths`); unchanged stats, unchanged facts."""
+    (:meth:`cudafix.env.memo.treecache.TreeCache.read_paths`); unchanged stats, unchanged facts."""
     host: HostView = field(default_factory=HostView, compare=False)
     """The host outside the environment (system libraries, the ld.so cache, the host
     loader), the only way the planner and doctor look at it; what they consulted is

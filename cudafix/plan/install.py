@@ -21,8 +21,9 @@ from pathlib import Path
 
 from cudafix.env.inventory import FileStat, Inventory
 from cudafix.fetch.staging import StagedWheel
+from cudafix.linker.edge import Edge, EdgeKey
 from cudafix.linker.elfindex import EnvironmentView
-from cudafix.linker.linkage import Edge, EdgeKey, to_env_path
+from cudafix.linker.linkage import to_env_path
 from cudafix.model import plan as P
 from cudafix.model import reasons as R
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name

@@ -17,10 +17,9 @@ from typing import Literal
 from cudafix.env.inventory import Distribution, Inventory, is_bytecode
 from cudafix.fetch.staging import Pin, StagedWheel
 from cudafix.linker.bypath import BY_PATH
+from cudafix.linker.edge import Edge, EdgeKey
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import (
-    Edge,
-    EdgeKey,
     diff_edges,
     env_objects,
     in_env,

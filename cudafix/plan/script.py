@@ -64,7 +64,7 @@ from cudafix.model.errors import InputError, UsageError
 from cudafix.model.names import BackendName, DistName, is_dist_name, is_selector, normalize_name
 from cudafix.model.probe import Probes
 from cudafix.model.reasons import ScriptStep
-from cudafix.model.sources import Sources
+from cudafix.model.sources import Sources, link_path
 from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request
 from cudafix.plan.select import select
@@ -277,8 +277,8 @@ def script_options(
     the command line's ``sources`` add to the policy's, its ``backend`` replaces it."""
     s, base = loaded.script, loaded.path.parent
     removes = [st for st in s.steps if st.remove]
-    links = [p if "://" in p else str((base / p).absolute()) for p in s.policy.find_links]
-    links += [p if "://" in p else str(Path(p).absolute()) for p in sources.find_links]
+    links = [link_path(p, base) for p in s.policy.find_links]
+    links += [link_path(p) for p in sources.find_links]
     return P.Options(
         index_url=sources.index_url,
         extra_index_urls=list(sources.extra_index_urls),

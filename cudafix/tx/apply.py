@@ -26,7 +26,7 @@ from cudafix.model.sources import Sources
 from cudafix.model.transaction import (
     DEFAULT_LOCK_TIMEOUT,
     OnEvent,
-    Progress,
+    RunEvent,
     TransactionResult,
     quiet,
 )
@@ -215,7 +215,7 @@ class _Apply:
         if plan.remove:
             names = [r.name for r in plan.remove]
             journal.append(tx.journal, steps.UninstallBegin(names=tuple(names)))
-            ctx.on_event(Progress(f"uninstalling {', '.join(names)}"))
+            ctx.on_event(RunEvent("progress", f"uninstalling {', '.join(names)}"))
             with ctx.backend_runs():
                 done = backend.uninstall(names)
             ctx.backend_step(tx, f"{opts.backend} uninstall", done)
@@ -242,7 +242,7 @@ class _Apply:
         ctx, tx, plan = self.ctx, self.tx, self.plan
         pins = [f"{r.name}=={r.version}" for r in plan.reinstall]
         journal.append(tx.journal, steps.ReinstallBegin(pins=tuple(pins)))
-        ctx.on_event(Progress(f"reinstalling {', '.join(pins)}"))
+        ctx.on_event(RunEvent("progress", f"reinstalling {', '.join(pins)}"))
         # Co-owners of one path in one backend call race for it: one call each, in order.
         for i, batch in enumerate([[p] for p in pins] if plan.holders_after else [pins]):
             for chosen, group in self._calls(backend, batch, i if plan.holders_after else 0):
@@ -255,7 +255,7 @@ class _Apply:
         ctx, tx, plan = self.ctx, self.tx, self.plan
         pins = [f"{i.name}=={i.version}" for i in plan.install]
         journal.append(tx.journal, steps.InstallBegin(pins=tuple(pins)))
-        ctx.on_event(Progress(f"installing {', '.join(pins)}"))
+        ctx.on_event(RunEvent("progress", f"installing {', '.join(pins)}"))
         for chosen, group in self._calls(backend, pins, len(plan.reinstall)):
             with ctx.backend_runs():
                 done = chosen.reinstall(group)

@@ -24,7 +24,7 @@ from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import CudafixError, LockedError, RollbackIncomplete, TransactionFailed
 from cudafix.model.names import normalize_name, split_dist_info_name
 from cudafix.model.probe import ProbeSpec
-from cudafix.model.transaction import DEFAULT_KEEP, OnEvent, Progress
+from cudafix.model.transaction import DEFAULT_KEEP, OnEvent, RunEvent
 from cudafix.process import Completed
 from cudafix.tx import journal, poststate, snapshot, steps
 from cudafix.tx.history import gc
@@ -125,7 +125,9 @@ class RunContext:
             if not isinstance(exc, OSError | CudafixError):
                 raise
             raise _not_snapshotted(self.prefix, exc) from exc
-        self.on_event(Progress(f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}"))
+        self.on_event(
+            RunEvent("progress", f"snapshot: {len(manifest.entries)} paths in {tx.snapshot}")
+        )
         return manifest
 
     @staticmethod
@@ -156,11 +158,11 @@ class RunContext:
     def probe(self, tx: TxDir, python: Path, spec: ProbeSpec) -> tuple[str, ...]:
         """Run the probes; the labels that passed, or :class:`StepFailed`."""
         journal.append(tx.journal, steps.ProbeBegin())
-        self.on_event(Progress("probing the environment"))
+        self.on_event(RunEvent("progress", "probing the environment"))
         results = run_probes(self.prefix, python, spec, tx.root)
         journal.append(tx.journal, steps.ProbeDone(results=tuple(results)))
         for note in (r.note for r in results if r.note):
-            self.on_event(f"probe note: {note}")
+            self.on_event(RunEvent("probe-note", note))
         failed = [f"{r.label}: {r.error}" for r in results if not r.ok]
         if failed:
             raise StepFailed("probe failed: " + "; ".join(failed))
@@ -176,7 +178,7 @@ class RunContext:
             narrowed = exc.restore if isinstance(exc, StepFailed) else None
             with interrupts_held():
                 self._fail(tx, _reason(exc), exc, narrowed or manifest)
-        self.on_event(Progress(f"committed transaction {tx.txid}"))
+        self.on_event(RunEvent("progress", f"committed transaction {tx.txid}"))
         with contextlib.suppress(OSError, CudafixError):
             gc(self.prefix, keep=DEFAULT_KEEP, wait=False)
         return done
@@ -198,7 +200,7 @@ class RunContext:
                 context=[*outcome.left, *outcome.journal],
                 hint=cudafix_line("recover", target=venv_flags(self.prefix)),
             ) from exc
-        self.on_event(f"rolled back transaction {tx.txid}")
+        self.on_event(RunEvent("info", f"rolled back transaction {tx.txid}"))
         said = [f"restored {outcome.entries} snapshotted paths and verified them"]
         if outcome.journal:
             said += [

@@ -22,7 +22,7 @@ from cudafix.env.target import interpreter
 from cudafix.fetch.backend import UvBackend
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.probe import ProbeSpec
-from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, Progress, quiet
+from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, RunEvent, quiet
 from cudafix.process import Completed, activated, run_live
 from cudafix.tx import hold, journal, restore, steps
 from cudafix.tx.context import RunContext, StepFailed
@@ -138,7 +138,7 @@ class _Guarded:
     def step(self) -> GuardedRun:
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
         journal.append(tx.journal, steps.RunBegin(argv=args.argv))
-        ctx.on_event(Progress(f"running {shlex.join(args.argv)}"))
+        ctx.on_event(RunEvent("progress", f"running {shlex.join(args.argv)}"))
         held = hold.hold_state(tx, self.manifest)
         try:
             args.ready()
@@ -225,7 +225,9 @@ class _Guarded:
             return None
         manifest, lost = hold.rebuild(ctx.prefix, tx, held)
         ctx.locks.retake_own()
-        ctx.on_event(f"the command removed cudafix's state in {ctx.state.root}; rebuilt it")
+        ctx.on_event(
+            RunEvent("info", f"the command removed cudafix's state in {ctx.state.root}; rebuilt it")
+        )
         unrestorable = f"; {len(lost)} file(s) cannot be restored: {', '.join(lost[:5])}"
         return StepFailed(
             f"the command removed or replaced cudafix's own state ({ctx.state.root}), so it "

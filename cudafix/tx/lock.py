@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cudafix.env.statedir import open_file
 from cudafix.model.errors import LockedError, UnsafeState
-from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT
+from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, RunEvent
 
 POLL = 0.05
 
@@ -263,16 +263,16 @@ class EnvLocks:
 
 
 @contextlib.contextmanager
-def hold(
-    prefix: Path, own: Path, timeout: float, on_event: Callable[[str], None]
-) -> Iterator[EnvLocks]:
+def hold(prefix: Path, own: Path, timeout: float, on_event: OnEvent) -> Iterator[EnvLocks]:
     """cudafix's lock (``own``), then uv's, for the whole run.
 
     Holding uv's own lock makes a concurrent ``uv pip install`` wait until the transaction
     has committed or rolled back, instead of being wiped by the rollback.
     """
     lock = Lock(own)
-    wait = partial(on_event, f"waiting for another cudafix run on {prefix} (lock {own})")
+    wait = partial(
+        on_event, RunEvent("info", f"waiting for another cudafix run on {prefix} (lock {own})")
+    )
     if not lock.acquire(timeout, on_wait=wait):
         raise LockedError(
             f"another cudafix run holds {prefix}",
@@ -283,7 +283,7 @@ def hold(
         installer = Lock(prefix / INSTALLER_LOCK)
         created = not os.path.lexists(installer.path)
         said = f"waiting for uv, which is changing {prefix} (lock {installer.path})"
-        if not installer.acquire(timeout, on_wait=partial(on_event, said)):
+        if not installer.acquire(timeout, on_wait=partial(on_event, RunEvent("info", said))):
             raise LockedError(
                 f"uv is changing {prefix}",
                 context=[f"lock file: {installer.path}", f"waited {timeout:g} s"],

@@ -15,7 +15,13 @@ from pathlib import Path
 from cudafix.env.statedir import StateDir, TxDir, ensure_dir
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import DamagedState, LockedError, RollbackIncomplete
-from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, RecoveryReport, quiet
+from cudafix.model.transaction import (
+    DEFAULT_LOCK_TIMEOUT,
+    OnEvent,
+    RecoveryReport,
+    RunEvent,
+    quiet,
+)
 from cudafix.process import group_members
 from cudafix.tx import journal, restore, steps
 from cudafix.tx.history import loaded
@@ -179,9 +185,13 @@ def recover(
             _require_no_live_processes(prefix, state.tx(txid))
         for txid in pending_transactions(prefix):
             outcome = _finish(prefix, state.tx(txid))
-            on_event(f"rolled back transaction {txid}")
+            on_event(RunEvent("info", f"rolled back transaction {txid}"))
             for path in outcome.in_place:
-                on_event(f"warning: {path} was rewritten in place by the command; it stays so")
+                on_event(
+                    RunEvent(
+                        "warning", f"{path} was rewritten in place by the command; it stays so"
+                    )
+                )
     return report
 
 

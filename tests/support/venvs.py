@@ -15,7 +15,7 @@ from pathlib import Path
 
 import uv
 
-from cudafix.env.treecache import RACY_NS
+from cudafix.env.memo.treecache import RACY_NS
 from scenarios import BuiltScenario
 
 UV = uv.find_uv_bin()

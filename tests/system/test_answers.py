@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.env.answers import (
+from cudafix.env.memo.answers import (
     Answer,
     ReadSet,
     Recalled,
@@ -25,8 +25,8 @@ from cudafix.env.answers import (
     settled_stamp,
     stamp,
 )
+from cudafix.env.memo.treecache import RACY_NS
 from cudafix.env.statedir import StateDir
-from cudafix.env.treecache import RACY_NS
 from scenarios import BuiltScenario
 from tests.support.cli import cudafix, dlopen_table
 from tests.support.venvs import settle, site_dir

@@ -27,6 +27,7 @@ from cudafix.model.errors import (
 )
 from cudafix.model.plan import Plan
 from cudafix.model.probe import ProbeSpec
+from cudafix.model.transaction import RunEvent
 from cudafix.tx.apply import run_transaction
 from cudafix.tx.difference import Deviation
 from cudafix.tx.history import gc, history, show
@@ -51,13 +52,13 @@ def assert_same(prefix: Path, before: dict[str, tuple[object, ...]]) -> None:
 def test_uninstall_and_reinstall_commit(venv: tuple[Path, Path]) -> None:
     prefix, wheels = venv
     sp = prefix / site_rel(prefix)
-    events: list[str] = []
+    events: list[RunEvent] = []
     result = run_transaction(remove_pa_plan(prefix, wheels), probes=OK, on_event=events.append)
     assert not (sp / "pa_mod.py").exists()
     assert not (sp / "pa-1.0.dist-info").exists()
     assert (sp / "shared" / "lib.so").read_bytes() == B_BYTES
     assert result.probes == ("import pb_mod",)
-    assert any(e.startswith("committed") for e in events)
+    assert any(e.kind == "progress" and e.text.startswith("committed") for e in events)
     [entry] = history(prefix)
     assert (entry.state, entry.removed, entry.reinstalled) == ("committed", ("pa",), ("pb",))
     assert pending_transactions(prefix) == []
@@ -199,12 +200,12 @@ def test_lock_held_fails_cleanly(venv: tuple[Path, Path]) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         before = fingerprint(prefix)
-        events: list[str] = []
+        events: list[RunEvent] = []
         with pytest.raises(LockedError, match="another cudafix run"):
             run_transaction(
                 remove_pa_plan(prefix, wheels), probes=OK, lock_timeout=0.3, on_event=events.append
             )
-        assert events and events[0].startswith("waiting")
+        assert events and events[0].kind == "info" and events[0].text.startswith("waiting")
         assert_same(prefix, before)
     finally:
         holder.communicate("")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import uv
 
+from cudafix.env.memo.treecache import TreeCache
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import locate_target
-from cudafix.env.treecache import TreeCache
 from cudafix.gather import gather
 from cudafix.plan.facts import Facts
 from scenarios import BuiltScenario

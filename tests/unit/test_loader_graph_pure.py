@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from cudafix.env.lastseen import Seen, update
 from cudafix.linker.bypath import BY_PATH, by_path, partly_provided
+from cudafix.linker.edge import Edge
 from cudafix.linker.elf import ElfInfo
-from cudafix.linker.linkage import Edge
 from cudafix.model.names import DistName, EnvPath, Soname
 from cudafix.plan.gone import gone_libraries, returning_installs
 from tests.support.facts import PREFIX, Dist, Lib, env, facts

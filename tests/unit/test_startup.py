@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 _HELP = """\
 import sys
@@ -26,10 +27,35 @@ def test_help_imports_no_pydantic_planner_or_transaction() -> None:
     assert not heavy & loaded, sorted(heavy & loaded)
 
 
+_WARM = """\
+import sys
+from pathlib import Path
+from cudafix import app
+key = app.answer_key(("doctor",), {})
+app.recall_answer(app.TargetArgs(venv=sys.argv[1]), key)
+print("\\n".join(sys.modules), file=sys.stderr)
+"""
+
+
+def test_the_warm_path_imports_no_pydantic_packaging_or_flows(tmp_path: Path) -> None:
+    """A warm ``doctor`` recalls its answer through ``cudafix.env.memo`` alone."""
+    (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\n", encoding="utf-8")
+    argv = [sys.executable, "-c", _WARM, str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    loaded = set(done.stderr.split())
+    assert "cudafix.env.memo.warm" in loaded  # the probe took the warm path
+    heavy = {"pydantic", "packaging", "cudafix.flows", "cudafix.model.plan", "cudafix.tx"}
+    assert not heavy & loaded, sorted(heavy & loaded)
+
+
 def test_the_boundary_serves_the_flows_and_the_refusal_check() -> None:
     from cudafix import app
-    from cudafix.flows import read_plan
+    from cudafix.flows.planning import read_plan
+    from cudafix.flows.running import run_command
+    from cudafix.model.args import TargetArgs
     from cudafix.plan.admit import refuse_unless_allowed
 
     assert app.read_plan is read_plan
+    assert app.run_command is run_command
+    assert app.TargetArgs is TargetArgs
     assert app.refuse_unless_allowed is refuse_unless_allowed

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 
 from cudafix.env.inventory import Inventory, is_bytecode
 from cudafix.linker.bypath import partly_provided
-from cudafix.linker.linkage import Edge, in_env, to_env_path
+from cudafix.linker.edge import Edge
+from cudafix.linker.linkage import in_env, to_env_path
 from cudafix.linker.loader import expand_entry
 from cudafix.linker.runtime import RuntimeLoad
 from cudafix.model.doctor import (

@@ -11,8 +11,9 @@ from collections.abc import Iterable, Mapping
 
 from packaging.requirements import Requirement
 
+from cudafix.linker.edge import Edge
 from cudafix.linker.elfindex import EnvironmentView
-from cudafix.linker.linkage import Edge, resolve_chains
+from cudafix.linker.linkage import resolve_chains
 from cudafix.linker.runtime import RuntimeLoad
 from cudafix.model.doctor import Finding, InstallWhy, RequirementUnmet, RunTimeNeed
 from cudafix.model.names import DistName, normalize_name

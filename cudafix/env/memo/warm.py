@@ -1,8 +1,8 @@
 """The warm path of read-only commands: the previous answer, when nothing it read changed.
 
-Kept apart from :mod:`cudafix.flows` on purpose: finding the target and stamping what the
-last answer was read from must not import the planner, pydantic or packaging, or a warm
-``doctor`` would spend more on imports than on the answer (:mod:`cudafix.env.answers`).
+Kept apart from the flows on purpose: finding the target and stamping what the last
+answer was read from must not import the planner, pydantic or packaging, or a warm
+``doctor`` would spend more on imports than on the answer (:mod:`.answers`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cudafix.app import TargetArgs
-from cudafix.env.answers import Answer, recall
+from cudafix.env.memo.answers import Answer, recall
 from cudafix.env.target import locate_target
+from cudafix.model.args import TargetArgs
 from cudafix.model.errors import CudafixError
 
 

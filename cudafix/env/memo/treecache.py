@@ -180,7 +180,7 @@ class TreeCache:
 
     def read_paths(self) -> list[str]:
         """Every directory the walk listed and every watched file: what may change an answer
-        read from this tree (:mod:`cudafix.env.answers`); ``.`` is the prefix itself."""
+        read from this tree (:mod:`cudafix.env.memo.answers`); ``.`` is the prefix itself."""
         out: list[str] = []
         for rel, listing in self._listings.items():
             out.append(rel or ".")

@@ -6,7 +6,7 @@ showing that nothing changed costs an ``lstat`` of what the answer was read from
 (:class:`ReadSet`): every directory the walk listed (adding, removing or renaming a file
 moves its directory's ctime), every file the tree cache watches (libraries, executables,
 dist-info files, ELF objects: what an in-place write could change, see
-:mod:`cudafix.env.treecache`), and the host files and directories the loader consulted.
+:mod:`cudafix.env.memo.treecache`), and the host files and directories the loader consulted.
 Each is compared on (inode, mode, size, mtime, ctime); no write from user space leaves
 ctime alone.
 
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix import __version__
+from cudafix.env.memo.treecache import RACY_NS
 from cudafix.env.statedir import STATE_DIR_NAME, StateDir, load_cache, save_cache
-from cudafix.env.treecache import RACY_NS
 
 FORMAT = "cudafix-answers"
 VERSION = 1
@@ -244,7 +244,7 @@ def _digest(values: array[int]) -> str:
 def _code_stamp() -> list[object]:
     """cudafix's version and the stat of its own modules and data files: an answer given
     by other code (an upgrade, an edited checkout) is not this code's answer."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out: list[object] = [__version__, str(root)]
     for directory, _dirs, files in sorted(os.walk(root)):
         for name in sorted(files):
@@ -257,3 +257,14 @@ def _code_stamp() -> list[object]:
 def sorted_unique(paths: Iterable[str]) -> tuple[str, ...]:
     """``paths`` once each, in a stable order (the stamp is order-sensitive)."""
     return tuple(sorted(set(paths)))
+
+
+def read_set(prefix: Path, tree: Iterable[str], host: Iterable[str]) -> ReadSet:
+    """What facts read from the environment at ``prefix`` depend on: the ``tree`` paths the
+    walk listed and watched (``Facts.read_paths``), with ``pyvenv.cfg`` and the transaction
+    log (a transaction begun or ended changes what a command says), and the ``host`` paths
+    outside it (the interpreter, the files the loader consulted, extra dlopen tables, system
+    directories a resolution still to come will list)."""
+    state = StateDir(prefix)
+    env = [*tree, "pyvenv.cfg", f"{STATE_DIR_NAME}/{state.transactions.name}"]
+    return ReadSet(sorted_unique(env), sorted_unique(host))

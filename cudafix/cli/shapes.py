@@ -1,0 +1,100 @@
+"""The JSON objects ``--json`` prints: what a fleet controller aggregates from each node.
+
+One function per shape, so a field is named once; :func:`cudafix.cli.output.echo_json`
+writes them. A plan and a doctor report are pydantic models with their own JSON; the
+outcomes around them are shaped here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cudafix.model.errors import ExitCode
+
+if TYPE_CHECKING:
+    from cudafix.model.plan import Plan
+    from cudafix.model.transaction import (
+        GuardedRun,
+        HistoryEntry,
+        TransactionDetail,
+        TransactionResult,
+        UndoPreview,
+    )
+
+
+def result_json(plan: Plan, result: TransactionResult) -> dict[str, Any]:
+    """What a fleet controller aggregates from a node that committed."""
+    return {
+        "state": "committed",
+        "exit_code": int(ExitCode.OK),
+        **result_fields(result),
+        "plan": plan.model_dump(mode="json"),
+    }
+
+
+def result_fields(result: TransactionResult) -> dict[str, Any]:
+    """A committed transaction's outcome, as JSON fields."""
+    return {
+        "target": str(result.prefix),
+        "transaction": result.txid,
+        "removed": list(result.removed),
+        "reinstalled": list(result.reinstalled),
+        "installed": list(result.installed),
+        "probes": list(result.probes),
+    }
+
+
+def undone_json(result: TransactionResult) -> dict[str, Any]:
+    """``undo --json``: the undo, committed."""
+    return {"state": "committed", "exit_code": 0, **result_fields(result)}
+
+
+def nothing_to_do_json(prefix: Path) -> dict[str, Any]:
+    """``repair --json`` where there is nothing to repair."""
+    return {"state": "nothing-to-do", "exit_code": 0, "target": str(prefix)}
+
+
+def declined_json() -> dict[str, Any]:
+    """A plan the user was asked about and declined."""
+    return {"state": "declined", "exit_code": int(ExitCode.FAILURE)}
+
+
+def undo_json(preview: UndoPreview) -> dict[str, Any]:
+    """``undo --dry-run --json``: what would be undone, and whether it can be."""
+    refused = bool(preview.conflicts)
+    return {
+        "state": "refused" if refused else "pass" if preview.readable else "not-checked",
+        "exit_code": int(ExitCode.REFUSED if refused else ExitCode.OK),
+        "transaction": preview.entry.txid,
+        "entry": preview.entry.__dict__,
+        "paths": preview.paths,
+        "conflicts": list(preview.conflicts),
+        "readable": preview.readable,
+    }
+
+
+def history_json(entries: Sequence[HistoryEntry]) -> list[dict[str, Any]]:
+    """``history --json``: every transaction, every field."""
+    return [e.__dict__ for e in entries]
+
+
+def detail_json(detail: TransactionDetail) -> dict[str, Any]:
+    """``show --json``: one transaction's entry, journal and snapshot paths."""
+    return {"entry": detail.entry.__dict__, "journal": detail.journal, "paths": detail.paths}
+
+
+def run_json(result: GuardedRun) -> dict[str, Any]:
+    """``run --json``: the committed run, as a fleet controller aggregates it."""
+    return {
+        "state": "committed",
+        "exit_code": int(ExitCode.OK),
+        "target": str(result.prefix),
+        "transaction": result.txid,
+        "argv": list(result.completed.argv),
+        "returncode": result.completed.returncode,
+        "accepted": list(result.findings),
+        "in_place": list(result.in_place),
+        "probes": list(result.probes),
+    }

@@ -1,0 +1,16 @@
+"""What cudafix remembers of an environment between runs: its tree, and commands' answers.
+
+One home for every per-environment memory kept in ``<prefix>/.cudafix/cache/``:
+
+- :mod:`.treecache`: directory listings and parsed dist-infos, so a warm walk lists only
+  what changed;
+- :mod:`.answers`: a read-only command's last answers, with the stamp of what they were
+  read from (:class:`~.answers.ReadSet`), given again while that stamp holds;
+- :mod:`.before`: doctor's findings kept beside its answer, which ``cudafix run``
+  judges its command against;
+- :mod:`.warm`: the warm path itself, which must import nothing heavy.
+
+Nothing is imported here, so the warm path loads only the modules it uses. Each memory
+is a plain JSON file (``statedir.save_cache``); a missing, foreign or corrupt one is a
+cold start, never an error.
+"""

@@ -1,0 +1,108 @@
+"""The transaction log: read (``history``, ``show``) and acted on (``undo``, ``recover``, ``gc``).
+
+Reading the log never reads the environment's facts; undoing a transaction is itself a
+transaction, judged against doctor's findings before it like any other change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from cudafix.env.statedir import StateDir
+from cudafix.flows.probes import probe_set
+from cudafix.flows.target import locate, open_target, read_facts, target_flags
+from cudafix.model.args import FactArgs, RunArgs, TargetArgs
+from cudafix.model.doctor import SayFindings, new_problems
+from cudafix.model.names import DistName
+from cudafix.model.transaction import (
+    HistoryEntry,
+    OnEvent,
+    RecoveryReport,
+    RunEvent,
+    TransactionDetail,
+    TransactionResult,
+    UndoPreview,
+    quiet,
+)
+from cudafix.plan.doctor import diagnose
+from cudafix.tx import history as tx_history
+from cudafix.tx import undo as tx_undo
+from cudafix.tx.recovery import recover as tx_recover
+
+
+def recover(
+    target: TargetArgs, *, dry_run: bool, lock_timeout: float, on_event: OnEvent = quiet
+) -> RecoveryReport:
+    """Roll back every interrupted transaction (``dry_run``: say what would be done)."""
+    prefix = locate(target).prefix
+    return tx_recover(prefix, dry_run=dry_run, lock_timeout=lock_timeout, on_event=on_event)
+
+
+def history(target: TargetArgs) -> tuple[Path, Sequence[HistoryEntry]]:
+    """The target's prefix and its transactions, oldest first."""
+    prefix = locate(target).prefix
+    return prefix, tx_history.history(prefix)
+
+
+def show(target: TargetArgs, txid: str) -> TransactionDetail:
+    """One transaction (a unique id prefix, or ``last``): its journal and snapshot paths."""
+    prefix = locate(target).prefix
+    return tx_history.show(prefix, tx_history.resolve(prefix, txid))
+
+
+def undo_preview(target: TargetArgs, txid: str) -> UndoPreview:
+    """What undoing ``txid`` (a unique id prefix, or ``last``) would do; changes nothing."""
+    prefix = locate(target).prefix
+    return tx_undo.preview(prefix, tx_history.resolve(prefix, txid))
+
+
+def undo(
+    args: FactArgs,
+    txid: str,
+    run: RunArgs,
+    *,
+    accept: bool = False,
+    on_event: OnEvent = quiet,
+    say: SayFindings,
+) -> TransactionResult:
+    """Restore the state before a committed transaction, as a new transaction: the imports
+    its plan probed are probed again, and doctor's findings after are compared with before
+    (an undo that puts back a broken state is rolled back and says so, unless ``accept``;
+    ``say`` words the problems found)."""
+    target, facts = open_target(args, mutating=True, on_event=on_event)
+    flags = target_flags(args.target, target)
+    before = diagnose(facts, flags).findings
+
+    def judge() -> list[str]:
+        """Errors block (an import the undo would break); warnings it brings back are said:
+        they were there before the transaction being undone."""
+        report = diagnose(read_facts(args, target), flags)
+        found = new_problems(before, report.findings)
+        for said in say(report, [f for f in found if f.severity != "error"]):
+            on_event(RunEvent("warning", f"the undo brings back {said}"))
+        return say(report, [f for f in found if f.severity == "error"])
+
+    full = tx_history.resolve(target.prefix, txid)
+    added = tx_history.entry(StateDir(target.prefix).tx(full)).installed
+    dists = facts.inventory.distributions
+    gone = [m for n in added if (d := dists.get(DistName(n))) is not None for m in d.top_level]
+    return tx_undo.undo(
+        target.prefix,
+        full,
+        gone=gone,
+        probes=probe_set(run),
+        judge=judge,
+        accept=accept,
+        lock_timeout=run.lock_timeout,
+        command=run.command,
+        on_event=on_event,
+    )
+
+
+def gc(target: TargetArgs, keep: int) -> tuple[Sequence[str], int]:
+    """Delete old snapshots, keeping the newest ``keep`` committed ones; with the bytes
+    that freed (snapshot files no longer linked from the environment)."""
+    prefix = locate(target).prefix
+    freed = tx_history.freeable(prefix, tx_history.collectable(prefix, keep))
+    return tx_history.gc(prefix, keep), freed

@@ -1,0 +1,164 @@
+"""Running any command that changes the environment as a transaction, judged before and after.
+
+``cudafix run -- uv pip install -U torch``: the environment is snapshotted, the command
+runs, and the environment is diagnosed again; the run is rolled back when the command
+introduced a problem doctor reports (``accept``: commit anyway) or a probe fails. The
+reading before is doctor's last one when nothing it rests on changed
+(:mod:`cudafix.env.memo.before`), else read now and kept for the next run.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from cudafix.env.inventory import Distribution
+from cudafix.env.memo.answers import ReadSet, settled_stamp, stamp
+from cudafix.env.memo.before import before_run_key, recall_before
+from cudafix.env.target import TargetEnv
+from cudafix.flows.probes import probe_set
+from cudafix.flows.target import (
+    before_run_memo,
+    check_pending,
+    facts_read_set,
+    locate,
+    read_facts,
+    remember_answer,
+    search_dirs,
+    target_flags,
+)
+from cudafix.model.args import FactArgs, LiveArgs, RunArgs
+from cudafix.model.commands import TargetFlags
+from cudafix.model.doctor import Finding, SayFindings, new_problems
+from cudafix.model.names import DistName, EnvPath
+from cudafix.model.transaction import GuardedRun, OnEvent, RunEvent, quiet
+from cudafix.plan.doctor import diagnose
+from cudafix.tx.guard import Judged, run_guarded
+
+
+@dataclass(frozen=True)
+class _Before:
+    """What ``run`` judges its command against: the state the diagnosis read before it."""
+
+    read: ReadSet
+    """What the diagnosis read: unchanged after the command, nothing new can be wrong."""
+    dist_infos: frozenset[str]
+    """The distributions installed (their ``.dist-info`` EnvPaths): the others are probed."""
+    findings: Sequence[Finding]
+    """doctor's findings (remembered, or read now and kept for the next run)."""
+    owners: Callable[[Sequence[str]], list[str]]
+    """``NAME==VERSION`` of the distributions whose RECORD claims any of the paths."""
+
+
+def _remembered_before(args: FactArgs, target: TargetEnv, on_event: OnEvent) -> _Before | None:
+    """The last reading doctor's findings were kept from (by ``doctor``, or by a ``run``
+    that read first), when nothing it was read from has changed since but ctimes (None:
+    none kept, or not this user's, or stale); the environment then need not be read
+    again before the command."""
+    found = recall_before(target.prefix, args)
+    if found is None:
+        return None
+    on_event(
+        RunEvent(
+            "progress",
+            f"Environment: {target.prefix}: nothing doctor's last reading depends on changed "
+            "since; the command is judged against its findings",
+        )
+    )
+
+    def owners(paths: Sequence[str]) -> list[str]:
+        # asked only when the command wrote files in place, which keeps their owners
+        # installed: those still installed that were installed before
+        now = read_facts(args, target).inventory
+        kept = {n: d for n, d in now.distributions.items() if d.dist_info in found.dist_infos}
+        return _owners(kept, now.owners, paths)
+
+    return _Before(found.read, found.dist_infos, found.findings, owners)
+
+
+def _read_before(
+    args: FactArgs, target: TargetEnv, flags: TargetFlags, on_event: OnEvent
+) -> _Before:
+    """The target's reading before the command, read now; its findings are kept for the
+    next run, as doctor keeps them (:func:`_remembered_before`)."""
+    started = time.time_ns()
+    facts = read_facts(args, target, on_event)
+    inv = facts.inventory
+    read = facts_read_set(
+        args, target, facts.read_paths, search_dirs(facts), host=facts.host.consulted()
+    )
+    findings = diagnose(facts, flags).findings
+    facts.host.save()
+    kept = {before_run_key(args): before_run_memo(facts, findings)}
+    remember_answer(args, kept, since_ns=started, read=read, ctimes=False)
+    return _Before(
+        read,
+        frozenset(d.dist_info for d in inv.distributions.values()),
+        findings,
+        functools.partial(_owners, inv.distributions, inv.owners),
+    )
+
+
+def _owners(
+    dists: Mapping[DistName, Distribution],
+    owned: Mapping[EnvPath, Sequence[DistName]],
+    paths: Sequence[str],
+) -> list[str]:
+    names = {n for p in paths for n in owned.get(EnvPath(p), ())}
+    return sorted(f"{n}=={dists[n].version}" for n in names if n in dists)
+
+
+def run_command(
+    args: FactArgs,
+    argv: Sequence[str],
+    run: RunArgs,
+    live: LiveArgs = LiveArgs(),  # noqa: B008 - frozen value
+    *,
+    accept: bool = False,
+    on_event: OnEvent = quiet,
+    say: SayFindings,
+) -> GuardedRun:
+    """Run any command that changes the environment (``uv pip install -U torch``,
+    ``pip install -r req.txt``) as a transaction: the whole environment is snapshotted, the
+    environment is diagnosed again after, and the run is rolled back when it introduced a
+    problem doctor reports (``accept``: commit anyway) or a probe fails. The automatic
+    probes import what the distributions the command added or changed provide. ``say``
+    words the problems found, for the verdict."""
+    target = locate(args.target)
+    check_pending(target, mutating=True, on_event=on_event)
+    flags = target_flags(args.target, target)
+    before = _remembered_before(args, target, on_event) or _read_before(
+        args, target, flags, on_event
+    )
+    start: list[str] = []
+
+    def ready() -> None:
+        start.append(settled_stamp(target.prefix, before.read))
+
+    def judge() -> Judged:
+        if start and stamp(target.prefix, before.read) == start[0]:
+            on_event(RunEvent("progress", "  nothing the diagnosis reads changed: no new problems"))
+            return Judged((), probe_set(run))
+        now = read_facts(args, target)
+        report = diagnose(now, flags)
+        findings = say(report, new_problems(before.findings, report.findings))
+        dists = now.inventory.distributions.values()
+        changed = [d for d in dists if d.dist_info not in before.dist_infos]
+        modules = sorted({m for d in changed for m in d.top_level})
+        return Judged(tuple(findings), probe_set(run, modules=modules))
+
+    return run_guarded(
+        target.prefix,
+        argv,
+        judge=judge,
+        owners=before.owners,
+        ready=ready,
+        accept=accept,
+        timeout=live.timeout,
+        echo=live.echo,
+        lock_timeout=run.lock_timeout,
+        command=run.command,
+        on_event=on_event,
+    )
