@@ -79,7 +79,7 @@ def install(specs: tuple[str, ...], allow_broken_requirements: bool, flags: Plan
     "command's own output then goes to stderr).",
 )  # fmt: skip
 @click.option("--yes", "-y", is_flag=True, help="Accepted as elsewhere; run never asks.")
-@click.argument("argv", nargs=-1, type=click.UNPROCESSED, required=True)
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED, required=True, metavar="CMD...")
 def run_command(
     facts: app.FactArgs,
     accept: bool,

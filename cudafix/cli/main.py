@@ -21,9 +21,11 @@ from cudafix.cli.errors import emit_json_error
 from cudafix.cli.install import install as install_command
 from cudafix.cli.install import run_command
 from cudafix.cli.options import (
+    BEFORE,
     EXIT_CODES_HELP,
     PlanFlags,
     facts_options,
+    global_target_options,
     lock_timeout_option,
     plan_options,
     probe_timeout_option,
@@ -36,12 +38,14 @@ from cudafix.cli.output import (
     echo_json,
     echo_out,
     output_options,
+    reset_output,
     stdout_style,
     style_for,
 )
 from cudafix.cli.present import (
     Computed,
     answer_once,
+    can_ask,
     confirm,
     dry_run_answer,
     present_and_apply,
@@ -63,11 +67,13 @@ from cudafix.cli.shapes import (
     undo_json,
     undone_json,
 )
+from cudafix.cli.wording import listing_hint
 from cudafix.model.errors import (
     CudafixError,
     EnvironmentFault,
     ExitCode,
     StalePlan,
+    UnmatchedSelector,
     UnsafeState,
     UsageError,
 )
@@ -90,6 +96,18 @@ class _Group(click.Group):
         name, command, rest = super().resolve_command(ctx, args)
         return (command.name if command else name), command, rest
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command's first sentence whole (click cuts it to the width with ``...``);
+        the help formatter wraps it instead."""
+        rows = [
+            (name, command.get_short_help_str(limit=1000))
+            for name in self.list_commands(ctx)
+            if (command := self.get_command(ctx, name)) is not None and not command.hidden
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 @click.group(
     cls=_Group,
@@ -100,10 +118,12 @@ class _Group(click.Group):
 )
 @click.version_option(__version__, "-V", "--version", prog_name="cudafix")
 @output_options
+@global_target_options
 def cli() -> None:
     """Uninstall and repair Python environments that hold CUDA libraries, safely.
 
-    `uninstall` is another name for `remove`.
+    `uninstall` is another name for `remove`. The options here (-q, -v, --color, --venv,
+    -p) may also be given after the command.
     """
 
 
@@ -168,7 +188,15 @@ def remove(
     request = app.RemoveArgs(
         tuple(selectors), tuple(exclude), repair, keep_shared, allow_broken_requirements
     )
+    try:
+        _remove(request, flags)
+    except UnmatchedSelector as err:
+        found = app.locate(flags.facts.target)
+        err.hint = listing_hint(str(found.python or found.prefix / "bin" / "python"))
+        raise
 
+
+def _remove(request: app.RemoveArgs, flags: PlanFlags) -> None:
     def plan(on_event: app.OnEvent) -> Plan:
         return app.plan_remove(
             flags.facts,
@@ -184,9 +212,9 @@ def remove(
         def dry_run(on_event: app.OnEvent) -> Computed:
             made = plan(on_event)
             staged = bool(made.reinstall or made.install)  # its answer depends on an index
-            return Computed(dry_run_answer(made, flags.as_json), keep=not staged)
+            return Computed(dry_run_answer(made, flags), keep=not staged)
 
-        answer_once(flags.facts, ("remove", request, flags), dry_run)
+        answer_once(flags.facts, ("remove", request, flags, OUTPUT.argv, can_ask()), dry_run)
     present_and_apply(plan(echo_event), flags)
 
 
@@ -371,6 +399,21 @@ def _interrupted_code(exc: KeyboardInterrupt) -> int:
     return 143 if isinstance(exc, Terminated) else 130
 
 
+def _usage_error(exc: click.ClickException) -> CudafixError:
+    """click's complaint about the command line, in cudafix's own ``error:``/``hint:`` form:
+    the command's usage beneath it, and where its help is."""
+    message = exc.format_message().strip().rstrip(".")
+    if isinstance(exc, click.NoSuchOption) and exc.possibilities:
+        close = ", ".join(repr(p) for p in sorted(exc.possibilities))
+        message = f"{exc.message.rstrip('.')} (did you mean {close}?)"
+    message = message[:1].lower() + message[1:]
+    ctx = exc.ctx if isinstance(exc, click.UsageError) else None
+    if ctx is None:
+        return UsageError(message)
+    usage = ctx.get_usage().replace("Usage: ", "usage: ", 1)
+    return UsageError(message, context=[usage], hint=f"`{ctx.command_path} --help` says more")
+
+
 def _os_error(exc: OSError) -> CudafixError:
     """A failure of the machine (no space, read-only, permission, loop): not a bug."""
     where = f": {exc.filename}" if exc.filename else ""
@@ -385,7 +428,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     args = list(argv) if argv is not None else sys.argv[1:]
     as_json = _wants_json(args)
-    OUTPUT.as_json = as_json
+    reset_output(tuple(args), as_json=as_json)
+    BEFORE.venv = BEFORE.python = None
     exit_on_sigterm()
     try:
         code = cli.main(args=args, prog_name="cudafix", standalone_mode=False)
@@ -393,11 +437,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         _fail(err, as_json)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        if as_json:
-            emit_json_error(UsageError(exc.format_message()))
-        exc.show()
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()  # the help, for ``cudafix`` alone
         sys.exit(ExitCode.USAGE)
+    except click.ClickException as exc:
+        _fail(_usage_error(exc), as_json)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):  # click wraps Ctrl-C and SIGTERM
             echo_err("interrupted")

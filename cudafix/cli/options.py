@@ -109,24 +109,54 @@ def probe_timeout_option() -> Callable[[F], F]:
     )
 
 
+@dataclass
+class _GivenBefore:
+    """The target options given before the subcommand (``cudafix --venv V doctor``), as uv
+    takes its global options in either place; one given after the subcommand wins."""
+
+    venv: str | None = None
+    python: str | None = None
+
+
+BEFORE = _GivenBefore()
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    del ctx
+    setattr(BEFORE, str(param.name), value)
+
+
+def _venv_option(**kw: Any) -> Callable[[F], F]:
+    return click.option(
+        "--venv",
+        "venv",
+        metavar="DIR",
+        help="Target venv, or its interpreter (default: $VIRTUAL_ENV, then .venv in this "
+        "directory or a parent).",
+        **kw,
+    )
+
+
+def _python_option(**kw: Any) -> Callable[[F], F]:
+    return click.option(
+        "-p",
+        "--python",
+        "python",
+        metavar="PATH",
+        help="Target interpreter, or a venv directory, as uv takes it (default: $UV_PYTHON).",
+        **kw,
+    )
+
+
+def global_target_options(func: F) -> F:
+    """``--venv`` and ``-p/--python`` on the group: every command then acts on that target
+    unless it names its own."""
+    remembered = {"expose_value": False, "callback": _remember}
+    return _venv_option(**remembered)(_python_option(**remembered)(func))
+
+
 def _target_option_list() -> list[Callable[[Any], Any]]:
-    return [
-        *output_option_list(),
-        click.option(
-            "--venv",
-            "venv",
-            metavar="DIR",
-            help="Target venv, or its interpreter (default: $VIRTUAL_ENV, then .venv in this "
-            "directory or a parent).",
-        ),
-        click.option(
-            "-p",
-            "--python",
-            "python",
-            metavar="PATH",
-            help="Target interpreter, or a venv directory, as uv takes it (default: $UV_PYTHON).",
-        ),
-    ]
+    return [*output_option_list(), _venv_option(), _python_option()]
 
 
 def _facts_option_list() -> list[Callable[[Any], Any]]:
@@ -143,13 +173,17 @@ def _facts_option_list() -> list[Callable[[Any], Any]]:
 
 
 def _target_args(venv: str | None, python: str | None) -> app.TargetArgs:
-    return app.TargetArgs(venv, python)
+    """The target options given after the subcommand, else those given before it."""
+    return app.TargetArgs(
+        venv if venv is not None else BEFORE.venv,
+        python if python is not None else BEFORE.python,
+    )
 
 
 def _fact_args(
     venv: str | None, python: str | None, dlopen_tables: tuple[Path, ...]
 ) -> app.FactArgs:
-    return app.FactArgs(app.TargetArgs(venv, python), tuple(dlopen_tables))
+    return app.FactArgs(_target_args(venv, python), tuple(dlopen_tables))
 
 
 def target_options(func: F) -> F:

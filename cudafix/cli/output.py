@@ -37,6 +37,8 @@ class Output:
     color: ColorMode = "auto"
     as_json: bool = False
     """``--json``: stdout is one JSON object, so progress stays off."""
+    argv: tuple[str, ...] = ()
+    """cudafix's arguments as given: the commands it prints to run next start from them."""
 
     def colours(self, stream_is_tty: bool) -> bool:
         if self.color != "auto":
@@ -45,6 +47,12 @@ class Output:
 
 
 OUTPUT = Output()
+
+
+def reset_output(argv: tuple[str, ...], *, as_json: bool) -> None:
+    """A fresh :data:`OUTPUT` for one command line (``main`` may run more than once in a
+    process)."""
+    OUTPUT.verbosity, OUTPUT.color, OUTPUT.as_json, OUTPUT.argv = 0, "auto", as_json, argv
 
 
 def style_for(stream_is_tty: bool) -> Callable[..., str]:
@@ -103,9 +111,15 @@ def echo_json(value: object, *, indent: int | None = 2) -> None:
 
 
 def _set_verbosity(level: int) -> Callable[[click.Context, click.Parameter, bool], None]:
-    def callback(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-        if value:
-            OUTPUT.verbosity = level
+    """``-q`` or ``-v``, wherever given; both at once is a usage error (as in uv), not
+    whichever click read last."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if not value:
+            return
+        if OUTPUT.verbosity not in (0, level):
+            raise click.UsageError("--quiet and --verbose cannot be used together", ctx)
+        OUTPUT.verbosity = level
 
     return callback
 

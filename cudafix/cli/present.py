@@ -21,8 +21,8 @@ from cudafix.cli.options import PlanFlags
 from cudafix.cli.output import OUTPUT, echo_err, echo_event, echo_json, echo_out, stdout_style
 from cudafix.cli.render import render_plan, shown
 from cudafix.cli.shapes import declined_json, result_json
-from cudafix.model.commands import cudafix_line, venv_flags
-from cudafix.model.errors import ExitCode, UsageError
+from cudafix.model.commands import apply_file_argv, applying_argv, cudafix_line, venv_flags
+from cudafix.model.errors import ExitCode, PlanRefused, UsageError
 from cudafix.model.transaction import RunEvent
 
 if TYPE_CHECKING:
@@ -96,12 +96,19 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
         except OSError as exc:
             raise UsageError(f"cannot write the plan to {flags.out}: {exc.strerror}") from exc
     if flags.dry_run:
-        answer = dry_run_answer(plan, flags.as_json)
+        answer = dry_run_answer(plan, flags)
         echo_out(answer.out)
         raise click.exceptions.Exit(answer.code)
+    if flags.out and not flags.as_json:
+        echo_err(f"Plan written to {flags.out}.")
     if not flags.as_json:
-        click.echo(render_plan(plan, stdout_style(), dry_run=False, verbosity=OUTPUT.verbosity))
-    app.refuse_unless_allowed(plan, flags.run.force)
+        click.echo(render_plan(plan, stdout_style(), verbosity=OUTPUT.verbosity))
+    try:
+        app.refuse_unless_allowed(plan, flags.run.force)
+    except PlanRefused as err:
+        if not flags.as_json:  # its reasons were just printed with the verdict: say them once
+            err.reasons = ()
+        raise
     confirm(flags.yes)
     result = app.execute(plan, flags.run, on_event=echo_event)
     if flags.as_json:
@@ -114,13 +121,34 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
     )
 
 
-def dry_run_answer(plan: Plan, as_json: bool) -> app.Answer:
-    """What a dry run prints (the plan, rendered or as JSON) and its exit code."""
-    if as_json:
+def dry_run_answer(plan: Plan, flags: PlanFlags) -> app.Answer:
+    """What a dry run prints (the plan, rendered or as JSON, with the command that applies
+    it) and its exit code."""
+    if flags.as_json:
         out = plan.model_dump_json(indent=2)
     else:
-        out = render_plan(plan, stdout_style(), dry_run=True, verbosity=OUTPUT.verbosity)
+        out = render_plan(
+            plan,
+            stdout_style(),
+            verbosity=OUTPUT.verbosity,
+            next_argv=next_argv(plan, flags),
+            saved=None if flags.out is None else str(flags.out),
+        )
     return app.Answer(out, ExitCode.OK if plan.verdict == "pass" else ExitCode.REFUSED)
+
+
+def next_argv(plan: Plan, flags: PlanFlags) -> list[str] | None:
+    """The command that applies a dry run's plan, as it would pass: the plan file it was
+    saved to (with the sources its wheels come from, and any extra dlopen tables), else the
+    same command without ``--dry-run``; None when the plan is refused."""
+    if plan.verdict != "pass":
+        return None
+    target = venv_flags(plan.target.prefix)
+    if flags.out is None:
+        return applying_argv(OUTPUT.argv, target, ask=can_ask())
+    tables = [w for t in flags.facts.dlopen_tables for w in ("--dlopen-table", str(t))]
+    staged = plan.options.sources.cli_args() if plan.reinstall or plan.install else []
+    return apply_file_argv(flags.out, target, [*tables, *staged])
 
 
 def undo_line(txid: str, prefix: Path) -> str:
@@ -128,12 +156,17 @@ def undo_line(txid: str, prefix: Path) -> str:
     return "Undo with: " + shown(cudafix_line("undo", txid, target=venv_flags(prefix)))
 
 
+def can_ask() -> bool:
+    """Whether a person can be asked: stdin is an open terminal."""
+    stdin = sys.stdin
+    return stdin is not None and not stdin.closed and stdin.isatty()
+
+
 def confirm(yes: bool) -> None:
     """Ask only a terminal; a closed or redirected stdin refuses at once (never waits)."""
     if yes:
         return
-    stdin = sys.stdin
-    if stdin is None or stdin.closed or not stdin.isatty():
+    if not can_ask():
         raise UsageError(
             "refusing to apply without confirmation: stdin is not a terminal", hint="pass --yes"
         )

@@ -91,12 +91,22 @@ def _site(plan: Plan, path: str) -> str:
 
 
 def render_plan(
-    plan: Plan, style: Style = plain, *, dry_run: bool = True, verbosity: Verbosity = 0
+    plan: Plan,
+    style: Style = plain,
+    *,
+    verbosity: Verbosity = 0,
+    next_argv: Sequence[str] | None = None,
+    saved: str | None = None,
 ) -> str:
-    """The plan as sections: what goes, what comes back, what breaks, the verdict, what next
-    (under ``verbosity`` -1, ``--quiet``: the verdict, its reasons and what next only)."""
+    """The plan as sections: what goes, what comes back, what breaks, the verdict, where the
+    plan was ``saved``, and the command to run next (under ``verbosity`` -1, ``--quiet``: the
+    verdict, its reasons and what next only)."""
     plan = printable(plan)
-    verdict = _plan_verdict(plan, style, dry_run)
+    verdict = _plan_verdict(plan, style)
+    if saved is not None:
+        verdict.append(f"Plan written to {shown(saved)}.")
+    if next_argv:
+        verdict.append(f"Next: {shown(shell_join(next_argv))}")
     if verbosity < 0:
         return "\n".join(verdict)
     return "\n".join([*_plan_sections(plan, style), "", *verdict])
@@ -187,16 +197,14 @@ def _plan_sections(plan: Plan, style: Style) -> list[str]:
     return out
 
 
-def _plan_verdict(plan: Plan, style: Style, dry_run: bool) -> list[str]:
+def _plan_verdict(plan: Plan, style: Style) -> list[str]:
     out: list[str] = []
     if plan.verdict == "pass":
         out.append(style("Verdict: PASS", fg="green", bold=True) + f"  ({_counts(plan)})")
-        if dry_run:
-            out.append("Next: run the same command without --dry-run to apply it as a transaction.")
     else:
         out.append(style("Verdict: REFUSED", fg="red", bold=True))
         out += [f"  - {r}" for r in reason_lines(plan.reasons, plan.target)]
-        if plan.requirement_breaks and not plan.options.allow_broken_requirements:
+        if _only_requirements(plan):
             out.append(
                 "  (add --allow-broken-requirements to go ahead, leaving those requirements broken)"
             )
@@ -217,6 +225,16 @@ def _plan_verdict(plan: Plan, style: Style, dry_run: bool) -> list[str]:
                 f"  {shell_join(a.argv)}\n      # {alternative_text(a.summary)}" for a in unchecked
             ]
     return out
+
+
+def _only_requirements(plan: Plan) -> bool:
+    """Whether ``--allow-broken-requirements`` alone turns the verdict: broken requirements
+    are the plan's only reasons (a flag is suggested only when it changes the verdict)."""
+    return (
+        bool(plan.reasons)
+        and not plan.options.allow_broken_requirements
+        and all(r.kind == "requirement-broken" for r in plan.reasons)
+    )
 
 
 def _script_probes(plan: Plan) -> list[str]:

@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from cudafix.model.commands import shell_join, uv_list_argv
 from cudafix.model.errors import CudafixError, PlanRefused
 from cudafix.model.names import cuda_major, site_relative
 
@@ -164,6 +165,11 @@ def error_context(err: CudafixError) -> list[str]:
     if isinstance(err, PlanRefused) and err.target is not None:
         return [*err.context, *reason_lines(err.reasons, err.target)]
     return list(err.context)
+
+
+def listing_hint(python: str) -> str:
+    """Where to read what is installed, as a command for this target."""
+    return f"`{shell_join(uv_list_argv(python))}` lists what is installed"
 
 
 def _need_lost(lost: R.NeedLost, target: Target) -> str:

@@ -26,6 +26,11 @@ def cudafix_argv(*words: str, target: Sequence[str] = (), tail: Iterable[str] = 
     return ["cudafix", *words, *target, *tail]
 
 
+def uv_list_argv(python: str | Path) -> list[str]:
+    """``uv pip list --python PYTHON``: what is installed in a target, by name and version."""
+    return ["uv", "pip", "list", "--python", str(python)]
+
+
 def shell_join(argv: Sequence[str]) -> str:
     """An argv as a shell reads it back: every word quoted where it needs to be."""
     return shlex.join(argv)
@@ -34,3 +39,36 @@ def shell_join(argv: Sequence[str]) -> str:
 def cudafix_line(*words: str, target: Sequence[str] = (), tail: Iterable[str] = ()) -> str:
     """:func:`cudafix_argv`, quoted for a shell."""
     return shell_join(cudafix_argv(*words, target=target, tail=tail))
+
+
+_TARGET_OPTIONS = ("--venv", "--python", "-p")
+
+
+def names_target(args: Sequence[str]) -> bool:
+    """Whether cudafix's arguments ``args`` name the target (``--venv``, ``-p``/``--python``,
+    before or after the subcommand), rather than leave it to ``$VIRTUAL_ENV`` or ``.venv``."""
+    own = args[: args.index("--")] if "--" in args else args
+    return any(
+        a in _TARGET_OPTIONS
+        or a.startswith(("--venv=", "--python="))
+        or (a.startswith("-p") and not a.startswith("--"))
+        for a in own
+    )
+
+
+def applying_argv(given: Sequence[str], target: TargetFlags, *, ask: bool) -> list[str]:
+    """The command that applies what a dry run showed: the dry run's own arguments ``given``
+    without ``--dry-run``, naming the target when it was implicit (so it runs as printed
+    from anywhere), with ``--yes`` unless a terminal can be ``ask``-ed (off one, cudafix
+    refuses to apply without it)."""
+    cut = given.index("--") if "--" in given else len(given)
+    own, rest = [a for a in given[:cut] if a != "--dry-run"], list(given[cut:])
+    added = [] if names_target(own) else list(target)
+    added += [] if ask or {"--yes", "-y"} & set(own) else ["--yes"]
+    return ["cudafix", *own, *added, *rest]
+
+
+def apply_file_argv(path: str | Path, target: TargetFlags, tail: Iterable[str] = ()) -> list[str]:
+    """``cudafix apply FILE TARGET... TAIL... --yes``: a saved plan, applied as reviewed (the
+    file is what was reviewed, so it is not asked again)."""
+    return cudafix_argv("apply", str(path), target=target, tail=[*tail, "--yes"])

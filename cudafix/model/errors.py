@@ -59,6 +59,11 @@ class UsageError(CudafixError):
     exit_code = ExitCode.USAGE
 
 
+class UnmatchedSelector(UsageError):
+    """A selector matches no installed distribution; the CLI, which knows the target, adds
+    the command that lists what is installed."""
+
+
 class TargetError(CudafixError):
     """The target environment cannot be found or read."""
 

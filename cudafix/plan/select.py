@@ -7,7 +7,7 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 
 from cudafix.env.inventory import Unmanaged
-from cudafix.model.errors import UsageError
+from cudafix.model.errors import UnmatchedSelector, UsageError
 from cudafix.model.names import DistName, normalize_name
 
 
@@ -48,10 +48,9 @@ def select(
             unmatched.append(selector)
         chosen.update(hits)
     if unmatched:
-        raise UsageError(
+        raise UnmatchedSelector(
             f"selector {unmatched[0]!r} matches no installed distribution",
             context=[_unmanaged(s, unmanaged) or _near_misses(s, names) for s in unmatched],
-            hint="`cudafix doctor` lists what is installed",
         )
     excluded = {n for n in chosen for e in exclude if fnmatch.fnmatchcase(n, _normalize_pattern(e))}
     return tuple(sorted(chosen - excluded))

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.model.commands import cudafix_argv, cudafix_line, shell_join, venv_flags
+from cudafix.model.commands import (
+    applying_argv,
+    cudafix_argv,
+    cudafix_line,
+    shell_join,
+    venv_flags,
+)
 from cudafix.model.errors import (
     BackendError,
     CudafixError,
@@ -173,3 +179,21 @@ def test_error_hierarchy_lets_callers_catch_by_family() -> None:
     assert issubclass(RollbackIncomplete, TransactionFailed)
     assert issubclass(UnsafeState, TargetError)
     assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("given", "ask", "applying"),
+    [
+        (["remove", "x", "--dry-run"], False, ["remove", "x", "--venv", "/v", "--yes"]),
+        (["remove", "x", "--dry-run"], True, ["remove", "x", "--venv", "/v"]),
+        (["-p", "/py", "repair", "--dry-run", "-y"], False, ["-p", "/py", "repair", "-y"]),
+        (["--venv=/w", "remove", "--dry-run", "--", "-odd"], False,
+         ["--venv=/w", "remove", "--yes", "--", "-odd"]),
+    ],
+)  # fmt: skip
+def test_the_command_that_applies_a_dry_run(
+    given: list[str], ask: bool, applying: list[str]
+) -> None:
+    """The dry run's own words without ``--dry-run``; the target named when it was implicit;
+    ``--yes`` when no one can be asked; nothing added after ``--``."""
+    assert applying_argv(given, venv_flags("/v"), ask=ask) == ["cudafix", *applying]
