@@ -30,6 +30,7 @@ from cudafix.model.doctor import (
     MissingFiles,
     MixedMajors,
     MixedSonames,
+    PendingTransaction,
     RequirementUnmet,
     RunTimeUnresolved,
     Scripts,
@@ -184,6 +185,8 @@ class _Where:
 
     def words(self, f: Finding) -> _Words:
         match f.facts:
+            case PendingTransaction() as facts:
+                return _pending(f, facts)
             case MissingFiles() as facts:
                 return self._missing(f, facts)
             case SharedPaths() as facts:
@@ -423,6 +426,20 @@ class _Where:
                     [],
                 )
         raise AssertionError(f"no words for {f.facts.kind}")
+
+
+def _pending(f: Finding, facts: PendingTransaction) -> _Words:
+    """A run killed mid-transaction: what else the report says may be its half-change."""
+    n = len(facts.txids)
+    which = f"transaction {facts.txids[0]} was" if n == 1 else f"{n} transactions were"
+    return _step(
+        f.command,
+        f"{which} not finished (the run was killed or interrupted): the environment may be "
+        "half-changed, and what else is found here may be that half",
+        [f"unfinished: {t}" for t in facts.txids] if n > 1 else [],
+        f"rolls {'it' if n == 1 else 'each'} back to the state before it, byte for byte; "
+        "add --dry-run to look first",
+    )
 
 
 def _differs(d: Difference) -> str:

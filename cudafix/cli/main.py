@@ -155,6 +155,8 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
         else:
             out = render_report(report, stdout_style(), OUTPUT.verbosity)
         code = ExitCode.OK if report.healthy else ExitCode.FAILURE
+        if any(f.kind == "pending-transaction" for f in report.findings):
+            code = ExitCode.LOCKED  # an unfinished transaction: `cudafix recover`
         return Computed(app.Answer(out, code), also=diagnosis.before_run)
 
     answer_once(facts, ("doctor", facts, as_json), diagnose)

@@ -273,7 +273,7 @@ def _counts(plan: Plan) -> str:
     """Counts that add up: a kept path is one the backend deletes and the transaction puts
     back, so it counts as kept, not also as deleted."""
     installed = f", {len(plan.install)} installed" if plan.install else ""
-    deleted = len(set(plan.deleted_paths) - set(plan.kept_paths))
+    deleted = len(set(plan.deleted_paths) - set(plan.kept_paths))  # older plans: in both
     return (
         f"{len(plan.remove)} removed, {len(plan.reinstall)} reinstalled{installed}, "
         f"{deleted} paths deleted, {len(plan.kept_paths)} kept"

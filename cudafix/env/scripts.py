@@ -25,6 +25,7 @@ class Shebang:
     """A script's interpreter, as its first line names it."""
 
     interpreter: str
+    """As shown: bytes that are not UTF-8 escaped (``\\xff``), so every report can carry it."""
     exists: bool
     """Whether that file exists (an executable the kernel could start)."""
 
@@ -32,7 +33,10 @@ class Shebang:
 def read_shebangs(prefix: Path, paths: Iterable[EnvPath]) -> dict[EnvPath, Shebang]:
     """The shebang of each of ``paths`` that starts with ``#!`` (others are left out).
 
-    Each file is opened without following a symlink; an unreadable one has no shebang."""
+    Each file is opened without following a symlink; an unreadable one has no shebang. The
+    line ends at its first NUL byte, as the kernel reads it (the interpreter is a C string):
+    a NUL planted in a script names the interpreter the kernel would start, never a path
+    no system call can take."""
     out: dict[EnvPath, Shebang] = {}
     for path in paths:
         try:
@@ -41,10 +45,13 @@ def read_shebangs(prefix: Path, paths: Iterable[EnvPath]) -> dict[EnvPath, Sheba
             continue
         try:
             head = os.read(fd, _FIRST_LINE)
+        except OSError:
+            continue
         finally:
             os.close(fd)
-        words = head.split(b"\n", 1)[0][2:].split() if head.startswith(b"#!") else []
+        line = head.split(b"\n", 1)[0].split(b"\0", 1)[0]
+        words = line[2:].split() if line.startswith(b"#!") else []
         if words:
-            interpreter = os.fsdecode(words[0])
-            out[path] = Shebang(interpreter, os.access(interpreter, os.X_OK))
+            shown = words[0].decode("utf-8", "backslashreplace")
+            out[path] = Shebang(shown, os.access(words[0], os.X_OK))
     return out

@@ -251,12 +251,20 @@ def plan_script(
     return _plan(facts, script_request(loaded, facts, options), sources, on_event)
 
 
-def _schema_version(text: str) -> object:
-    """The ``schema_version`` a plan file states, or None when it states none."""
+def _schema_version(file: Path, text: str) -> object:
+    """The ``schema_version`` a plan file states, or None when it states none.
+
+    JSON nested deeper than the parser's recursion (no plan is more than a few levels
+    deep) is refused here as input, never carried on to fail as a bug."""
     try:
         data = json.loads(text)
     except ValueError:
         return None
+    except RecursionError:
+        raise InputError(
+            f"{file}: not a cudafix plan; its JSON is nested deeper than any plan",
+            hint="write one with: cudafix remove ... --dry-run --out plan.json",
+        ) from None
     return data.get("schema_version") if isinstance(data, dict) else None
 
 
@@ -266,7 +274,7 @@ def read_plan(file: Path, text: str) -> Plan:
     The schema version is read first: a plan another cudafix wrote is refused by its
     version, not by whichever field changed shape since.
     """
-    version = _schema_version(text)
+    version = _schema_version(file, text)
     if version is not None and version != PLAN_SCHEMA_VERSION:
         raise InputError(
             f"{file}: plan schema {version}; this cudafix reads {PLAN_SCHEMA_VERSION}",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cudafix.env.memo.answers import Answer, ReadSet, read_set, remember
@@ -43,8 +43,14 @@ def target_flags(args: TargetArgs, target: TargetEnv) -> TargetFlags:
     return venv_flags(target.prefix)
 
 
-def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = quiet) -> None:
-    """An unfinished transaction blocks changes (before any planning) and taints reads."""
+def check_pending(
+    target: TargetEnv, *, mutating: bool, on_event: OnEvent = quiet, warn: bool = True
+) -> tuple[str, ...]:
+    """An unfinished transaction blocks changes (before any planning) and taints reads.
+
+    Returns the unfinished transactions a read goes on over (none while another run holds
+    the lock: that one is in progress, not killed); ``warn=False`` for a caller that
+    reports them itself (doctor's finding)."""
     pending = pending_transactions(target.prefix)
     hidden = unreadable_transactions(target.prefix)
     if hidden and mutating:
@@ -58,7 +64,7 @@ def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = quie
             RunEvent("note", f"transaction {hidden[0]} is not readable by this user; not checked")
         )
     if not pending:
-        return
+        return ()
     if lock_is_held(target.prefix):
         on_event(
             RunEvent(
@@ -72,7 +78,7 @@ def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = quie
                 "may show it half-done (run again when it has finished)",
             )
         )
-        return
+        return ()
     what = f"unfinished transaction {pending[0]} in {target.prefix}"
     recover = cudafix_line("recover", target=venv_flags(target.prefix))
     if mutating:
@@ -80,7 +86,11 @@ def check_pending(target: TargetEnv, *, mutating: bool, on_event: OnEvent = quie
             f"{what}: the environment may be half-changed",
             hint=f"{recover}  (add --dry-run to look first)",
         )
-    on_event(RunEvent("warning", f"{what}; the environment may be half-changed. Run `{recover}`."))
+    if warn:
+        on_event(
+            RunEvent("warning", f"{what}; the environment may be half-changed. Run `{recover}`.")
+        )
+    return tuple(pending)
 
 
 def open_target(
@@ -164,8 +174,12 @@ class Diagnosis:
 
 
 def doctor(args: FactArgs, on_event: OnEvent = quiet) -> Diagnosis:
-    """Diagnose the target: what is broken, and the command to run next."""
-    target, facts = open_target(args, mutating=False, on_event=on_event)
+    """Diagnose the target: what is broken, and the command to run next; an unfinished
+    transaction is a finding (its fix is ``recover``), not a warning beside a report that
+    may call the half-changed environment healthy."""
+    target = locate(args.target)
+    pending = check_pending(target, mutating=False, on_event=on_event, warn=False)
+    facts = replace(read_facts(args, target, on_event), pending=pending)
     on_event(RunEvent("progress", "  diagnosing"))
     report = diagnose(facts, target_flags(args.target, target))
     facts.host.save()

@@ -19,6 +19,7 @@ DOCTOR_SCHEMA_VERSION = 1
 
 Severity = Literal["error", "warning", "info"]
 FindingKind = Literal[
+    "pending-transaction",
     "missing-files",
     "clobbered",
     "shared",
@@ -69,6 +70,15 @@ class Load(_Value):
     requester: str
     need: str
     provider: str
+
+
+class PendingTransaction(_Value):
+    """Transactions a killed or interrupted run left unfinished in the environment: it may
+    be half-changed, and every other finding may be that half."""
+
+    kind: Literal["pending-transaction"] = "pending-transaction"
+    txids: list[str]
+    """Their ids, oldest first (``cudafix recover`` finishes or rolls back each)."""
 
 
 class MissingFiles(_Value):
@@ -287,7 +297,8 @@ class Unmanaged(_Value):
 
 
 FindingFacts = Annotated[
-    MissingFiles
+    PendingTransaction
+    | MissingFiles
     | SharedPaths
     | ForeignBytes
     | Scripts

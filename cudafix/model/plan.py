@@ -227,9 +227,11 @@ class Plan(_Frozen):
     reinstall: list[Reinstall]
     """Distributions reinstalled (``--reinstall --no-deps``, same version) after the removal."""
     deleted_paths: list[str]
-    """Every path the backend is predicted to delete (RECORD paths, dist-info, scripts)."""
+    """Every path the plan deletes (RECORD paths, dist-info, scripts): gone when it commits.
+    A kept path is never one of them."""
     kept_paths: list[str]
-    """Shared paths the transaction puts back after the backend deleted them (``--keep-shared``)."""
+    """Shared paths the transaction puts back after the backend deleted them (``--keep-shared``):
+    what the backend deletes is these and ``deleted_paths`` (:attr:`uninstalled_paths`)."""
     rewritten_paths: list[str]
     """RECORD paths of reinstalled distributions: the backend rewrites them (snapshotted)."""
     holders_after: dict[str, str] = Field(default_factory=dict)
@@ -265,3 +267,9 @@ class Plan(_Frozen):
     """Probes saved with the plan, so a plan file applied elsewhere is checked the same way."""
     source: str | None = None
     """The cleanup script the plan was compiled from, if any."""
+
+    @property
+    def uninstalled_paths(self) -> list[str]:
+        """What the backend deletes: ``deleted_paths`` and the kept paths it puts back (a
+        plan written before the two were told apart lists kept paths in both)."""
+        return sorted({*self.deleted_paths, *self.kept_paths})

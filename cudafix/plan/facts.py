@@ -100,6 +100,10 @@ class Facts:
     """What provided each needed soname at the last reading of this environment
     (:mod:`cudafix.env.lastseen`): how a library that went since is named."""
 
+    pending: tuple[str, ...] = ()
+    """Unfinished transactions in the environment (their ids), as the flow that opened it
+    found them (:func:`cudafix.flows.target.check_pending`): a killed run's half-change."""
+
     hashed_files: int = field(default=0, compare=False)
     """Files :func:`cudafix.gather.gather` read whole to hash them (0: the hash cache answered)."""
 

@@ -169,7 +169,7 @@ def _simulate(
         options=request.options,
         remove=[_removed(inv, inv.distributions[n]) for n in request.names],
         reinstall=reinstall,
-        deleted_paths=sorted(deleted),
+        deleted_paths=sorted(deleted - set(kept)),
         kept_paths=kept,
         rewritten_paths=rewritten,
         holders_after=_holders_after(inv, reinstall),

@@ -124,7 +124,7 @@ def _through_symlinks(plan: P.Plan, inv: Inventory) -> list[R.Reason]:
     refuse such a plan when applied: the dry run must say so first.
     """
     named = {
-        *plan.deleted_paths,
+        *plan.uninstalled_paths,
         *plan.rewritten_paths,
         *(p for i in plan.install for p in i.paths),
     }

@@ -100,13 +100,10 @@ def _check_plan(plan: Plan, force: bool) -> Path:
     refuse_unless_allowed(plan, force)
     if problems := input_problems(plan):
         raise InputError("the plan holds fields cudafix will not pass on", context=problems)
-    named = [*plan.deleted_paths, *plan.kept_paths, *plan.rewritten_paths]
+    named = [*plan.uninstalled_paths, *plan.rewritten_paths]
     named += [r.dist_info for r in plan.remove]
     named += [p for i in plan.install for p in i.paths]
     problems = [p for path in named if (p := check_path(prefix, path)) is not None]
-    problems += [
-        f"{k!r}: kept but not deleted" for k in plan.kept_paths if k not in plan.deleted_paths
-    ]
     if problems:
         raise PlanRefused("the plan names paths cudafix will not act on", context=problems)
     return prefix
@@ -134,7 +131,7 @@ def _touched(
     checked wheels' own RECORDs, so every path an install writes is snapshotted whatever
     the plan says.
     """
-    paths = {*plan.deleted_paths, *plan.kept_paths, *(r.dist_info for r in plan.remove)}
+    paths = {*plan.uninstalled_paths, *(r.dist_info for r in plan.remove)}
     rewritten = set(plan.rewritten_paths)
     site = EnvPath(plan.target.site_packages[0]) if plan.target.site_packages else EnvPath("")
     named = {p for i in plan.install for p in i.paths}

@@ -104,11 +104,31 @@ def test_remove_dry_run_matches_expectations(
     }
     assert for_good >= set(want.deletes_shared)
     assert not for_good or plan["verdict"] == "refused", for_good  # a PASS deletes none
+    assert not set(plan["deleted_paths"]) & set(plan["kept_paths"])  # a kept path stays
     prefix = str(built.venv)
     for path in plan["deleted_paths"] + plan["kept_paths"] + plan["rewritten_paths"]:
         assert not path.startswith(("/", "..")), path
         assert (Path(prefix) / path).resolve().is_relative_to(Path(prefix).resolve()), path
     assert diff_fingerprints(before, fingerprint(built.venv)) == []
+
+
+def test_keep_shared_lists_a_kept_path_as_kept_never_as_deleted(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    """``deleted_paths`` is what is gone once the plan commits: the shared paths
+    ``--keep-shared`` keeps are in ``kept_paths`` alone, and the plan applied keeps them."""
+    built = scenario("incident")
+    table = dlopen_table(built, tmp_path / "t.toml")
+    argv = ["remove", "nvidia-nvtx-cu13", "--venv", built.venv, "--keep-shared", *table]
+    plan = as_json(cudafix(*argv, "--dry-run", "--json"))
+    assert plan["verdict"] == "pass" and plan["kept_paths"], plan["reasons"]
+    assert not set(plan["kept_paths"]) & set(plan["deleted_paths"])
+    assert {s["path"] for s in plan["shared_paths"]} == set(plan["kept_paths"])
+    kept = {p: (built.venv / p).read_bytes() for p in plan["kept_paths"]}
+    done = cudafix(*argv, "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {p: (built.venv / p).read_bytes() for p in plan["kept_paths"]} == kept
+    assert not any((built.venv / p).exists() for p in plan["deleted_paths"])
 
 
 def test_second_scan_parses_nothing_that_did_not_change(scenario: ScenarioFactory) -> None:

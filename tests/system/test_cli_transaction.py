@@ -135,8 +135,9 @@ def test_killed_run_is_recovered_through_the_cli(scenario: ScenarioFactory, step
     assert killed.returncode < 0, killed.stderr  # died by signal
     blocked = cudafix("remove", SELECT, "--venv", built.venv, *_repair_flags(built), "--yes")
     assert_one_line_error(blocked, 4, "cudafix recover")
-    warned = cudafix("doctor", "--venv", built.venv)
-    assert "unfinished transaction" in warned.stderr
+    warned = cudafix("doctor", "--venv", built.venv)  # the first error, not a warning aside
+    assert warned.returncode == 4 and "[pending-transaction]" in warned.stdout, warned.stdout
+    assert warned.stdout.splitlines()[-1] == f"Next: cudafix recover --venv {built.venv}"
     look = cudafix("recover", "--venv", built.venv, "--dry-run")
     assert look.returncode == 0 and "would:" in look.stdout
     fixed = cudafix("recover", "--venv", built.venv)

@@ -253,6 +253,27 @@ def test_a_plan_file_whose_names_are_options_is_refused_before_anything_runs(
 
 
 @pytest.mark.parametrize(
+    "nested",
+    [
+        pytest.param("[" * 100_000 + "]" * 100_000, id="bare"),
+        pytest.param('{"schema_version": 1, "remove": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                     id="in-a-field"),
+    ],
+)  # fmt: skip
+def test_a_plan_file_nested_past_the_parser_is_an_input_error(tmp_path: Path, nested: str) -> None:
+    """JSON nested 100,000 deep overruns the parser's recursion: one input error, exit 2."""
+    prefix, _ = shared_pair(tmp_path)
+    plan = tmp_path / "plan.json"
+    plan.write_text(nested)
+    before = fingerprint(prefix)
+    for mode in ("--dry-run", "--yes"):
+        done = cudafix("apply", plan, "--venv", prefix, mode)
+        assert_one_line_error(done, 2, str(plan), "nested")
+    assert json.loads(cudafix("apply", plan, "--venv", prefix, "--json").stdout)["exit_code"] == 2
+    assert diff_fingerprints(before, fingerprint(prefix)) == []
+
+
+@pytest.mark.parametrize(
     ("step", "words"),
     [
         ('reinstall = ["--target=/tmp/x"]', "not a distribution name"),

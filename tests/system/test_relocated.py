@@ -79,3 +79,33 @@ def test_a_script_whose_interpreter_is_gone_is_named_and_repaired(tmp_path: Path
     assert fixed.returncode == 0, fixed.stderr
     assert script.read_text().startswith(f"#!{moved}/bin/python")
     assert cudafix("doctor", "--venv", moved).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("first", "shown"),
+    [
+        pytest.param(b"#!/nonexistent/py\0thon", "/nonexistent/py", id="nul-byte"),
+        pytest.param(
+            b"#!/nonexistent/py\xfft\x1bhon", "/nonexistent/py\\xfft\x1bhon", id="not-utf8"
+        ),
+    ],
+)
+def test_a_hostile_shebang_is_a_bad_script_in_every_report(
+    tmp_path: Path, first: bytes, shown: str
+) -> None:
+    """A ``#!`` line no system call can take (a NUL byte: the kernel stops the interpreter's
+    name there) or no UTF-8 report can carry is read as the kernel reads it: one bad script,
+    in the text report, ``--json`` and ``repair``'s plan, never an internal error."""
+    moved, wheels = _relocated(tmp_path)
+    script = moved / "bin" / "pr-cli"
+    script.write_bytes(first + b"\n" + script.read_bytes().split(b"\n", 1)[1])
+    text = cudafix("doctor", "--venv", moved)
+    assert text.returncode == 1 and "internal error" not in text.stderr, text.stderr
+    assert "[bad-script]" in text.stdout
+    [bad] = _kinds(moved)["bad-script"]
+    assert bad["paths"] == ["bin/pr-cli"]
+    [(_, facts)] = with_facts(diagnosed(moved).findings, Scripts)
+    assert facts.interpreters == [shown]
+    plan = as_json(cudafix("repair", "--venv", moved, "--dry-run", "--json", "--offline",
+                           "--find-links", wheels))  # fmt: skip
+    assert [r["name"] for r in plan["reinstall"]] == ["pr"]

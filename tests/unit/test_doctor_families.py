@@ -15,6 +15,7 @@ from cudafix.model.doctor import (
     Holding,
     MissingFiles,
     MixedMajors,
+    PendingTransaction,
     RequirementUnmet,
     Scripts,
     Shadowed,
@@ -47,6 +48,22 @@ def _kind(found: list[Finding], kind: str) -> list[Finding]:
 
 
 # -- files ------------------------------------------------------------------------------------
+
+
+def test_an_unfinished_transaction_is_the_first_error_and_recover_comes_before_repair() -> None:
+    """A killed run's half-change (here: a missing file) is not repaired over: recover first."""
+    base = facts([Dist("pa", "1.2", {"pa/a.py": "A", "pa/b.py": "B"})])
+    f = dataclasses.replace(
+        _with(base, missing={DistName("pa"): [env("pa/b.py")]}), pending=("t1", "t2")
+    )
+    report = diagnose(f, ("--venv", "/v"))
+    first = report.findings[0]
+    assert (first.kind, first.severity) == ("pending-transaction", "error")
+    assert first.facts == PendingTransaction(txids=["t1", "t2"])
+    assert report.next_command == first.command == ["cudafix", "recover", "--venv", "/v"]
+    assert not report.healthy and _kind(report.findings, "missing-files")
+    quiet = diagnose(dataclasses.replace(f, pending=()), ("--venv", "/v"))
+    assert not _kind(quiet.findings, "pending-transaction") and quiet.next_command[1] == "repair"
 
 
 def test_missing_files_carry_the_version_and_paths_and_repair_is_the_command() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from cudafix.cli.doctor_words import said, worded
@@ -104,3 +105,18 @@ def test_how_foreign_bytes_differ_is_worded_per_file() -> None:
         "(another build was installed over them)"
     )
     assert f.details == ["pa/a.so: 3 bytes, RECORD says 1", "pa/b.so: sha256 differs from RECORD"]
+
+
+def test_an_unfinished_transaction_is_worded_with_its_id_and_recover_as_the_fix() -> None:
+    f = facts([Dist("pa", "1", {"a.py": "A"})])
+    report = diagnose(dataclasses.replace(f, pending=("20261205T1",)), ("--venv", "/v"))
+    [w] = worded(report).findings
+    assert (w.kind, w.severity, w.details) == ("pending-transaction", "error", [])
+    assert w.message.startswith("transaction 20261205T1 was not finished")
+    assert w.hint is not None and w.hint.startswith("cudafix recover --venv /v  (rolls it back")
+    two = diagnose(dataclasses.replace(f, pending=("t1", "t2")), ("--venv", "/v"))
+    [w] = worded(two).findings
+    assert w.message.startswith("2 transactions were") and w.details == [
+        "unfinished: t1",
+        "unfinished: t2",
+    ]

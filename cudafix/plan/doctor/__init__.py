@@ -2,7 +2,7 @@
 
 Pure: a function of the same :class:`~cudafix.plan.facts.Facts` the planner uses. One module
 per family of findings (:mod:`.files`, :mod:`.scripts`, :mod:`.linkage`, :mod:`.cuda`,
-:mod:`.requirements`, :mod:`.records`), each a function from facts to
+:mod:`.requirements`, :mod:`.records`, :mod:`.transactions`), each a function from facts to
 :class:`~cudafix.model.doctor.Finding` values that carry what they were found from; the
 command line words them (:mod:`cudafix.cli.doctor_words`).
 """
@@ -18,7 +18,7 @@ from cudafix.linker.linkage import Chains, env_objects, in_env, resolve_chains, 
 from cudafix.model.commands import TargetFlags, shell_join
 from cudafix.model.doctor import DoctorReport, Finding, InstallWhy, RequiredBy
 from cudafix.model.names import EnvPath
-from cudafix.plan.doctor import cuda, files, linkage, records, requirements, scripts
+from cudafix.plan.doctor import cuda, files, linkage, records, requirements, scripts, transactions
 from cudafix.plan.doctor.common import (
     IMPORT_KINDS,
     REPAIR,
@@ -77,6 +77,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         **returning_installs(facts),
     }
     findings = [
+        *transactions.pending(facts, cmd),
         *files.missing(inv, cmd),
         *files.clobbered(inv, loaded, cuda.needed_by(needs), cmd),
         *files.foreign_bytes(inv, foreign, cmd),
@@ -112,12 +113,15 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
 
 
 def _next_command(findings: Sequence[Finding], repairing: list[str]) -> list[str]:
-    """The one command to run next: ``repair`` (or ``install``) when it fixes errors; else
-    the removal of a leftover CUDA major (it takes the clobbered copies with it); else the
-    first problem's own command. Empty when healthy."""
+    """The one command to run next: ``recover`` while a transaction is unfinished (what
+    else is found may be its half-change); ``repair`` (or ``install``) when it fixes
+    errors; else the removal of a leftover CUDA major (it takes the clobbered copies with
+    it); else the first problem's own command. Empty when healthy."""
     problems = [f for f in findings if f.severity != "info"]
     if not problems:
         return []
+    if recover := [f.command for f in problems if f.kind == "pending-transaction"]:
+        return recover[0]
     if repairing:
         return repairing
     mixed = [f.command for f in problems if f.kind == "mixed-cuda" and f.command]
