@@ -5,12 +5,13 @@ requirements that bring each library. Built once with uv into ``$CUDAFIX_REAL_CA
 ``e2e_frameworks``): ``onnx`` (``onnxruntime-gpu[cuda,cudnn]``: its CUDA execution provider's
 DT_NEEDED resolve only to the nvidia wheels' files ``onnxruntime.preload_dlls()`` loads by full
 path), ``nvmath`` (``nvmath-python[cu12]``: every CUDA math library loaded by name at first use
-through cuda-pathfinder), ``cudapy`` (``cuda-python[all]``: NVRTC, nvJitLink and NVVM the same
-way). First, that no row names a distribution of the venv. Then, per stack: ``doctor`` exits 0
-on the pristine install; ``cudafix remove LIB --dry-run`` of every library the stack loads is
-refused naming the object that loads it; and per library, on a hard-linked copy, a plain ``uv
-pip uninstall LIB`` breaks the framework's own loader, ``doctor`` exits 1 naming the library
-and that object, ``cudafix repair --yes`` commits and the loader works again.
+through cuda-pathfinder), ``cudapy`` (``cuda-python[all]``: NVRTC, nvJitLink and nvFatbin the
+same way; not NVVM, which pathfinder also finds in a system CUDA). First, that no row names a
+distribution of the venv. Then, per stack: ``doctor`` exits 0 on the pristine install; ``cudafix
+remove LIB --dry-run`` of every library the stack loads is refused naming the object that loads
+it; and per library, on a hard-linked copy, a plain ``uv pip uninstall LIB`` breaks the
+framework's own loader, ``doctor`` exits 1 naming the library and that object, ``cudafix repair
+--yes`` commits and the loader works again.
 
 The oracle is each framework's own loader, run without a GPU: a stub ``libcuda.so.1`` built
 with gcc (every driver entry point the stacks resolve, each failing as with no device) is
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from benchmarks import e2e_frameworks as fw
 from benchmarks import machine
-from benchmarks.e2e_real import Run
+from benchmarks.e2e_real import Run, user_env
 from benchmarks.stats import table
 from cudafix.linker.runtime import RUNTIME_TABLE_VARIABLE, RuntimeTable
 from cudafix.model.names import normalize_name
@@ -127,10 +128,10 @@ STACKS = (
         (
             Library("nvidia-cuda-nvrtc", "libnvrtc.so.13", PATHFINDER),
             Library("nvidia-nvjitlink", "libnvJitLink.so.13", PATHFINDER),
-            Library("nvidia-nvvm", "libnvvm.so.4", PATHFINDER),
+            Library("nvidia-nvfatbin", "libnvfatbin.so.13", PATHFINDER),
         ),
-        "from cuda.bindings import nvjitlink, nvrtc, nvvm\n"
-        "print(nvrtc.nvrtcVersion(), nvjitlink.version(), nvvm.version())\n",
+        "from cuda.bindings import nvfatbin, nvjitlink, nvrtc\n"
+        "print(nvrtc.nvrtcVersion(), nvjitlink.version(), nvfatbin.version())\n",
     ),
 )
 
@@ -154,8 +155,8 @@ def installed(venv: Path) -> set[str]:
 
 
 def oracle(run: Run, label: str, venv: Path, stack: Stack, stub: Path) -> bool:
-    env = {**fw.user_env(), "E2E_STUB_LIBCUDA": str(stub)}
-    argv = [venv / "bin" / "python", "-c", PRELUDE + stack.oracle]
+    env = {**user_env(), "E2E_STUB_LIBCUDA": str(stub)}
+    argv: list[str | Path] = [venv / "bin" / "python", "-c", PRELUDE + stack.oracle]
     return run.step(label, argv, cwd=Path("/"), env=env).returncode == 0
 
 
@@ -218,7 +219,7 @@ def empty_table(run: Run, root: Path, work: Path, only: list[str] | None, python
         run.checks[before:] = [(f"[no table] {w}", ok, d) for w, ok, d in run.checks[before:]]
     finally:
         del os.environ[RUNTIME_TABLE_VARIABLE]
-        os.unlink(empty.name)
+        Path(empty.name).unlink()
 
 
 def main(argv: list[str] | None = None) -> int:

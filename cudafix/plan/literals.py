@@ -40,7 +40,7 @@ from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.loader import SearchConfig, expand_entry
 from cudafix.linker.runtime import BoundLoads, RuntimeLoad
 from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
-from cudafix.plan.requirements import applicable, extras_of, unmet
+from cudafix.plan.requirements import applicable, extras_of, requested_extras, unmet
 
 GLIBC = frozenset(
     {
@@ -144,6 +144,7 @@ class _Binder:
         self._brings: dict[DistName, Brings] = {}
         self._related: dict[DistName, Brings] = {}
         self._extras: dict[DistName, frozenset[str]] = {}
+        self._requested: dict[DistName, frozenset[str]] | None = None
         self._shipped: dict[DistName, frozenset[str]] = {}
         self.sonames: dict[str, list[Soname]] = defaultdict(list)
         self.paths: dict[str, list[Soname]] = defaultdict(list)
@@ -313,15 +314,25 @@ class _Binder:
         return self._brings[start]
 
     def _installed_extras(self, name: DistName) -> frozenset[str]:
-        """The extras of which some requirement is met (pip records no requested extras)."""
+        """The extras requested as far as the set shows (:func:`requested_extras`), and
+        those with a met requirement nothing else explains: pip records no requested
+        extras, and one partly uninstalled keeps the rest of its wheels. A met requirement
+        the base requirements or a requested extra also list explains nothing
+        (``cuda-toolkit[all]`` shares every wheel of a venv that asked for ``[nvrtc]``)."""
         if name in self._extras:
             return self._extras[name]
-        dist = self.inv.distributions[name]
-        self._extras[name] = frozenset(
+        dist, dists = self.inv.distributions[name], self.inv.distributions
+        if self._requested is None:
+            self._requested = requested_extras(dists, self.env)
+        requested = self._requested.get(name, frozenset())
+        explained = {
+            normalize_name(r.name) for r, w in applicable(dist, self.env, requested) if w != ""
+        } | {normalize_name(r.name) for r, _ in applicable(dist, self.env, frozenset())}
+        self._extras[name] = requested | frozenset(
             extra
             for extra in extras_of(dist)
             if any(
-                w == extra and unmet(r, self.inv.distributions) is None
+                w == extra and unmet(r, dists) is None and normalize_name(r.name) not in explained
                 for r, w in applicable(dist, self.env, frozenset({extra}))
             )
         )

@@ -310,3 +310,35 @@ def test_a_reinstall_under_a_python_loader_probes_its_loads_not_the_module() -> 
     assert [(p.object, p.need) for p in plan.probe_run_time] == [
         (env("mathlib/_loader.py"), env(RAND))
     ]
+
+
+def test_an_extra_whose_met_wheels_a_requested_extra_explains_is_not_installed() -> None:
+    """``cuda-toolkit[all]`` lists every wheel of ``[nvrtc]``: a venv that asked for
+    ``[nvrtc]`` holds a met requirement of ``[all]``, which is no sign ``[all]`` was asked
+    for, so the catalogue's names of ``[all]``'s other libraries are not loads (cuda-python's
+    pristine install: cuda-pathfinder's catalogue spells every CUDA library)."""
+    toolkit = Dist(
+        "toolkit",
+        "1.0",
+        {"toolkit/__init__.py": "py"},
+        requires=(
+            'nvidia-rand-cu12>=10; extra == "rand"',
+            'nvidia-rand-cu12>=10; extra == "all"',
+            'nvidia-foo-cu12>=1; extra == "all"',
+        ),
+    )
+    bindings = Dist("bindings", "1.0", {"bindings/_loader.py": "py"}, requires=("toolkit[rand]",))
+    f = _bound(
+        facts([toolkit, bindings, RAND_DIST], {RAND: Lib("librand.so.10")}),
+        {"bindings/_loader.py": ("librand.so.10", "libfoo.so.1")},
+    )
+    assert not [x for x in diagnose(f).findings if x.severity != "info"]
+    assert f.runtime.paths == {_abs("bindings/_loader.py"): (_abs(RAND),)}
+
+
+def test_an_extra_partly_uninstalled_keeps_its_remaining_wheels_wanted() -> None:
+    """The other side: once a wheel of ``[gpu]`` is gone, what is left of it (met by no base
+    requirement nor requested extra) still says ``[gpu]`` was asked for."""
+    dist, lib = _fw(*GPU)
+    f = _bound(facts([dist, BAR_DIST], {PLUGIN: lib}))
+    assert [x.need for x in diagnose(f).findings if x.severity == "error"] == ["libfoo.so.1"]
