@@ -29,9 +29,6 @@ import posixpath
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-
-from packaging.requirements import Requirement
 
 from cudafix.env.inventory import Inventory
 from cudafix.env.pysources import Literals
@@ -40,7 +37,7 @@ from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.loader import SearchConfig, expand_entry
 from cudafix.linker.runtime import BoundLoads, RuntimeLoad
 from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
-from cudafix.plan.requirements import applicable, extras_of, requested_extras, unmet
+from cudafix.plan.wants import Brings, Wants
 
 GLIBC = frozenset(
     {
@@ -59,16 +56,6 @@ GLIBC = frozenset(
 """The C library's own names: always the system's."""
 _STEM = re.compile(r"^(?P<stem>.+?\.so)(?:\.[0-9.]+)?$")
 _NOISE_TOKENS = re.compile(r"^(nvidia|cu[0-9]+x?)$")
-
-
-@dataclass(frozen=True)
-class Brings:
-    """What a distribution's requirements bring, as far as installed extras reach."""
-
-    installed: Mapping[DistName, tuple[DistName, str]] = field(default_factory=dict)
-    """Installed distribution -> (the distribution, extra) whose requirement names it."""
-    unmet: tuple[tuple[DistName, str, Requirement], ...] = ()
-    """(distribution, extra, requirement) of each unmet requirement on the way."""
 
 
 def stem(soname: str) -> str:
@@ -141,10 +128,7 @@ class _Binder:
             for owner in inventory.owners.get(rel, ()):
                 for need in info.needed:
                     self.needed_by[(owner, need)].append(rel)
-        self._brings: dict[DistName, Brings] = {}
-        self._related: dict[DistName, Brings] = {}
-        self._extras: dict[DistName, frozenset[str]] = {}
-        self._requested: dict[DistName, frozenset[str]] | None = None
+        self.wants = Wants(inventory, marker_env)
         self._shipped: dict[DistName, frozenset[str]] = {}
         self.sonames: dict[str, list[Soname]] = defaultdict(list)
         self.paths: dict[str, list[Soname]] = defaultdict(list)
@@ -221,7 +205,7 @@ class _Binder:
         """Per provided name of ``group``: the file, the row saying what brings it, and
         whether a requirement does; with none provided, the first name an unmet
         requirement is named after (no file)."""
-        brings = self.brings(owner)
+        brings = self.wants.brings(owner)
         out: list[tuple[Soname, EnvPath | None, RuntimeLoad, bool]] = []
         for name in group:
             files = self.providers.get(name, [])
@@ -265,79 +249,6 @@ class _Binder:
         base = self.prefix + "/"
         return frozenset(d[len(base) :] for d in dirs if d is not None and d.startswith(base))
 
-    # --- requirements -------------------------------------------------------------------
-
-    def brings(self, name: DistName) -> Brings:
-        """What ``name``'s requirements bring, then what those of each distribution that
-        requires it bring (sorted), the nearest first."""
-        if name not in self._related:
-            self._related[name] = self._brings_of(name)
-        return self._related[name]
-
-    def _brings_of(self, name: DistName) -> Brings:
-        own = self._walk(name)
-        installed, unmet_ = dict(own.installed), list(own.unmet)
-        for other in sorted(self.inv.distributions):
-            if other == name:
-                continue
-            theirs = self._walk(other)
-            if name in theirs.installed:
-                for dep, by in theirs.installed.items():
-                    installed.setdefault(dep, by)
-                unmet_ += [u for u in theirs.unmet if u not in unmet_]
-        return Brings(installed, tuple(unmet_))
-
-    def _walk(self, start: DistName) -> Brings:
-        """Breadth-first through requirements: base ones, and those of every extra that is
-        installed (some requirement met) or that a requirement on the way names."""
-        if start in self._brings:
-            return self._brings[start]
-        dists = self.inv.distributions
-        installed: dict[DistName, tuple[DistName, str]] = {}
-        unmet_: list[tuple[DistName, str, Requirement]] = []
-        todo: list[tuple[DistName, frozenset[str]]] = [(start, frozenset())]
-        seen: set[tuple[DistName, frozenset[str]]] = set()
-        while todo:
-            name, named = todo.pop(0)
-            if (name, named) in seen or name not in dists:
-                continue
-            seen.add((name, named))
-            extras = named | self._installed_extras(name)
-            for req, extra in applicable(dists[name], self.env, extras):
-                dep = normalize_name(req.name)
-                if unmet(req, dists) is not None:
-                    unmet_.append((name, extra, req))
-                    continue
-                installed.setdefault(dep, (name, extra))
-                todo.append((dep, frozenset(normalize_name(x) for x in req.extras)))
-        self._brings[start] = Brings(installed, tuple(unmet_))
-        return self._brings[start]
-
-    def _installed_extras(self, name: DistName) -> frozenset[str]:
-        """The extras requested as far as the set shows (:func:`requested_extras`), and
-        those with a met requirement nothing else explains: pip records no requested
-        extras, and one partly uninstalled keeps the rest of its wheels. A met requirement
-        the base requirements or a requested extra also list explains nothing
-        (``cuda-toolkit[all]`` shares every wheel of a venv that asked for ``[nvrtc]``)."""
-        if name in self._extras:
-            return self._extras[name]
-        dist, dists = self.inv.distributions[name], self.inv.distributions
-        if self._requested is None:
-            self._requested = requested_extras(dists, self.env)
-        requested = self._requested.get(name, frozenset())
-        explained = {
-            normalize_name(r.name) for r, w in applicable(dist, self.env, requested) if w != ""
-        } | {normalize_name(r.name) for r, _ in applicable(dist, self.env, frozenset())}
-        self._extras[name] = requested | frozenset(
-            extra
-            for extra in extras_of(dist)
-            if any(
-                w == extra and unmet(r, dists) is None and normalize_name(r.name) not in explained
-                for r, w in applicable(dist, self.env, frozenset({extra}))
-            )
-        )
-        return self._extras[name]
-
     # --- result -------------------------------------------------------------------------
 
     def _add(self, bound: list[tuple[str, str, RuntimeLoad]]) -> None:
@@ -363,4 +274,5 @@ class _Binder:
             {},
             dict(self.alternatives),
             frozenset(o for o in self.sonames if o not in self.paths and not o.endswith(".py")),
+            frozenset(self.sonames) | frozenset(self.paths),
         )
