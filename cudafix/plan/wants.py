@@ -1,6 +1,6 @@
-"""What a distribution's requirements bring: the installed distributions its Requires-Dist
-reach, and the unmet requirements on the way, through every extra that looks requested.
+"""What a distribution's requirements bring, through every extra that looks requested.
 
+The installed distributions its Requires-Dist reach, and the unmet requirements on the way.
 pip and uv record no requested extras, so an extra counts when the set shows it was asked
 for (:func:`~cudafix.plan.requirements.requested_extras`), or when one of its met
 requirements is explained by nothing else (what is left of a partly uninstalled extra).

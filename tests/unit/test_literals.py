@@ -342,3 +342,61 @@ def test_an_extra_partly_uninstalled_keeps_its_remaining_wheels_wanted() -> None
     dist, lib = _fw(*GPU)
     f = _bound(facts([dist, BAR_DIST], {PLUGIN: lib}))
     assert [x.need for x in diagnose(f).findings if x.severity == "error"] == ["libfoo.so.1"]
+
+
+# --- on-demand providers: onnxruntime's shape --------------------------------------------
+
+CUDA_EP, TRT_EP = "ort/capi/libprov_cuda.so", "ort/capi/libprov_trt.so"
+
+
+def _ort(*dists: Dist) -> Facts:
+    """``ort`` preloads what its extra brings by full path (a literal in its Python code
+    names ``libbar.so.1``), then dlopen()s a provider with no search path of its own: the
+    CUDA one needs ``libfoo``/``libbar``; the TensorRT one ``libfoo`` and ``libinfer``, a
+    stack no requirement brings."""
+    ort = Dist(
+        "ort",
+        "1.0",
+        {"ort/__init__.py": "py", CUDA_EP: "cuda", TRT_EP: "trt"},
+        requires=GPU,
+    )
+    libs = {
+        CUDA_EP: Lib(needed=("libfoo.so.1", "libbar.so.1")),
+        TRT_EP: Lib(needed=("libfoo.so.1", "libbar.so.1", "libinfer.so.10")),
+        FOO: Lib("libfoo.so.1"),
+        BAR: Lib("libbar.so.1"),
+    }
+    return _bound(facts([ort, *dists], libs), {"ort/__init__.py": ("libbar.so.1",)})
+
+
+def test_a_provider_a_literal_preloads_for_is_judged_as_loaded_on_demand() -> None:
+    """Its needs the venv meets by path are met (a literal makes it no chain's start), and
+    a stack no requirement brings (TensorRT) is an optional feature: pristine is healthy."""
+    f = _ort(FOO_DIST, BAR_DIST)
+    assert _abs(CUDA_EP) in f.runtime.paths
+    assert not [(x.consumer, x.need) for x in diagnose(f).findings if x.severity != "info"]
+    plan = _remove(f, "nvidia-foo-cu12")
+    assert plan.verdict == "refused"
+    assert (env(CUDA_EP), "libfoo.so.1") in {(x.consumer, x.need) for x in plan.lost}
+
+
+def test_a_providers_library_a_plain_uninstall_took_is_an_error_the_absent_stack_is_not() -> None:
+    errors = {
+        (x.consumer, x.need) for x in diagnose(_ort(BAR_DIST)).findings if x.severity == "error"
+    }
+    assert (env(CUDA_EP), "libfoo.so.1") in errors
+    assert (env(TRT_EP), "libinfer.so.10") not in errors
+
+
+def test_an_extension_module_with_no_search_path_meets_its_needs_by_path() -> None:
+    """CuPy imports ``cupy.cuda.cufft`` (no RPATH, no RUNPATH) after loading the wheel's
+    ``libcufft`` by full path, through a loader no literal shows: healthy, and removing the
+    wheel is refused naming the extension module."""
+    ext = "cp/cufft.so"
+    cp = Dist("cp", "1.0", {ext: "ext"}, requires=('nvidia-foo-cu12>=1; extra == "ctk"',))
+    f = facts([cp, FOO_DIST], {ext: Lib(needed=("libfoo.so.1",)), FOO: Lib("libfoo.so.1")})
+    objects = dict(f.elf.objects)
+    objects[env(ext)] = replace(objects[env(ext)], python_module="cufft")
+    f = _bound(replace(f, elf=replace(f.elf, objects=objects)))
+    assert not [x for x in diagnose(f).findings if x.severity != "info"]
+    assert [x.consumer for x in _remove(f, "nvidia-foo-cu12").lost] == [env(ext)]
