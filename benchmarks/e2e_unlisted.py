@@ -9,9 +9,10 @@ through cuda-pathfinder), ``cudapy`` (``cuda-python[all]``: NVRTC, nvJitLink and
 same way; not NVVM, which pathfinder also finds in a system CUDA). First, that no row names a
 distribution of the venv. Then, per stack: ``doctor`` exits 0 on the pristine install; ``cudafix
 remove LIB --dry-run`` of every library the stack loads is refused naming the object that loads
-it; and per library, on a hard-linked copy, a plain ``uv pip uninstall LIB`` breaks the
-framework's own loader, ``doctor`` exits 1 naming the library and that object, ``cudafix repair
---yes`` commits and the loader works again.
+it; and per library, on a hard-linked copy, a plain ``uv pip uninstall LIB`` after a ``doctor``
+reading (a user's: what the next reading remembers) breaks the framework's own loader,
+``doctor`` exits 1 naming the library and that object, ``cudafix repair --yes`` commits and the
+loader works again.
 
 The oracle is each framework's own loader, run without a GPU: a stub ``libcuda.so.1`` built
 with gcc (every driver entry point the stacks resolve, each failing as with no device) is
@@ -98,15 +99,15 @@ STACKS = (
         (
             Library("nvidia-cublas", "libcublasLt.so.13", ORT_PROVIDER),
             Library("nvidia-curand", "libcurand.so.10", ORT_PROVIDER),
-            Library("nvidia-cuda-runtime", "libcudart.so.13", ORT_PROVIDER),
-            Library("nvidia-cufft", "libcufft.so.12", "onnxruntime/"),
-            Library("nvidia-cudnn-cu13", "libcudnn.so.9", "onnxruntime/"),
+            Library("nvidia-cuda-nvrtc", "libnvrtc.so.13", ORT_PROVIDER),
+            Library("nvidia-cufft", "libcufft.so.12", "onnxruntime"),
+            Library("nvidia-cudnn-cu13", "libcudnn.so.9", "onnxruntime"),
         ),
         "import onnxruntime as ort\n"
         "ort.preload_dlls()\n"
         f"ctypes.CDLL(os.path.join(os.path.dirname(ort.__file__), '..', '{ORT_PROVIDER}'))\n"
         "mapped('libcublasLt.so.13', 'libcublas.so.13', 'libcurand.so.10', 'libcudart.so.13',"
-        " 'libcufft.so.12', 'libcudnn.so.9')\n",
+        " 'libnvrtc.so.13', 'libcufft.so.12', 'libcudnn.so.9')\n",
     ),
     Stack(
         "nvmath",
@@ -188,6 +189,8 @@ def broken(run: Run, work: Path, base: Path, stack: Stack, lib: Library, stub: P
     venv = work / name
     fw.link_copy(base, venv)
     python = venv / "bin" / "python"
+    before = fw.cudafix(run, f"{name}: cudafix doctor (before)", "doctor", "--venv", venv)
+    run.check(f"{name}: doctor exits 0 before", before.returncode == 0, fw.problems(before))
     run.step(f"{name}: uv pip uninstall {lib.dist}",
              fw.uv_argv("pip", "uninstall", "--python", python, lib.dist))  # fmt: skip
     run.check(f"{name}: the loader fails after the plain uninstall",

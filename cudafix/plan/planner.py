@@ -415,7 +415,10 @@ def _run_time_probes(
     gone: frozenset[EnvPath],
 ) -> list[RunTimeProbe]:
     """Every run-time load of each remaining framework object one of whose run-time loads
-    the plan changes: found elsewhere, found again (a repair), or its file rewritten."""
+    the plan changes: found elsewhere, found again (a repair), or its file rewritten. Not
+    one the after-state itself does not resolve (a by-name loader's library an install
+    brings to a directory no search path names): that is the plan's own knowledge, and a
+    probe of it could only fail."""
     prefix = str(facts.inventory.prefix)
 
     def moved(key: EdgeKey) -> bool:
@@ -429,15 +432,24 @@ def _run_time_probes(
     objects = {
         obj for obj, need in loads if moved((obj, need)) and to_env_path(prefix, obj) not in gone
     }
+
+    def probed(obj: str, need: str) -> str:
+        """A Python module's load by name is a by-name loader's (cuda-pathfinder): it finds
+        the file wherever the wheel put it, so the probe loads the file the state resolves."""
+        found = after[(obj, Soname(need))].provider
+        return found if obj.endswith(".py") and found is not None else need
+
     return [
         RunTimeProbe(
             object=in_env(prefix, obj),
-            need=in_env(prefix, need),
+            need=in_env(prefix, (target := probed(obj, need))),
             framework=row.framework,
-            search=[] if "/" in need else [in_env(prefix, d) for d in _own_search(facts, obj)],
+            search=[] if "/" in target else [in_env(prefix, d) for d in _own_search(facts, obj)],
         )
         for obj, need in sorted(loads)
-        if obj in objects and (row := facts.runtime.row(obj, need)) is not None
+        if obj in objects
+        and after[(obj, need)].provider is not None
+        and (row := facts.runtime.row(obj, need)) is not None
     ]
 
 

@@ -151,6 +151,8 @@ def test_names_that_name_a_library() -> None:
     assert named_after("nvidia-nvshmem-cu13", "libnvshmem_host.so.3")
     assert not named_after("nvidia-cufft-cu12", "libcudnn.so.9")
     assert not named_after("nvidia-cuda-cupti-cu12", "libcudnn.so.9")
+    assert not named_after("nvidia-cuda-nvrtc", "libcudart.so.12")  # "cuda" alone names none
+    assert not named_after("cuda-toolkit", "libcudart.so.13")
 
 
 # --- binding ------------------------------------------------------------------------------
