@@ -402,3 +402,41 @@ def test_an_extension_module_with_no_search_path_meets_its_needs_by_path() -> No
     f = _bound(replace(f, elf=replace(f.elf, objects=objects)))
     assert not [x for x in diagnose(f).findings if x.severity != "info"]
     assert [x.consumer for x in _remove(f, "nvidia-foo-cu12").lost] == [env(ext)]
+
+
+def test_a_repair_probes_what_a_by_name_loader_finds_not_what_cannot_load() -> None:
+    """A plain uninstall took ``librand`` from a catalogue's loads; the repair installs it
+    back where only an object loaded by path before it finds it (``libuser``'s RUNPATH).
+    The probe loads that file by path (as cuda-pathfinder finds it), never the bare name a
+    fresh interpreter cannot find; and not ``libmp``, a library the catalogue also loads
+    whose own need (NCCL's, which no requirement brings) the state leaves unmet."""
+    mp, user = "nvidia/foo/lib/libmp.so.2", "nvidia/rand/lib/libuser.so.1"
+    loader = Dist(
+        "mathlib",
+        "1.0",
+        {"mathlib/_loader.py": "py"},
+        requires=("nvidia-rand-cu12>=10", "nvidia-foo-cu12"),
+    )
+    foo = Dist("nvidia-foo-cu12", "1.0", {mp: "mp", user: "user"})
+    rand_elf = ElfInfo(64, "EM_X86_64", Soname("librand.so.10"), (), (), ())
+    rand_wheel = replace(wheel_of(RAND_DIST), elf={env(RAND): rand_elf})
+    staged = Staging(
+        fetched=True,
+        wheels={(DistName("nvidia-rand-cu12"), "10.0"): rand_wheel},
+        source="find-links W",
+    )
+    libs = {
+        user: Lib("libuser.so.1", needed=("librand.so.10",), runpath=("$ORIGIN",)),
+        mp: Lib("libmp.so.2", needed=("libnccl.so.2",)),
+    }
+    f = _bound(
+        facts([loader, foo], libs, staging=staged),
+        {"mathlib/_loader.py": ("libuser.so.1", "librand.so.10", "libmp.so.2")},
+    )
+    pin = (DistName("nvidia-rand-cu12"), "10.0")
+    plan = build_plan(f, Request((), (), Options(), installs=(pin,)))
+    assert plan.verdict == "pass", plan.reasons
+    assert sorted((p.object, p.need) for p in plan.probe_run_time) == [
+        (env("mathlib/_loader.py"), env(RAND)),
+        (env("mathlib/_loader.py"), env(user)),
+    ]
