@@ -67,18 +67,15 @@ def stem(soname: str) -> str:
 def named_after(dist: str, soname: str) -> bool:
     """Whether a distribution's name names the library (``nvidia-cuda-runtime-cu12`` and
     ``libcudart.so.12``; ``nvidia-cublas`` and ``libcublasLt.so.13``): a word of the name
-    (``nvidia`` and ``cuNN`` aside, four letters or more) begins the library's, and what
-    follows it there begins the next word, if any (``cuda`` then ``r`` of ``runtime``: not
-    ``nvidia-cuda-nvrtc`` for ``libcudart``)."""
+    (``nvidia`` and ``cuNN`` aside, four letters or more, or all of it) begins the library's,
+    and when another word follows, the library's name goes on with that word's first letter
+    (``cuda`` then ``r`` of ``runtime``; not ``nvidia-cuda-nvrtc`` for ``libcudart``, nor
+    ``nvidia-cuda-runtime`` for the driver's ``libcuda``)."""
     base = stem(soname).removesuffix(".so").removeprefix("lib").lower()
     words = [w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w)]
     return any(
-        base == w
-        or (
-            len(w) >= 4
-            and base.startswith(w)
-            and (i + 1 == len(words) or words[i + 1].startswith(base[len(w)]))
-        )
+        (base == w or (len(w) >= 4 and base.startswith(w)))
+        and (i + 1 == len(words) or words[i + 1][:1] == base[len(w) : len(w) + 1])
         for i, w in enumerate(words)
     )
 

@@ -153,6 +153,7 @@ def test_names_that_name_a_library() -> None:
     assert not named_after("nvidia-cuda-cupti-cu12", "libcudnn.so.9")
     assert not named_after("nvidia-cuda-nvrtc", "libcudart.so.12")  # "cuda" alone names none
     assert not named_after("cuda-toolkit", "libcudart.so.13")
+    assert not named_after("nvidia-cuda-runtime-cu12", "libcuda.so")  # the driver's
 
 
 # --- binding ------------------------------------------------------------------------------
