@@ -137,6 +137,18 @@ STACKS = (
 )
 
 
+NO_TABLE_CONSUMER = {
+    "jax12": "jax_",
+    "jax13": "jax_",
+    "tf12": "tensorflow",
+    "cupy12": "cupy",
+    "cupy13": "cupy",
+}
+"""With no row, what the refusal and doctor must name: the object a row names need not be the
+one a literal names (``jax_plugins/xla_cuda12/__init__.py`` for ``_versions.so``), so the
+framework's packages (``jax_cuda12_plugin``, ``jax_plugins``) or its distribution."""
+
+
 def build_stub(root: Path) -> Path:
     """``libcuda.so.1`` from :data:`STUB_C` with gcc, in the cache (rebuilt each run)."""
     work = root / "stub"
@@ -220,8 +232,7 @@ def empty_table(run: Run, root: Path, work: Path, only: list[str] | None, python
         before = len(run.checks)
         for framework in fw.FRAMEWORKS:
             if not only or framework.venv in only:
-                # the object a row names may not be the one a literal names: the package's
-                loader = replace(framework, consumer=framework.consumer.split("/", 1)[0][:4])
+                loader = replace(framework, consumer=NO_TABLE_CONSUMER[framework.venv])
                 fw.framework(run, root, work, loader, python3)
         run.checks[before:] = [(f"[no table] {w}", ok, d) for w, ok, d in run.checks[before:]]
     finally:
