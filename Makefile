@@ -39,6 +39,7 @@ bench-real: $(STAMP)
 e2e-real: $(STAMP)
 	$(BIN)/python -m benchmarks.e2e_real
 	$(BIN)/python -m benchmarks.e2e_frameworks
+	$(BIN)/python -m benchmarks.e2e_unlisted --empty-table all
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,8 @@
 """Needs met by a file elsewhere in the environment: a framework preloads it by full path.
 
 torch, jax and onnxruntime load the nvidia wheels' libraries by full path from
-``site-packages/nvidia/...`` before they ``dlopen()`` a plugin whose DT_NEEDED names them;
+``site-packages/nvidia/...`` before they ``dlopen()`` a plugin whose DT_NEEDED names them
+(CuPy before it imports an extension module that has no search path of its own);
 the plugin's own search path never finds them. An object that no load chain reaches is
 judged on its own tree, where such a need fails; when a loadable file of the environment
 answers to that soname, the need is an edge to that file (``how == "by-path"``), so a plan
@@ -31,8 +32,11 @@ def by_path(
     file of ``candidates`` (absolute path -> ELF facts) answering to that soname.
 
     Only needs of objects no real chain loads (``chains == 0``): what a real chain loads is
-    judged on that chain, as ld.so loads it. A candidate answers to a soname by its
-    DT_SONAME, or by its file name when it has none; of several, the first path wins.
+    judged on that chain, as ld.so loads it; except an extension module with no search path
+    of its own (no DT_RPATH, no DT_RUNPATH), which can only have been built to be imported
+    after its framework preloads what it needs (CuPy's ``cupy/cuda/cufft``). A candidate
+    answers to a soname by its DT_SONAME, or by its file name when it has none; of several,
+    the first path wins.
     """
     names: dict[str, str] = {}
     for path in sorted(candidates):
@@ -40,12 +44,19 @@ def by_path(
         names.setdefault(info.soname or posixpath.basename(path), path)
     out = dict(edges)
     for key, edge in edges.items():
-        if edge.provider is not None or edge.chains or "/" in edge.need:
+        if edge.provider is not None or "/" in edge.need:
+            continue
+        if edge.chains and not _preloaded_extension(candidates.get(edge.requester)):
             continue
         found = names.get(edge.need)
         if found is not None and found != edge.requester:
             out[key] = replace(edge, provider=os.path.realpath(found), how=BY_PATH)
     return out
+
+
+def _preloaded_extension(info: ElfInfo | None) -> bool:
+    """An extension module that names no directory to find its needs in."""
+    return info is not None and info.python_module is not None and not (info.rpath or info.runpath)
 
 
 def partly_provided(

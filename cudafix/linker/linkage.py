@@ -46,6 +46,9 @@ class Root:
     """Absolute path."""
     kind: RootKind
     source: str = ""
+    inferred: bool = False
+    """Known from soname literals only: the framework loads it on demand, when it chooses
+    to, so a need on its chain alone is judged as one of an object nothing loads."""
 
 
 def entry_roots(
@@ -105,7 +108,8 @@ def resolve_chains(
     reached = frozenset().union(*loaded.values())
     alone = [o for o in sorted(objects) if canonical(o) not in reached and o not in trees]
     own = resolve_trees(alone, view, config, dlopen)
-    edges = judge([trees[r.path] for r in ordered], own.values(), canonical)
+    weak = frozenset(r.path for r in ordered if r.inferred and r.kind == "run-time")
+    edges = judge([trees[r.path] for r in ordered], own.values(), canonical, weak)
     return Chains(ordered, {**trees, **own}, loaded, by_path(edges, present(view)))
 
 
@@ -123,7 +127,10 @@ def present(view: LibraryView) -> dict[str, ElfInfo]:
 
 
 def judge(
-    real: Iterable[LoadTree], own: Iterable[LoadTree], canonical: Callable[[str], str]
+    real: Iterable[LoadTree],
+    own: Iterable[LoadTree],
+    canonical: Callable[[str], str],
+    on_demand: frozenset[str] = frozenset(),
 ) -> dict[EdgeKey, Edge]:
     """Each need once: resolved if any real chain that loads its object resolves it.
 
@@ -131,7 +138,9 @@ def judge(
     that loads it, so the library's own tree is not how it is loaded; and the same object
     reached from different roots can see different inherited RPATHs. A need is unresolved
     only when every real chain through its object fails it. Objects no real chain loads
-    are judged on their own tree (``own``; only the root's own needs count there).
+    are judged on their own tree (``own``; only the root's own needs count there). The
+    trees of ``on_demand`` roots (loads known from literals alone) give edges but count no
+    chain: what only they reach is judged as what nothing loads (needs met by path count).
     """
     edges: dict[EdgeKey, Edge] = {}
     chains: dict[EdgeKey, int] = {}
@@ -140,7 +149,7 @@ def judge(
         seen: set[EdgeKey] = set()
         for step in tree.steps:
             key = (canonical(step.requester), step.need)
-            if key not in seen:
+            if key not in seen and tree.root not in on_demand:
                 seen.add(key)
                 chains[key] = chains.get(key, 0) + 1
             old = edges.get(key)

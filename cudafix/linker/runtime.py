@@ -164,6 +164,9 @@ class BoundLoads:
     unrooted: frozenset[str] = frozenset()
     """Objects whose only loads are sonames inferred from their literals: loaded when
     something loads them (or judged on their own), never a load chain's start."""
+    inferred: frozenset[str] = frozenset()
+    """Objects whose loads are inferred from literals, no row: they load on demand, so the
+    chains they start judge nothing (:func:`cudafix.linker.linkage.judge`)."""
 
     def row(self, requester: str, need: str) -> RuntimeLoad | None:
         return self.rows.get((requester, need))
@@ -199,6 +202,7 @@ class BoundLoads:
                 **{k: a for k, a in inferred.alternatives.items() if k[0] not in mine},
             },
             self.unrooted | (inferred.unrooted - mine),
+            self.inferred | (inferred.inferred - mine),
         )
 
     def satisfied_otherwise(self, requester: str, need: str, found: Callable[[str], bool]) -> bool:

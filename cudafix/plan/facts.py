@@ -125,7 +125,7 @@ def load_roots(facts: Facts, gone: frozenset[EnvPath] = frozenset()) -> tuple[Ro
     entries = entry_roots(prefix, facts.elf, suffixes, gone)
     known = {r.path for r in entries}
     run_time = tuple(
-        Root(path, "run-time", facts.runtime.source(path))
+        Root(path, "run-time", facts.runtime.source(path), path in facts.runtime.inferred)
         for path in sorted(facts.runtime.roots)
         if path not in known and EnvPath(path[len(prefix) + 1 :]) not in gone
     )

@@ -29,9 +29,6 @@ import posixpath
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-
-from packaging.requirements import Requirement
 
 from cudafix.env.inventory import Inventory
 from cudafix.env.pysources import Literals
@@ -40,7 +37,7 @@ from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.loader import SearchConfig, expand_entry
 from cudafix.linker.runtime import BoundLoads, RuntimeLoad
 from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
-from cudafix.plan.requirements import applicable, extras_of, unmet
+from cudafix.plan.wants import Brings, Wants
 
 GLIBC = frozenset(
     {
@@ -61,16 +58,6 @@ _STEM = re.compile(r"^(?P<stem>.+?\.so)(?:\.[0-9.]+)?$")
 _NOISE_TOKENS = re.compile(r"^(nvidia|cu[0-9]+x?)$")
 
 
-@dataclass(frozen=True)
-class Brings:
-    """What a distribution's requirements bring, as far as installed extras reach."""
-
-    installed: Mapping[DistName, tuple[DistName, str]] = field(default_factory=dict)
-    """Installed distribution -> (the distribution, extra) whose requirement names it."""
-    unmet: tuple[tuple[DistName, str, Requirement], ...] = ()
-    """(distribution, extra, requirement) of each unmet requirement on the way."""
-
-
 def stem(soname: str) -> str:
     """``libcufft.so`` of ``libcufft.so.11``: what alternatives share."""
     match = _STEM.match(soname)
@@ -80,10 +67,17 @@ def stem(soname: str) -> str:
 def named_after(dist: str, soname: str) -> bool:
     """Whether a distribution's name names the library (``nvidia-cuda-runtime-cu12`` and
     ``libcudart.so.12``; ``nvidia-cublas`` and ``libcublasLt.so.13``): a word of the name
-    (``nvidia`` and ``cuNN`` aside, four letters or more) begins the library's."""
+    (``nvidia`` and ``cuNN`` aside, four letters or more, or all of it) begins the library's,
+    and when another word follows, the library's name goes on with that word's first letter
+    (``cuda`` then ``r`` of ``runtime``; not ``nvidia-cuda-nvrtc`` for ``libcudart``, nor
+    ``nvidia-cuda-runtime`` for the driver's ``libcuda``)."""
     base = stem(soname).removesuffix(".so").removeprefix("lib").lower()
     words = [w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w)]
-    return any(base == w or (len(w) >= 4 and base.startswith(w)) for w in words)
+    return any(
+        (base == w or (len(w) >= 4 and base.startswith(w)))
+        and (i + 1 == len(words) or words[i + 1][:1] == base[len(w) : len(w) + 1])
+        for i, w in enumerate(words)
+    )
 
 
 def bind_literals(
@@ -141,9 +135,7 @@ class _Binder:
             for owner in inventory.owners.get(rel, ()):
                 for need in info.needed:
                     self.needed_by[(owner, need)].append(rel)
-        self._brings: dict[DistName, Brings] = {}
-        self._related: dict[DistName, Brings] = {}
-        self._extras: dict[DistName, frozenset[str]] = {}
+        self.wants = Wants(inventory, marker_env)
         self._shipped: dict[DistName, frozenset[str]] = {}
         self.sonames: dict[str, list[Soname]] = defaultdict(list)
         self.paths: dict[str, list[Soname]] = defaultdict(list)
@@ -220,7 +212,7 @@ class _Binder:
         """Per provided name of ``group``: the file, the row saying what brings it, and
         whether a requirement does; with none provided, the first name an unmet
         requirement is named after (no file)."""
-        brings = self.brings(owner)
+        brings = self.wants.brings(owner)
         out: list[tuple[Soname, EnvPath | None, RuntimeLoad, bool]] = []
         for name in group:
             files = self.providers.get(name, [])
@@ -264,69 +256,6 @@ class _Binder:
         base = self.prefix + "/"
         return frozenset(d[len(base) :] for d in dirs if d is not None and d.startswith(base))
 
-    # --- requirements -------------------------------------------------------------------
-
-    def brings(self, name: DistName) -> Brings:
-        """What ``name``'s requirements bring, then what those of each distribution that
-        requires it bring (sorted), the nearest first."""
-        if name not in self._related:
-            self._related[name] = self._brings_of(name)
-        return self._related[name]
-
-    def _brings_of(self, name: DistName) -> Brings:
-        own = self._walk(name)
-        installed, unmet_ = dict(own.installed), list(own.unmet)
-        for other in sorted(self.inv.distributions):
-            if other == name:
-                continue
-            theirs = self._walk(other)
-            if name in theirs.installed:
-                for dep, by in theirs.installed.items():
-                    installed.setdefault(dep, by)
-                unmet_ += [u for u in theirs.unmet if u not in unmet_]
-        return Brings(installed, tuple(unmet_))
-
-    def _walk(self, start: DistName) -> Brings:
-        """Breadth-first through requirements: base ones, and those of every extra that is
-        installed (some requirement met) or that a requirement on the way names."""
-        if start in self._brings:
-            return self._brings[start]
-        dists = self.inv.distributions
-        installed: dict[DistName, tuple[DistName, str]] = {}
-        unmet_: list[tuple[DistName, str, Requirement]] = []
-        todo: list[tuple[DistName, frozenset[str]]] = [(start, frozenset())]
-        seen: set[tuple[DistName, frozenset[str]]] = set()
-        while todo:
-            name, named = todo.pop(0)
-            if (name, named) in seen or name not in dists:
-                continue
-            seen.add((name, named))
-            extras = named | self._installed_extras(name)
-            for req, extra in applicable(dists[name], self.env, extras):
-                dep = normalize_name(req.name)
-                if unmet(req, dists) is not None:
-                    unmet_.append((name, extra, req))
-                    continue
-                installed.setdefault(dep, (name, extra))
-                todo.append((dep, frozenset(normalize_name(x) for x in req.extras)))
-        self._brings[start] = Brings(installed, tuple(unmet_))
-        return self._brings[start]
-
-    def _installed_extras(self, name: DistName) -> frozenset[str]:
-        """The extras of which some requirement is met (pip records no requested extras)."""
-        if name in self._extras:
-            return self._extras[name]
-        dist = self.inv.distributions[name]
-        self._extras[name] = frozenset(
-            extra
-            for extra in extras_of(dist)
-            if any(
-                w == extra and unmet(r, self.inv.distributions) is None
-                for r, w in applicable(dist, self.env, frozenset({extra}))
-            )
-        )
-        return self._extras[name]
-
     # --- result -------------------------------------------------------------------------
 
     def _add(self, bound: list[tuple[str, str, RuntimeLoad]]) -> None:
@@ -352,4 +281,5 @@ class _Binder:
             {},
             dict(self.alternatives),
             frozenset(o for o in self.sonames if o not in self.paths and not o.endswith(".py")),
+            frozenset(self.sonames) | frozenset(self.paths),
         )

@@ -415,7 +415,10 @@ def _run_time_probes(
     gone: frozenset[EnvPath],
 ) -> list[RunTimeProbe]:
     """Every run-time load of each remaining framework object one of whose run-time loads
-    the plan changes: found elsewhere, found again (a repair), or its file rewritten."""
+    the plan changes: found elsewhere, found again (a repair), or its file rewritten. Not
+    one the after-state itself does not resolve, nor one whose file has a need it leaves
+    unmet (a catalogue's ``libcutensorMp`` with no NCCL installed): the plan knows those
+    fail, and a probe of them could only fail."""
     prefix = str(facts.inventory.prefix)
 
     def moved(key: EdgeKey) -> bool:
@@ -425,16 +428,32 @@ def _run_time_probes(
             new.provider is not None and to_env_path(prefix, new.provider) in changed
         )
 
-    loads = [key for key in after if facts.runtime.row(*key) is not None]
+    unmet = {e.requester for e in after.values() if e.provider is None}
+    loads = [
+        key
+        for key, edge in after.items()
+        if facts.runtime.row(*key) is not None
+        and edge.provider is not None
+        and edge.provider not in unmet
+    ]
     objects = {
         obj for obj, need in loads if moved((obj, need)) and to_env_path(prefix, obj) not in gone
     }
+
+    def probed(obj: str, need: str) -> str:
+        """A Python module's load by name is a by-name loader's (cuda-pathfinder): it finds
+        the file wherever the wheel put it; a need met by path is the file the framework
+        preloads. The probe loads the file the state resolves for both."""
+        edge = after[(obj, Soname(need))]
+        by_name = obj.endswith(".py") or edge.how == BY_PATH
+        return edge.provider if by_name and edge.provider is not None else need
+
     return [
         RunTimeProbe(
             object=in_env(prefix, obj),
-            need=in_env(prefix, need),
+            need=in_env(prefix, (target := probed(obj, need))),
             framework=row.framework,
-            search=[] if "/" in need else [in_env(prefix, d) for d in _own_search(facts, obj)],
+            search=[] if "/" in target else [in_env(prefix, d) for d in _own_search(facts, obj)],
         )
         for obj, need in sorted(loads)
         if obj in objects and (row := facts.runtime.row(obj, need)) is not None

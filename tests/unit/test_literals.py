@@ -151,6 +151,9 @@ def test_names_that_name_a_library() -> None:
     assert named_after("nvidia-nvshmem-cu13", "libnvshmem_host.so.3")
     assert not named_after("nvidia-cufft-cu12", "libcudnn.so.9")
     assert not named_after("nvidia-cuda-cupti-cu12", "libcudnn.so.9")
+    assert not named_after("nvidia-cuda-nvrtc", "libcudart.so.12")  # "cuda" alone names none
+    assert not named_after("cuda-toolkit", "libcudart.so.13")
+    assert not named_after("nvidia-cuda-runtime-cu12", "libcuda.so")  # the driver's
 
 
 # --- binding ------------------------------------------------------------------------------
@@ -309,4 +312,132 @@ def test_a_reinstall_under_a_python_loader_probes_its_loads_not_the_module() -> 
     assert not [p for p in plan.probe_libraries if p.endswith(".py")]
     assert [(p.object, p.need) for p in plan.probe_run_time] == [
         (env("mathlib/_loader.py"), env(RAND))
+    ]
+
+
+def test_an_extra_whose_met_wheels_a_requested_extra_explains_is_not_installed() -> None:
+    """``cuda-toolkit[all]`` lists every wheel of ``[nvrtc]``: a venv that asked for
+    ``[nvrtc]`` holds a met requirement of ``[all]``, which is no sign ``[all]`` was asked
+    for, so the catalogue's names of ``[all]``'s other libraries are not loads (cuda-python's
+    pristine install: cuda-pathfinder's catalogue spells every CUDA library)."""
+    toolkit = Dist(
+        "toolkit",
+        "1.0",
+        {"toolkit/__init__.py": "py"},
+        requires=(
+            'nvidia-rand-cu12>=10; extra == "rand"',
+            'nvidia-rand-cu12>=10; extra == "all"',
+            'nvidia-foo-cu12>=1; extra == "all"',
+        ),
+    )
+    bindings = Dist("bindings", "1.0", {"bindings/_loader.py": "py"}, requires=("toolkit[rand]",))
+    f = _bound(
+        facts([toolkit, bindings, RAND_DIST], {RAND: Lib("librand.so.10")}),
+        {"bindings/_loader.py": ("librand.so.10", "libfoo.so.1")},
+    )
+    assert not [x for x in diagnose(f).findings if x.severity != "info"]
+    assert f.runtime.paths == {_abs("bindings/_loader.py"): (_abs(RAND),)}
+
+
+def test_an_extra_partly_uninstalled_keeps_its_remaining_wheels_wanted() -> None:
+    """The other side: once a wheel of ``[gpu]`` is gone, what is left of it (met by no base
+    requirement nor requested extra) still says ``[gpu]`` was asked for."""
+    dist, lib = _fw(*GPU)
+    f = _bound(facts([dist, BAR_DIST], {PLUGIN: lib}))
+    assert [x.need for x in diagnose(f).findings if x.severity == "error"] == ["libfoo.so.1"]
+
+
+# --- on-demand providers: onnxruntime's shape --------------------------------------------
+
+CUDA_EP, TRT_EP = "ort/capi/libprov_cuda.so", "ort/capi/libprov_trt.so"
+
+
+def _ort(*dists: Dist) -> Facts:
+    """``ort`` preloads what its extra brings by full path (a literal in its Python code
+    names ``libbar.so.1``), then dlopen()s a provider with no search path of its own: the
+    CUDA one needs ``libfoo``/``libbar``; the TensorRT one ``libfoo`` and ``libinfer``, a
+    stack no requirement brings."""
+    ort = Dist(
+        "ort",
+        "1.0",
+        {"ort/__init__.py": "py", CUDA_EP: "cuda", TRT_EP: "trt"},
+        requires=GPU,
+    )
+    libs = {
+        CUDA_EP: Lib(needed=("libfoo.so.1", "libbar.so.1")),
+        TRT_EP: Lib(needed=("libfoo.so.1", "libbar.so.1", "libinfer.so.10")),
+        FOO: Lib("libfoo.so.1"),
+        BAR: Lib("libbar.so.1"),
+    }
+    return _bound(facts([ort, *dists], libs), {"ort/__init__.py": ("libbar.so.1",)})
+
+
+def test_a_provider_a_literal_preloads_for_is_judged_as_loaded_on_demand() -> None:
+    """Its needs the venv meets by path are met (a literal makes it no chain's start), and
+    a stack no requirement brings (TensorRT) is an optional feature: pristine is healthy."""
+    f = _ort(FOO_DIST, BAR_DIST)
+    assert _abs(CUDA_EP) in f.runtime.paths
+    assert not [(x.consumer, x.need) for x in diagnose(f).findings if x.severity != "info"]
+    plan = _remove(f, "nvidia-foo-cu12")
+    assert plan.verdict == "refused"
+    assert (env(CUDA_EP), "libfoo.so.1") in {(x.consumer, x.need) for x in plan.lost}
+
+
+def test_a_providers_library_a_plain_uninstall_took_is_an_error_the_absent_stack_is_not() -> None:
+    errors = {
+        (x.consumer, x.need) for x in diagnose(_ort(BAR_DIST)).findings if x.severity == "error"
+    }
+    assert (env(CUDA_EP), "libfoo.so.1") in errors
+    assert (env(TRT_EP), "libinfer.so.10") not in errors
+
+
+def test_an_extension_module_with_no_search_path_meets_its_needs_by_path() -> None:
+    """CuPy imports ``cupy.cuda.cufft`` (no RPATH, no RUNPATH) after loading the wheel's
+    ``libcufft`` by full path, through a loader no literal shows: healthy, and removing the
+    wheel is refused naming the extension module."""
+    ext = "cp/cufft.so"
+    cp = Dist("cp", "1.0", {ext: "ext"}, requires=('nvidia-foo-cu12>=1; extra == "ctk"',))
+    f = facts([cp, FOO_DIST], {ext: Lib(needed=("libfoo.so.1",)), FOO: Lib("libfoo.so.1")})
+    objects = dict(f.elf.objects)
+    objects[env(ext)] = replace(objects[env(ext)], python_module="cufft")
+    f = _bound(replace(f, elf=replace(f.elf, objects=objects)))
+    assert not [x for x in diagnose(f).findings if x.severity != "info"]
+    assert [x.consumer for x in _remove(f, "nvidia-foo-cu12").lost] == [env(ext)]
+
+
+def test_a_repair_probes_what_a_by_name_loader_finds_not_what_cannot_load() -> None:
+    """A plain uninstall took ``librand`` from a catalogue's loads; the repair installs it
+    back where only an object loaded by path before it finds it (``libuser``'s RUNPATH).
+    The probe loads that file by path (as cuda-pathfinder finds it), never the bare name a
+    fresh interpreter cannot find; and not ``libmp``, a library the catalogue also loads
+    whose own need (NCCL's, which no requirement brings) the state leaves unmet."""
+    mp, user = "nvidia/foo/lib/libmp.so.2", "nvidia/rand/lib/libuser.so.1"
+    loader = Dist(
+        "mathlib",
+        "1.0",
+        {"mathlib/_loader.py": "py"},
+        requires=("nvidia-rand-cu12>=10", "nvidia-foo-cu12"),
+    )
+    foo = Dist("nvidia-foo-cu12", "1.0", {mp: "mp", user: "user"})
+    rand_elf = ElfInfo(64, "EM_X86_64", Soname("librand.so.10"), (), (), ())
+    rand_wheel = replace(wheel_of(RAND_DIST), elf={env(RAND): rand_elf})
+    staged = Staging(
+        fetched=True,
+        wheels={(DistName("nvidia-rand-cu12"), "10.0"): rand_wheel},
+        source="find-links W",
+    )
+    libs = {
+        user: Lib("libuser.so.1", needed=("librand.so.10",), runpath=("$ORIGIN",)),
+        mp: Lib("libmp.so.2", needed=("libnccl.so.2",)),
+    }
+    f = _bound(
+        facts([loader, foo], libs, staging=staged),
+        {"mathlib/_loader.py": ("libuser.so.1", "librand.so.10", "libmp.so.2")},
+    )
+    pin = (DistName("nvidia-rand-cu12"), "10.0")
+    plan = build_plan(f, Request((), (), Options(), installs=(pin,)))
+    assert plan.verdict == "pass", plan.reasons
+    assert sorted((p.object, p.need) for p in plan.probe_run_time) == [
+        (env("mathlib/_loader.py"), env(RAND)),
+        (env("mathlib/_loader.py"), env(user)),
     ]

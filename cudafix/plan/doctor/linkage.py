@@ -29,12 +29,14 @@ from cudafix.model.doctor import (
     Shadowed,
     Unresolved,
 )
-from cudafix.model.names import EnvPath
+from cudafix.model.names import DistName, EnvPath
 from cudafix.plan.doctor.common import REPAIR, Commands, closure, copies_by_name, owners_abs
 from cudafix.plan.doctor.requirements import alternative_found, unmet_specs, was_installed
 from cudafix.plan.facts import Facts
 from cudafix.plan.gone import gone_libraries
+from cudafix.plan.literals import named_after
 from cudafix.plan.requirements import MissingRequirement
+from cudafix.plan.wants import Wants
 
 
 def unresolved(
@@ -59,7 +61,7 @@ def unresolved(
     elsewhere = copies_by_name(inv)
     searched = _Searched(str(inv.prefix))
     edges = sorted(edges, key=lambda e: (e.requester, e.need))
-    broken = partly_provided(edges, str(inv.prefix), lambda p: next(iter(owners_abs(inv, p)), None))
+    broken = _gone_by_requirement(facts, edges)
     gone = gone_libraries(facts)
     for e in edges:
         if e.provider is not None:
@@ -85,7 +87,7 @@ def unresolved(
             severity, command = "info", []
         elif not claimants and optional is not None:
             severity, optional_for = "info", optional.framework
-        elif severity == "info" and e.requester in broken:
+        elif severity == "info" and (e.requester, e.need) in broken:
             severity, partly = "error", True
         copies = elsewhere.get(e.need, []) if host is None and not command else []
         first = searched.first(e)
@@ -117,6 +119,31 @@ def unresolved(
             owners=[seen.distribution] if seen is not None else claimants,
             command=command,
         )
+
+
+def _gone_by_requirement(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str, str]]:
+    """The needs nothing provides of objects no chain loads that are broken, not optional.
+
+    Such an object some of whose needs the environment provides (:func:`partly_provided`)
+    was built for a stack that is here. Which of its other needs are gone, rather than a
+    stack never installed (onnxruntime's TensorRT provider beside its CUDA one; cuTENSOR's
+    NCCL-based ``libcutensorMp``), its distribution's requirements say when it declares any:
+    those named after a requirement they should bring and do not (:class:`Wants`; a plain
+    uninstall took it). One that declares none leaves the rule alone to say: all of them.
+    """
+    inv = facts.inventory
+    partly = partly_provided(edges, str(inv.prefix), lambda p: next(iter(owners_abs(inv, p)), None))
+    wants = Wants(inv, facts.marker_env)
+    out: set[tuple[str, str]] = set()
+    for e in edges:
+        if e.provider is not None or e.requester not in partly:
+            continue
+        owner = next(iter(owners_abs(inv, e.requester)), None)
+        dist = inv.distributions.get(DistName(owner)) if owner else None
+        unmet_ = wants.brings(dist.name).unmet if dist is not None and dist.requires else None
+        if unmet_ is None or any(named_after(req.name, e.need) for _, _, req in unmet_):
+            out.add((e.requester, e.need))
+    return frozenset(out)
 
 
 def _install_argv(
