@@ -415,10 +415,11 @@ def _run_time_probes(
     gone: frozenset[EnvPath],
 ) -> list[RunTimeProbe]:
     """Every run-time load of each remaining framework object one of whose run-time loads
-    the plan changes: found elsewhere, found again (a repair), or its file rewritten. Not
-    one the after-state itself does not resolve, nor one whose file has a need it leaves
-    unmet (a catalogue's ``libcutensorMp`` with no NCCL installed): the plan knows those
-    fail, and a probe of them could only fail."""
+    the plan changes: found elsewhere, found again (a repair), lost, or its file rewritten.
+    Not one that already failed before the plan and still does (unresolved, or its file has
+    a need left unmet: a catalogue's ``libcutensorMp`` with no NCCL installed): the plan did
+    not cause that, and a probe of it could only fail. A load the plan itself breaks is
+    probed, so a forced plan that breaks it is rolled back."""
     prefix = str(facts.inventory.prefix)
 
     def moved(key: EdgeKey) -> bool:
@@ -428,13 +429,16 @@ def _run_time_probes(
             new.provider is not None and to_env_path(prefix, new.provider) in changed
         )
 
-    unmet = {e.requester for e in after.values() if e.provider is None}
+    def failing(edges: Mapping[EdgeKey, Edge]) -> set[EdgeKey]:
+        unmet = {e.requester for e in edges.values() if e.provider is None}
+        return {k for k, e in edges.items() if e.provider is None or e.provider in unmet}
+
+    failed_before, failed_after = failing(before), failing(after)
     loads = [
         key
-        for key, edge in after.items()
+        for key in after
         if facts.runtime.row(*key) is not None
-        and edge.provider is not None
-        and edge.provider not in unmet
+        and not (key in failed_after and (key in failed_before or key not in before))
     ]
     objects = {
         obj for obj, need in loads if moved((obj, need)) and to_env_path(prefix, obj) not in gone

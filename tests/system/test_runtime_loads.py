@@ -221,3 +221,23 @@ def test_a_leftover_wheels_missing_requirement_is_mended_by_removing_it(
     done = cudafix(*[a for a in argv if a != "--dry-run"], "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     assert cudafix("doctor", "--venv", built.venv).returncode == 0
+
+
+def test_a_forced_removal_that_breaks_a_run_time_load_is_rolled_back_by_its_probe(
+    scenario: ScenarioFactory,
+) -> None:
+    """``--force`` overrides the verdict, never the probes: the load the plan breaks is
+    probed (and fails), so the transaction rolls back and the plugin still loads cuDNN."""
+    built = scenario("runtime")
+    plan = as_json(
+        cudafix("remove", "nvidia-cudnn-cu12", "--venv", built.venv, "--dry-run", "--json")
+    )
+    probed = {
+        (p["object"].rsplit("site-packages/", 1)[-1], p["need"]) for p in plan["probe_run_time"]
+    }
+    assert (PLUGIN, "libcudnn.so.9") in probed
+    proc = cudafix(
+        "remove", "nvidia-cudnn-cu12", "--venv", built.venv, "--yes", "--force", "--no-fetch"
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert plugin_dlopen(built, "libcudnn.so.9").returncode == 0
