@@ -321,9 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     return report(args.out, run)
 
 
-def report(out: Path, run: Run) -> int:
+def report(out: Path, run: Run, title: str = "frameworks", stem: str = "e2e-frameworks") -> int:
+    """Print the steps and checks as Markdown, write them as JSON under ``out``; 0 only
+    when every check holds (the second and third parts of ``make e2e-real`` share it)."""
     facts = machine.describe()
-    print(f"# cudafix e2e-real: frameworks ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+    print(f"# cudafix e2e-real: {title} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
     print(machine.as_markdown(facts) + "\n")
     rows = [[s["step"], f"{s['seconds']:.2f}", s["exit"], (s["tail"] or [""])[-1][:120]]
             for s in run.steps]  # fmt: skip
@@ -332,7 +334,7 @@ def report(out: Path, run: Run) -> int:
         table(["check", "ok", "detail"], [[w, "yes" if ok else "NO", d] for w, ok, d in run.checks])
     )
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"e2e-frameworks-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path = out / f"{stem}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     data = {"machine": facts, "steps": run.steps, "checks": run.checks}
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     print(f"\nJSON: {path}")

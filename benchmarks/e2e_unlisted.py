@@ -27,19 +27,15 @@ Prints Markdown; writes ``bench-out/e2e-unlisted-*.json``. Exit 0 only when ever
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks import e2e_frameworks as fw
-from benchmarks import machine
 from benchmarks.e2e_real import Run, user_env
-from benchmarks.stats import table
 from cudafix.linker.runtime import RUNTIME_TABLE_VARIABLE, RuntimeTable
 from cudafix.model.names import normalize_name
 
@@ -262,25 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.empty_table:
         only = None if "all" in args.empty_table else args.empty_table
         empty_table(run, root, work, only, args.python3)
-    return report(args.out, run)
-
-
-def report(out: Path, run: Run) -> int:
-    facts = machine.describe()
-    print(f"# cudafix e2e-real: stacks with no table row ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-    print(machine.as_markdown(facts) + "\n")
-    rows = [[s["step"], f"{s['seconds']:.2f}", s["exit"], (s["tail"] or [""])[-1][:120]]
-            for s in run.steps]  # fmt: skip
-    print(table(["step", "wall s", "exit", "last line of output"], rows) + "\n")
-    print(
-        table(["check", "ok", "detail"], [[w, "yes" if ok else "NO", d] for w, ok, d in run.checks])
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"e2e-unlisted-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    data = {"machine": facts, "steps": run.steps, "checks": run.checks}
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    print(f"\nJSON: {path}")
-    return 0 if all(ok for _w, ok, _d in run.checks) else 1
+    return fw.report(args.out, run, "stacks with no table row", "e2e-unlisted")
 
 
 if __name__ == "__main__":
