@@ -38,7 +38,7 @@ from cudafix.fetch.staging import Staging
 from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostview import HostView
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
-from cudafix.linker.runtime import RUNTIME_TABLE_VARIABLE, RuntimeTable, bind
+from cudafix.linker.runtime import RUNTIME_TABLE_VARIABLE, BoundLoads, RuntimeTable, bind
 from cudafix.model.errors import CudafixError
 from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
 from cudafix.model.plan import Plan
@@ -83,16 +83,17 @@ def gather(
     loads = bind(runtime, str(inventory.prefix), inventory.site_packages, objects, inventory.owners)
     lib_path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
     search = SearchConfig.for_host(host, split_ld_library_path(lib_path))
+    last_seen = lastseen.load(inventory.prefix)
     loads = loads.merged(
         bind_literals(
             inventory, elf, python, info.marker_env, search,
             system=host.provided_by_system(),
             skip={r.framework for r in runtime.rows if not r.optional},
-            dlopen_edges=table.edges,
+            dlopen_edges=table.edges, remembered=last_seen,
         )
     )  # fmt: skip
     table = table.merged(DlopenTable(by_object=loads.sonames, preload=loads.paths))
-    last_seen = remember_libraries(inventory, elf)
+    remember_libraries(inventory, elf, last_seen, loaded_names(loads))
     return Facts(
         inventory=inventory,
         elf=elf,
@@ -120,13 +121,21 @@ def runtime_table() -> RuntimeTable:
     return RuntimeTable.load(Path(path), f"${RUNTIME_TABLE_VARIABLE}")
 
 
-def remember_libraries(inventory: Inventory, elf: ElfIndex) -> lastseen.Memory:
-    """What the last reading remembered of the libraries objects need
-    (:mod:`cudafix.env.lastseen`); this reading is remembered in its place, for the next."""
+def loaded_names(loads: BoundLoads) -> frozenset[Soname]:
+    """The library names run-time loads need: sonames, and the file names of paths."""
+    names = {n for v in loads.sonames.values() for n in v}
+    names |= {Soname(posixpath.basename(p)) for v in loads.paths.values() for p in v}
+    return frozenset(n for n in names if "/" not in n)
+
+
+def remember_libraries(
+    inventory: Inventory, elf: ElfIndex, old: lastseen.Memory, loaded: Iterable[Soname] = ()
+) -> None:
+    """Remember, for the next reading, what provides each library objects need (DT_NEEDED)
+    or load at run time (``loaded``), in place of ``old`` (:mod:`cudafix.env.lastseen`)."""
     prefix = inventory.prefix
-    old = lastseen.load(prefix)
     present = [p for p in elf.objects if p not in elf.foreign]
-    needed = {n for p in present for n in elf.objects[p].needed if "/" not in n}
+    needed = {n for p in present for n in elf.objects[p].needed if "/" not in n} | set(loaded)
     now: dict[Soname, list[lastseen.Seen]] = {}
     for path in present:
         owners = inventory.owners.get(path, ())
@@ -137,7 +146,6 @@ def remember_libraries(inventory: Inventory, elf: ElfIndex) -> lastseen.Memory:
     new = lastseen.update(old, {s: tuple(v) for s, v in now.items()}, needed)
     if new != old:
         lastseen.save(prefix, new)
-    return old
 
 
 def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:

@@ -290,6 +290,11 @@ class _Where:
             why = f"; {f.need} comes from {facts.system}, not from a wheel"
         elif facts.optional_for is not None:
             why = f"; {facts.optional_for} imports it only if it can, and runs without it"
+        elif facts.stack_absent:
+            why = (
+                "; no other distribution here meets any of its needs, and no requirement "
+                "names this one: a part for a stack that is not installed"
+            )
         elif facts.partly_provided:
             why = (
                 "; its other needs are met in this environment, so the stack it was built "

@@ -1,9 +1,11 @@
 """Soname literals in a distribution's Python sources: the libraries its Python code loads.
 
 CuPy, JAX's PJRT plugin and everything built on cuda-pathfinder load CUDA libraries from
-Python, by a name written as a string (``"libcurand.so.10"``) or a path built from one. A
-cheap regex over each ``.py`` file a RECORD lists finds those names; which of them count is
-decided elsewhere (:mod:`cudafix.plan.literals`). Each file is read at most once per
+Python, by a name written as a string (``"libcurand.so.10"``) or a path built from one. Some
+build the version at run time (``f"libcufft.so.{cufft_version}"``, ``"libcudart.so.%s"``):
+such a template is kept as ``libcufft.so.*``, any version of that library. A cheap regex over
+each ``.py`` file a RECORD lists finds those names; which of them count is decided
+elsewhere (:mod:`cudafix.plan.literals`). Each file is read at most once per
 content: the names found are cached by its stat key, like the ELF facts.
 """
 
@@ -23,21 +25,29 @@ from cudafix.model.names import SONAME_LITERAL, EnvPath, Soname
 log = logging.getLogger("cudafix.env.pysources")
 
 CACHE_FORMAT = "cudafix-pysources-cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 MAX_READ = 1 << 20
 """Bytes read per source file: a module that spells a library name does so near its top, or
 in a table well under this."""
 _QUOTED = re.compile(rb"""(["'])(""" + SONAME_LITERAL + rb""")\1""")
+_TEMPLATE = re.compile(
+    rb"""(["'])(lib[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*?\.so)\.(?:\{[^{}"'\n]{0,64}\}|%[sd])\1"""
+)
+ANY_VERSION = ".*"
+"""The suffix of a template's name: ``libcufft.so.*``."""
 
 Literals = Mapping[EnvPath, tuple[Soname, ...]]
 """Per Python source (EnvPath), the sonames it spells, in order; sources without any left out."""
 
 
 def source_literals(data: bytes) -> tuple[Soname, ...]:
-    """The string literals in ``data`` that are a soname and nothing else, in order."""
+    """The string literals in ``data`` that are a soname and nothing else, in order; then
+    the templates that build one's version (``libcufft.so.*``)."""
     if b".so" not in data:
         return ()
     found = dict.fromkeys(Soname(m.group(2).decode("ascii")) for m in _QUOTED.finditer(data))
+    for m in _TEMPLATE.finditer(data):
+        found.setdefault(Soname(m.group(2).decode("ascii") + ANY_VERSION))
     return tuple(found)
 
 

@@ -33,7 +33,7 @@ from cudafix.model.transaction import OnEvent, RunEvent, quiet
 from cudafix.plan.admit import input_problems
 from cudafix.plan.doctor import repair_candidates, runtime_installs
 from cudafix.plan.facts import Facts
-from cudafix.plan.gone import returning_installs
+from cudafix.plan.gone import returning_installs, without_returning
 from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from cudafix.plan.preconditions import assumed_paths, check, retarget
@@ -154,7 +154,9 @@ def plan_repair(
     missing = {
         m.spec for m in jointly(facts, missing_requirements(inv.distributions, facts.marker_env))
     }
-    specs = tuple(sorted(missing | set(runtime_installs(facts)) | set(returning_installs(facts))))
+    returning = returning_installs(facts)
+    ranged = without_returning(dict.fromkeys(missing | set(runtime_installs(facts))), returning)
+    specs = tuple(sorted({*ranged, *returning}))
     if not wanted and not specs:
         return None
     if specs:

@@ -84,3 +84,22 @@ def partly_provided(
             if mine is None or owner(e.provider) != mine:
                 provided.add(e.requester)
     return frozenset(provided & missing)
+
+
+def stack_absent(
+    edges: Iterable[Edge], inside: str, owner: Callable[[str], str | None]
+) -> frozenset[str]:
+    """Objects, loaded or not, with needs provided nowhere and none provided inside the
+    environment by another distribution (``owner`` as for :func:`partly_provided`): built
+    for a stack that is not installed here, whatever loads them."""
+    base = inside.rstrip("/") + "/"
+    provided: set[str] = set()
+    missing: set[str] = set()
+    for e in edges:
+        if e.provider is None:
+            missing.add(e.requester)
+        elif e.provider.startswith(base):
+            mine = owner(e.requester)
+            if mine is None or owner(e.provider) != mine:
+                provided.add(e.requester)
+    return frozenset(missing - provided)

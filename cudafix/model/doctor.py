@@ -169,6 +169,10 @@ class Unresolved(_Value):
     partly_provided: bool = False
     """Nothing loads the object, yet its other needs are met in this environment: the stack
     it was built for is installed, so it fails when loaded."""
+    stack_absent: bool = False
+    """None of the object's needs is met by another distribution of this environment, and
+    no requirement names what it lacks: a part for a stack that is not installed (cupy's
+    cuTENSOR and NCCL modules without those libraries), optional whatever loads it."""
 
 
 class RunTimeUnresolved(_Value):

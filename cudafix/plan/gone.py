@@ -1,22 +1,31 @@
 """Libraries that went between two readings of an environment, and what brings them back.
 
 The last reading remembered which distribution and version provided each soname some
-object needs (:mod:`cudafix.env.lastseen`). A soname that an object still needs, that no
-file of the environment provides now, and whose remembered distribution is not installed
-any more was taken by an uninstall cudafix did not run: installing exactly that
-distribution and version brings it back. A remembered distribution still installed at
-that version is missing files instead (``repair`` reinstalls it); one installed at another
-version was replaced on purpose, and is not undone here.
+object needs (:mod:`cudafix.env.lastseen`). A soname that an object still needs (DT_NEEDED,
+or a run-time load), that no file of the environment provides now, and whose remembered
+distribution is not installed any more was taken by an uninstall cudafix did not run:
+installing exactly that distribution and version brings it back. A remembered
+distribution still installed at that version is missing files instead (``repair``
+reinstalls it); one installed at another version was replaced on purpose, and is not
+undone here.
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import TypeVar
 
 from cudafix.env.lastseen import Seen
 from cudafix.model.doctor import Returning
-from cudafix.model.names import Soname
+from cudafix.model.names import DistName, Soname, normalize_name
 from cudafix.plan.facts import Facts
+from cudafix.plan.requirements import MissingRequirement
+
+T = TypeVar("T")
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 def gone_libraries(facts: Facts) -> dict[Soname, Seen]:
@@ -27,6 +36,7 @@ def gone_libraries(facts: Facts) -> dict[Soname, Seen]:
     present = [p for p in elf.objects if p not in elf.foreign]
     provided = {elf.objects[p].soname or posixpath.basename(p) for p in present}
     needed = {n for p in present for n in elf.objects[p].needed}
+    needed |= {n for loads in facts.runtime.sonames.values() for n in loads if "/" not in n}
     out: dict[Soname, Seen] = {}
     for soname in sorted(needed - provided):
         seen = facts.last_seen.get(soname, ())
@@ -47,3 +57,25 @@ def returning_installs(facts: Facts) -> dict[str, Returning]:
     for soname, seen in gone_libraries(facts).items():
         out.setdefault(pin(seen), Returning(need=soname, path=seen.path))
     return out
+
+
+def spec_name(spec: str) -> DistName | None:
+    """The distribution a specifier names (``nvidia-cufft`` of ``nvidia-cufft~=12.0``)."""
+    match = _NAME.match(spec)
+    return normalize_name(match.group(1)) if match else None
+
+
+def without_returning(specs: Mapping[str, T], returning: Iterable[str]) -> dict[str, T]:
+    """``specs`` less those naming a distribution a returning pin brings back exactly: a
+    range (an extra's ``~=12.0``) would pick the newest release, not the one that went."""
+    back = {spec_name(p) for p in returning}
+    return {s: why for s, why in specs.items() if spec_name(s) not in back}
+
+
+def exactly_returning(
+    missing: Iterable[MissingRequirement], returning: Iterable[str]
+) -> tuple[MissingRequirement, ...]:
+    """Each missing requirement, asked for as the version that went where a returning pin
+    names its distribution (``nvidia-rand-cu12==10.0`` for ``nvidia-rand-cu12>=10``)."""
+    pins = {spec_name(p): p for p in returning}
+    return tuple(replace(m, spec=pins.get(spec_name(m.spec)) or m.spec) for m in missing)

@@ -21,6 +21,17 @@ it is evidence, not noise:
 
 A Python module's load is given to the objects of its distribution whose DT_NEEDED names
 the library (loaded by path first, then imported: CuPy's pattern), else to the module itself.
+
+A name whose version is built at run time (``f"libcufft.so.{v}"``, read as ``libcufft.so.*``)
+stands for every version of that library the environment provides, or provided at the last
+reading (:mod:`cudafix.env.lastseen`).
+
+A directory on an object's RPATH/RUNPATH that no name it links (DT_NEEDED) or spells
+resolves into is where it dlopen()s libraries by a name it builds (TensorFlow's ``"lib" +
+name + ".so." + version``): each library there from a distribution its own requirements
+bring is a load of it; one that was there at the last reading, whose distribution such a
+requirement still names and is gone, is a load nothing provides now (a plain uninstall
+took it). Its own directory (``$ORIGIN``, where its siblings are) is no such evidence.
 """
 
 from __future__ import annotations
@@ -31,7 +42,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from cudafix.env.inventory import Inventory
-from cudafix.env.pysources import Literals
+from cudafix.env.lastseen import Memory, Seen
+from cudafix.env.pysources import ANY_VERSION, Literals
 from cudafix.linker.elf import ElfInfo
 from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.loader import SearchConfig, expand_entry
@@ -54,12 +66,12 @@ GLIBC = frozenset(
     }
 )
 """The C library's own names: always the system's."""
-_STEM = re.compile(r"^(?P<stem>.+?\.so)(?:\.[0-9.]+)?$")
+_STEM = re.compile(r"^(?P<stem>.+?\.so)(?:\.[0-9.]+|\.\*)?$")
 _NOISE_TOKENS = re.compile(r"^(nvidia|cu[0-9]+x?)$")
 
 
 def stem(soname: str) -> str:
-    """``libcufft.so`` of ``libcufft.so.11``: what alternatives share."""
+    """``libcufft.so`` of ``libcufft.so.11`` (or of ``libcufft.so.*``): what alternatives share."""
     match = _STEM.match(soname)
     return match.group("stem") if match else soname
 
@@ -90,21 +102,29 @@ def bind_literals(
     system: Iterable[str] = (),
     skip: Iterable[DistName] = (),
     dlopen_edges: Mapping[str, tuple[Soname, ...]] | None = None,
+    remembered: Memory | None = None,
 ) -> BoundLoads:
     """The literals of the environment's objects and Python sources as run-time loads (pure).
 
     ``system``: sonames the host provides (``cudafix/data/system.toml``); ``skip``: the
     distributions a run-time table row describes (the row is the truth for them);
     ``dlopen_edges``: the soname-keyed dlopen table, whose edges are not inferred again (nor
-    an object's own DT_NEEDED: already an edge).
+    an object's own DT_NEEDED: already an edge); ``remembered``: what provided each library
+    at the last reading, for names built at run time and libraries gone since.
     """
-    binder = _Binder(inventory, elf, marker_env, config, frozenset(system), frozenset(skip))
+    binder = _Binder(
+        inventory, elf, marker_env, config, frozenset(system), frozenset(skip), remembered or {}
+    )
     edges = dlopen_edges or {}
     for rel, info in sorted(elf.objects.items()):
-        if info.literals and rel not in elf.foreign:
+        if rel in elf.foreign:
+            continue
+        if info.literals:
             known = edges.get(info.soname or posixpath.basename(rel), ())
             names = [n for n in info.literals if n not in known and n not in info.needed]
             binder.object_literals(rel, info, names)
+        if info.rpath or info.runpath:
+            binder.search_dirs(rel, info)
     for rel, spelled in sorted(python.items()):
         binder.module_literals(rel, spelled)
     return binder.result()
@@ -119,9 +139,10 @@ class _Binder:
         config: SearchConfig,
         system: frozenset[str],
         skip: frozenset[DistName],
+        remembered: Memory,
     ) -> None:
         self.inv, self.elf, self.env, self.config = inventory, elf, marker_env, config
-        self.system, self.skip = system, skip
+        self.system, self.skip, self.remembered = system, skip, remembered
         self.prefix = str(inventory.prefix)
         self.providers: dict[str, list[EnvPath]] = defaultdict(list)
         for rel, info in sorted(elf.objects.items()):
@@ -130,6 +151,13 @@ class _Binder:
             self.providers[posixpath.basename(rel)].append(rel)
             if info.soname and info.soname != posixpath.basename(rel):
                 self.providers[info.soname].append(rel)
+        self.versions: dict[str, list[Soname]] = defaultdict(list)
+        for name in sorted({*self.providers, *remembered}):
+            self.versions[stem(name)].append(Soname(name))
+        self.in_dir: dict[str, list[tuple[Soname, EnvPath]]] = defaultdict(list)
+        for name, files in sorted(self.providers.items()):
+            for rel in files:
+                self.in_dir[posixpath.dirname(rel)].append((Soname(name), rel))
         self.needed_by: dict[tuple[DistName, str], list[EnvPath]] = defaultdict(list)
         for rel, info in sorted(elf.objects.items()):
             for owner in inventory.owners.get(rel, ()):
@@ -174,6 +202,62 @@ class _Binder:
                 bound += [(obj, need, row) for obj in loaders]
             self._add(bound)
 
+    def search_dirs(self, rel: EnvPath, info: ElfInfo) -> None:
+        """Loads by a built name through the directories of ``rel``'s search path that no
+        name it links or spells resolves into, its own aside (``$ORIGIN``: where its siblings are):
+        their libraries its own requirements bring, and those the last reading saw there
+        whose distribution such a requirement names and is gone."""
+        owner = self._owner(rel)
+        if owner is None:
+            return
+        named = (*info.needed, *info.literals)
+        reached = {posixpath.dirname(p) for n in named for p in self.providers.get(n, ())}
+        dirs = sorted(self._own_dirs(rel, info) - reached - {posixpath.dirname(rel)})
+        if not dirs:
+            return
+        brings = self.wants.own(owner)
+        where = f"the search path of {rel}"
+        for d in dirs:
+            for name, path in self.in_dir.get(d, ()):
+                if name in info.needed or self._ships(owner, name):
+                    continue
+                by = next(
+                    (
+                        brings.installed[o]
+                        for o in self.inv.owners.get(path, ())
+                        if o in brings.installed
+                    ),
+                    None,
+                )
+                if by is not None:
+                    self._add([(rel, name, self._dir_row(owner, by, d, where))])
+            for name, seen in self._gone_from(d):
+                for dist, extra, req in brings.unmet:
+                    if normalize_name(req.name) == seen.distribution:
+                        self._add([(rel, name, self._dir_row(owner, (dist, extra), d, where))])
+                        break
+
+    def _gone_from(self, d: str) -> Iterable[tuple[Soname, Seen]]:
+        """Libraries the last reading saw in ``d`` that nothing provides now, from a
+        distribution no longer installed."""
+        for name, seen in sorted(self.remembered.items()):
+            if name in self.providers:
+                continue
+            there = [s for s in seen if posixpath.dirname(s.path) == d]
+            if there and there[0].distribution not in self.inv.distributions:
+                yield name, there[0]
+
+    def _dir_row(
+        self, owner: DistName, by: tuple[DistName, str], d: str, where: str
+    ) -> RuntimeLoad:
+        return RuntimeLoad(
+            framework=owner,
+            provider=by[0],
+            extra=by[1],
+            objects=(),
+            source=f"{where}, which names {d}",
+        )
+
     # --- choosing -----------------------------------------------------------------------
 
     def _owner(self, rel: EnvPath) -> DistName | None:
@@ -185,11 +269,23 @@ class _Binder:
     def _groups(self, owner: DistName, names: Iterable[Soname]) -> list[list[Soname]]:
         """The names that may be wheel edges, alternatives grouped (first-seen order)."""
         groups: dict[str, list[Soname]] = {}
-        for name in names:
+        for name in self._expanded(names):
             if self._system(name) or self._ships(owner, name):
                 continue
-            groups.setdefault(stem(name), []).append(name)
+            group = groups.setdefault(stem(name), [])
+            if name not in group:
+                group.append(name)
         return list(groups.values())
+
+    def _expanded(self, names: Iterable[Soname]) -> Iterable[Soname]:
+        """Each template (``libcufft.so.*``) as the versions the environment provides or
+        provided at the last reading; as itself where it knows none."""
+        for name in names:
+            if not name.endswith(ANY_VERSION):
+                yield name
+                continue
+            known = self.versions.get(stem(name), [])
+            yield from known if known else (name,)
 
     def _system(self, name: str) -> bool:
         if name in GLIBC or name in self.system:

@@ -48,6 +48,10 @@ class Wants:
             self._related[name] = self._brings_of(name)
         return self._related[name]
 
+    def own(self, name: DistName) -> Brings:
+        """What ``name``'s own requirements bring (none of its requirers')."""
+        return self._walk(name)
+
     def _brings_of(self, name: DistName) -> Brings:
         own = self._walk(name)
         installed, unmet_ = dict(own.installed), list(own.unmet)

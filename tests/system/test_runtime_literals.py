@@ -93,10 +93,12 @@ def test_jax_and_cupy_removals_are_refused_from_literals_alone(
 ) -> None:
     built = scenario("runtime")
     code, report = _doctor(built, no_table)
-    # the table is really empty: cupy's optional cuTENSOR part (and numba's TBB layer) are
-    # no longer known to be optional; every library the GPU backends load is found
-    assert set(_errors(report)) == {"libcutensor.so.2", "libtbb.so.12"}
-    assert code == 1
+    # no row says cupy's cuTENSOR part (and numba's TBB layer) are optional: the graph does,
+    # since no other distribution here meets any of their needs; every library the GPU
+    # backends load is found
+    assert (code, _errors(report)) == (0, {})
+    info = {f["need"] for f in report["findings"] if f["severity"] == "info"}
+    assert {"libcutensor.so.2", "libtbb.so.12"} <= info
     with_cuda = "jax-cuda12-plugin[with-cuda]"
     for name, soname in [
         ("nvidia-cudnn-cu12", "libcudnn.so.9"),
@@ -143,7 +145,7 @@ def test_plain_breaks_of_jax_and_cupy_are_diagnosed_and_repaired_from_literals_a
     _repair(built, no_table)
     assert _plugin_dlopen(built, PLUGIN12, "libcudnn.so.9")
     assert _python(built, "import cupy").returncode == 0
-    assert set(_errors(_doctor(built, no_table)[1])) == {"libcutensor.so.2", "libtbb.so.12"}
+    assert _doctor(built, no_table)[0] == 0
 
 
 def test_cuda13_removals_are_refused_naming_the_object_or_the_python_loader(

@@ -31,7 +31,7 @@ from cudafix.plan.doctor.files import foreign_files, repair_candidates
 from cudafix.plan.doctor.requirements import runtime_installs
 from cudafix.plan.doctor.scripts import script_problems
 from cudafix.plan.facts import Facts, load_roots
-from cudafix.plan.gone import returning_installs
+from cudafix.plan.gone import exactly_returning, returning_installs, without_returning
 from cudafix.plan.requirements import MissingRequirement, missing_requirements
 from cudafix.plan.versions import jointly
 
@@ -72,9 +72,11 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
             if m.distribution not in leftovers
         ),
     )
+    returning = returning_installs(facts)
+    wanted = exactly_returning(wanted, returning)
     installs: dict[str, InstallWhy] = {
-        **runtime_installs(facts, edges),
-        **returning_installs(facts),
+        **without_returning(runtime_installs(facts, edges), returning),
+        **returning,
     }
     findings = [
         *transactions.pending(facts, cmd),

@@ -14,7 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from cudafix.env.inventory import Inventory, is_bytecode
-from cudafix.linker.bypath import partly_provided
+from cudafix.env.lastseen import Seen
+from cudafix.linker.bypath import partly_provided, stack_absent
 from cudafix.linker.edge import Edge
 from cudafix.linker.linkage import in_env, to_env_path
 from cudafix.linker.loader import expand_entry
@@ -33,7 +34,7 @@ from cudafix.model.names import DistName, EnvPath
 from cudafix.plan.doctor.common import REPAIR, Commands, closure, copies_by_name, owners_abs
 from cudafix.plan.doctor.requirements import alternative_found, unmet_specs, was_installed
 from cudafix.plan.facts import Facts
-from cudafix.plan.gone import gone_libraries
+from cudafix.plan.gone import gone_libraries, pin
 from cudafix.plan.literals import named_after
 from cudafix.plan.requirements import MissingRequirement
 from cudafix.plan.wants import Wants
@@ -62,6 +63,7 @@ def unresolved(
     searched = _Searched(str(inv.prefix))
     edges = sorted(edges, key=lambda e: (e.requester, e.need))
     broken = _gone_by_requirement(facts, edges)
+    absent = _stack_absent(facts, edges)
     gone = gone_libraries(facts)
     for e in edges:
         if e.provider is not None:
@@ -69,7 +71,7 @@ def unresolved(
         row = facts.runtime.row(e.requester, e.need)
         if row is not None:
             if not alternative_found(facts, edges, e):
-                yield _run_time_unresolved(facts, e, row, cmd)
+                yield _run_time_unresolved(facts, e, row, cmd, gone.get(e.need))
             continue
         rel = searched.env_path(e.requester)
         owner = list(inv.owners.get(rel, ())) if rel else []
@@ -80,13 +82,15 @@ def unresolved(
         seen = None if claimants else gone.get(e.need)
         host = system.get(e.need) if not claimants and seen is None else None
         optional_for = None
-        partly = False
+        partly = stack_absent = False
         if seen is not None:
             severity, command = "error", cmd.argv(*REPAIR)
         elif host is not None:
             severity, command = "info", []
         elif not claimants and optional is not None:
             severity, optional_for = "info", optional.framework
+        elif not claimants and (e.requester, e.need) in absent:
+            severity, stack_absent = "info", True
         elif severity == "info" and (e.requester, e.need) in broken:
             severity, partly = "error", True
         copies = elsewhere.get(e.need, []) if host is None and not command else []
@@ -112,6 +116,7 @@ def unresolved(
                 if seen is None
                 else Provided(path=seen.path, distribution=seen.distribution, version=seen.version),
                 partly_provided=partly,
+                stack_absent=stack_absent,
             ),
             distribution=owner[0] if owner else None,
             consumer=rel or e.requester,
@@ -146,6 +151,28 @@ def _gone_by_requirement(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str
     return frozenset(out)
 
 
+def _stack_absent(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str, str]]:
+    """The needs nothing provides of objects built for a stack that is not installed
+    (:func:`stack_absent`), unless a requirement their distribution should bring and does
+    not is named after the need (a plain uninstall took it, as for a partly provided one).
+    """
+    inv = facts.inventory
+    absent = stack_absent(edges, str(inv.prefix), lambda p: next(iter(owners_abs(inv, p)), None))
+    if not absent:
+        return frozenset()
+    wants = Wants(inv, facts.marker_env)
+    out: set[tuple[str, str]] = set()
+    for e in edges:
+        if e.provider is not None or e.requester not in absent:
+            continue
+        owner = next(iter(owners_abs(inv, e.requester)), None)
+        known = owner is not None and owner in inv.distributions
+        unmet_ = wants.brings(DistName(owner)).unmet if owner is not None and known else ()
+        if not any(named_after(req.name, e.need) for _, _, req in unmet_):
+            out.add((e.requester, e.need))
+    return frozenset(out)
+
+
 def _install_argv(
     cmd: Commands, wanted: tuple[MissingRequirement, ...], owners: Iterable[str]
 ) -> list[str]:
@@ -154,13 +181,18 @@ def _install_argv(
     return cmd.argv("install", *specs, "--dry-run") if specs else []
 
 
-def _run_time_unresolved(facts: Facts, e: Edge, row: RuntimeLoad, cmd: Commands) -> Finding:
+def _run_time_unresolved(
+    facts: Facts, e: Edge, row: RuntimeLoad, cmd: Commands, seen: Seen | None
+) -> Finding:
     """A framework's run-time load that resolves nowhere: an error when its libraries were
     installed from wheels (the GPU backend fails when it loads them), else information;
-    ``repair`` installs the unmet requirements of the framework's extra."""
+    ``repair`` installs what provided it at the last reading (``seen``), else the unmet
+    requirements of the framework's extra."""
     inv = facts.inventory
     owner = owners_abs(inv, e.requester)
-    mine = unmet_specs(facts, row)
+    mine = (
+        [pin(seen)] if seen is not None and was_installed(facts, row) else unmet_specs(facts, row)
+    )
     installed = was_installed(facts, row)
     return Finding(
         kind="unresolved",

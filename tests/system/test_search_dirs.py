@@ -1,0 +1,138 @@
+"""A framework that dlopen()s libraries by a name it builds, through its own RUNPATH.
+
+TensorFlow's shape: ``fw/libfw.so`` has ``$ORIGIN/../nvidia/rt/lib`` and
+``$ORIGIN/../nvidia/old/lib`` on its RUNPATH, no DT_NEEDED into either, and no library name
+in its data: it builds ``"lib" + "fwrt" + ".so." + "12"`` when it runs. Its extra ``gpu``
+brings ``nvidia-rt-cu12`` (and ``nvidia-blas-cu12``); ``nvidia-old-cu12`` is a leftover
+no requirement brings. The oracle is the object's own ``dlopen()`` of the built name (ld.so
+searches its RUNPATH), in the venv's interpreter. Run with the run-time table emptied: no
+row describes ``fw``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scenarios import BuiltScenario, build_spec
+from scenarios.spec import Scenario
+from tests.support.cli import as_json, cudafix, uv_uninstall
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+pytestmark = pytest.mark.slow
+"""Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""
+
+FW = "fw/libfw.so"
+
+BUILT_NAMES = """
+name = "search-dirs"
+description = "a framework that dlopen()s names it builds through its RUNPATH"
+
+[[dist]]
+name = "nvidia-rt-cu12"
+version = "1.0"
+lib = [{ path = "nvidia/rt/lib/libfwrt.so.12" }]
+
+[[dist]]
+name = "nvidia-rt-cu12"
+version = "1.1"
+lib = [{ path = "nvidia/rt/lib/libfwrt.so.12" }]
+
+[[dist]]
+name = "nvidia-blas-cu12"
+version = "1.0"
+lib = [{ path = "nvidia/blas/lib/libfwblas.so.12" }]
+
+[[dist]]
+name = "nvidia-old-cu12"
+version = "1.0"
+lib = [{ path = "nvidia/old/lib/libfwold.so.12" }]
+
+[[dist]]
+name = "fw"
+version = "1.0"
+requires = ['nvidia-rt-cu12>=1.0; extra == "gpu"', 'nvidia-blas-cu12>=1.0; extra == "gpu"']
+lib = [{ path = "fw/libfw.so", loader = true, runpath = [
+    "$ORIGIN/../nvidia/rt/lib", "$ORIGIN/../nvidia/blas/lib", "$ORIGIN/../nvidia/old/lib",
+] }]
+
+[[steps]]
+action = "install"
+packages = ["fw==1.0", "nvidia-rt-cu12==1.0", "nvidia-blas-cu12==1.0", "nvidia-old-cu12==1.0"]
+"""
+
+
+@pytest.fixture
+def no_table(tmp_path: Path) -> dict[str, str]:
+    empty = tmp_path / "empty-runtime.toml"
+    empty.write_text("")
+    return {"CUDAFIX_RUNTIME_TABLE": str(empty)}
+
+
+def _build(dest: Path) -> BuiltScenario:
+    return build_spec(Scenario.model_validate(tomllib.loads(BUILT_NAMES)), dest)
+
+
+def _loads(built: BuiltScenario, *parts: str) -> bool:
+    """The framework's own dlopen() of a name built from ``parts`` (none is in its data)."""
+    [site] = built.venv.glob("lib/python3*/site-packages")
+    code = (
+        f"import ctypes, sys; fw = ctypes.CDLL({str(site / FW)!r}); "
+        f"sys.exit(0 if fw.cudafix_dlopen(''.join({list(parts)!r}).encode()) == 1 else 1)"
+    )
+    proc = subprocess.run([str(built.python), "-c", code], capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+def _remove(built: BuiltScenario, name: str, env: dict[str, str]) -> tuple[int, Any]:
+    proc = cudafix(
+        "remove", name, "--dry-run", "--json", "--no-fetch", "--venv", built.venv, env=env
+    )
+    return proc.returncode, as_json(proc)
+
+
+def test_a_built_name_through_the_search_path_is_protected_diagnosed_and_repaired(
+    tmp_path: Path, no_table: dict[str, str]
+) -> None:
+    built = _build(tmp_path / "venv")
+    assert _loads(built, "lib", "fwrt", ".so.", "12")
+    pristine = cudafix("doctor", "--json", "--venv", built.venv, env=no_table)
+    assert pristine.returncode == 0, pristine.stdout
+
+    code, plan = _remove(built, "nvidia-rt-cu12", no_table)
+    assert (code, plan["verdict"]) == (3, "refused")
+    assert [(x["consumer"].split("site-packages/")[1], x["need"]) for x in plan["lost"]] == [
+        (FW, "libfwrt.so.12")
+    ]
+    assert plan["lost"][0]["run_time_load"] == "fw[gpu]"
+    # the leftover no requirement brings: on the search path, and still no load of fw's
+    code, plan = _remove(built, "nvidia-old-cu12", no_table)
+    assert (code, plan["verdict"]) == (0, "pass"), plan
+
+    uv_uninstall(built.python, "nvidia-rt-cu12")
+    assert not _loads(built, "lib", "fwrt", ".so.", "12")  # the break is real
+    broken = cudafix("doctor", "--json", "--venv", built.venv, env=no_table)
+    assert broken.returncode == 1, broken.stdout
+    report = as_json(broken)
+    [finding] = [f for f in report["findings"] if f["severity"] == "error"]
+    assert finding["need"] == "libfwrt.so.12" and finding["consumer"].endswith(FW)
+    # what went, at the version that went: not the newest release its range allows (1.1)
+    assert list(report["install"]) == ["nvidia-rt-cu12==1.0"]
+
+    done = cudafix(
+        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse,
+        env=no_table,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _loads(built, "lib", "fwrt", ".so.", "12")
+    assert cudafix("doctor", "--venv", built.venv, env=no_table).returncode == 0
+    [site] = built.venv.glob("lib/python3*/site-packages")
+    assert (site / "nvidia_rt_cu12-1.0.dist-info").is_dir()
