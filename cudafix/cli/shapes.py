@@ -76,7 +76,7 @@ def undo_json(preview: UndoPreview) -> dict[str, Any]:
 
 
 def history_json(entries: Sequence[HistoryEntry]) -> list[dict[str, Any]]:
-    """``history --json``: every transaction, every field."""
+    """``history --json``: every transaction, newest first, every field."""
     return [e.__dict__ for e in entries]
 
 
@@ -86,12 +86,14 @@ def detail_json(detail: TransactionDetail) -> dict[str, Any]:
 
 
 def run_json(result: GuardedRun) -> dict[str, Any]:
-    """``run --json``: the committed run, as a fleet controller aggregates it."""
+    """``run --json``: the committed run, as a fleet controller aggregates it (``unchanged``,
+    with no transaction, when the command changed nothing)."""
     return {
-        "state": "committed",
+        "state": "committed" if result.committed else "unchanged",
         "exit_code": int(ExitCode.OK),
         "target": str(result.prefix),
-        "transaction": result.txid,
+        "transaction": result.txid if result.committed else None,
+        "changed": list(result.changed),
         "argv": list(result.completed.argv),
         "returncode": result.completed.returncode,
         "accepted": list(result.findings),

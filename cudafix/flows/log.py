@@ -40,19 +40,21 @@ def recover(
 
 
 def history(target: TargetArgs) -> tuple[Path, Sequence[HistoryEntry]]:
-    """The target's prefix and its transactions, oldest first."""
+    """The target's prefix and its transactions, newest first (as ``git log`` lists)."""
     prefix = locate(target).prefix
-    return prefix, tx_history.history(prefix)
+    return prefix, tx_history.history(prefix)[::-1]
 
 
 def show(target: TargetArgs, txid: str) -> TransactionDetail:
-    """One transaction (a unique id prefix, or ``last``): its journal and snapshot paths."""
+    """One transaction (its id, 6+ characters of its start or end, or ``last~N``): its
+    journal and snapshot paths."""
     prefix = locate(target).prefix
     return tx_history.show(prefix, tx_history.resolve(prefix, txid))
 
 
 def undo_preview(target: TargetArgs, txid: str) -> UndoPreview:
-    """What undoing ``txid`` (a unique id prefix, or ``last``) would do; changes nothing."""
+    """What undoing ``txid`` (its id, 6+ characters of its start or end, or ``last~N``)
+    would do; changes nothing."""
     prefix = locate(target).prefix
     return tx_undo.preview(prefix, tx_history.resolve(prefix, txid))
 
