@@ -490,8 +490,9 @@ def render_detail(detail: TransactionDetail, style: Style = plain) -> str:
     )
 
 
-def render_undo_preview(preview: UndoPreview, style: Style = plain) -> str:
-    """What an undo restores, shown before it asks (and by ``undo --dry-run``)."""
+def render_undo_preview(preview: UndoPreview, style: Style = plain, accept: bool = False) -> str:
+    """What an undo restores and whether it will be refused, shown before it asks (and by
+    ``undo --dry-run``, which decides as the undo itself does)."""
     e = preview.entry
     out = ["Undo:", *_entry_lines(e)]
     if not preview.readable:
@@ -510,10 +511,28 @@ def render_undo_preview(preview: UndoPreview, style: Style = plain) -> str:
         out.append(style("Verdict: REFUSED", fg="red", bold=True) + "  (changed since the commit)")
         out += [f"  - {shown(c)}" for c in preview.conflicts[:10]]
         out += _more(len(preview.conflicts), 10, "")
+    elif preview.breaks:
+        said = undo_break_lines(preview)
+        verdict, why = (
+            ("Verdict: PASS (accepted)", "--accept: it undoes anyway")
+            if accept
+            else ("Verdict: REFUSED", "it would bring back problems; --accept undoes anyway")
+        )
+        out.append(style(verdict, fg="yellow" if accept else "red", bold=True) + f"  ({why})")
+        out += [f"  - {shown(line)}" for line in said[:10]]
+        out += _more(len(said), 10, "")
     else:
         out.append(
             style("Verdict: can be undone", fg="green", bold=True)
-            + "  (nothing it touched changed since; when it runs it is probed and compared "
-            "with doctor's findings, and rolled back if it brings back an error)"
+            + "  (nothing it touched changed since, and nothing it takes out is needed; when "
+            "it runs it is probed and compared with doctor's findings, and rolled back if it "
+            "brings back an error)"
         )
     return "\n".join(out)
+
+
+def undo_break_lines(preview: UndoPreview) -> list[str]:
+    """The needs an undo would leave unfound, as the refusal of a plan says them."""
+    if preview.target is None:
+        return []
+    return reason_lines(list(preview.breaks), preview.target)

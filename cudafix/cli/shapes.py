@@ -61,9 +61,12 @@ def declined_json() -> dict[str, Any]:
     return {"state": "declined", "exit_code": int(ExitCode.FAILURE)}
 
 
-def undo_json(preview: UndoPreview) -> dict[str, Any]:
-    """``undo --dry-run --json``: what would be undone, and whether it can be."""
-    refused = bool(preview.conflicts)
+def undo_json(preview: UndoPreview, accept: bool = False) -> dict[str, Any]:
+    """``undo --dry-run --json``: what would be undone, and whether it would be refused (as
+    the undo itself decides)."""
+    from cudafix.cli.render import undo_break_lines
+
+    refused = bool(preview.conflicts) or bool(preview.breaks and not accept)
     return {
         "state": "refused" if refused else "pass" if preview.readable else "not-checked",
         "exit_code": int(ExitCode.REFUSED if refused else ExitCode.OK),
@@ -71,6 +74,7 @@ def undo_json(preview: UndoPreview) -> dict[str, Any]:
         "entry": preview.entry.__dict__,
         "paths": preview.paths,
         "conflicts": list(preview.conflicts),
+        "reasons": undo_break_lines(preview),
         "readable": preview.readable,
     }
 

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from cudafix.model.plan import Target
+    from cudafix.model.reasons import NeedLost
     from cudafix.process import Completed
 
 DEFAULT_KEEP = 5
@@ -100,6 +102,11 @@ class UndoPreview:
     readable: bool = True
     """False: this user cannot read the snapshot (another user's), so nothing was checked;
     only a user who can write the environment can undo it."""
+    breaks: tuple[NeedLost, ...] = ()
+    """Needs the undo would leave unfound (it takes out what provides them): the undo is
+    refused while there are any, unless accepted."""
+    target: Target | None = None
+    """The environment ``breaks`` were judged in (their paths are shown relative to it)."""
 
 
 @dataclass(frozen=True)
