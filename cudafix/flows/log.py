@@ -16,6 +16,8 @@ from cudafix.flows.target import locate, open_target, read_facts, target_flags
 from cudafix.model.args import FactArgs, RunArgs, TargetArgs
 from cudafix.model.doctor import SayFindings, new_problems
 from cudafix.model.names import DistName
+from cudafix.model.plan import Options
+from cudafix.model.reasons import NeedLost
 from cudafix.model.transaction import (
     HistoryEntry,
     OnEvent,
@@ -26,8 +28,6 @@ from cudafix.model.transaction import (
     UndoPreview,
     quiet,
 )
-from cudafix.model.plan import Options
-from cudafix.model.reasons import NeedLost
 from cudafix.plan.doctor import diagnose
 from cudafix.plan.planner import Request, build_plan
 from cudafix.tx import history as tx_history
