@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from cudafix.model.plan import Target
     from cudafix.model.reasons import NeedLost
     from cudafix.process import Completed
 
@@ -105,8 +104,9 @@ class UndoPreview:
     breaks: tuple[NeedLost, ...] = ()
     """Needs the undo would leave unfound (it takes out what provides them): the undo is
     refused while there are any, unless accepted."""
-    target: Target | None = None
-    """The environment ``breaks`` were judged in (their paths are shown relative to it)."""
+    target: Any = None
+    """The :class:`~cudafix.model.plan.Target` ``breaks`` were judged in (their paths are
+    shown relative to it); not typed here, as the plan's model imports this module."""
 
 
 @dataclass(frozen=True)
