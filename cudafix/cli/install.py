@@ -129,6 +129,13 @@ def run_command(
     if as_json:
         echo_json(run_json(result))
         return
+    if not result.committed:
+        click.echo(
+            f"Nothing changed in {shown(str(result.prefix))}: {shown(shlex.join(argv))} ran; "
+            "no transaction was recorded."
+        )
+        return
+    changed = f" changed {', '.join(result.changed)};" if result.changed else ""
     undo = f"cudafix undo {result.txid} --venv {shlex.quote(str(result.prefix))}"
     kept = (
         f" (it cannot bring back the {len(result.in_place)} file(s) rewritten in place)"
@@ -136,6 +143,7 @@ def run_command(
         else ""
     )
     click.echo(
-        f"Committed transaction {result.txid}: {shown(shlex.join(argv))}; probes passed: "
+        f"Committed transaction {result.txid}: {shown(shlex.join(argv))};{shown(changed)} "
+        "probes passed: "
         f"{len(result.probes)}.\nUndo with: {shown(undo)}{kept}"
     )

@@ -59,6 +59,7 @@ from cudafix.cli.render import (
     render_undo_preview,
     shown,
     size_text,
+    undo_break_lines,
 )
 from cudafix.cli.shapes import (
     detail_json,
@@ -72,6 +73,7 @@ from cudafix.model.errors import (
     CudafixError,
     EnvironmentFault,
     ExitCode,
+    PlanRefused,
     StalePlan,
     UnmatchedSelector,
     UnsafeState,
@@ -80,6 +82,7 @@ from cudafix.model.errors import (
 
 if TYPE_CHECKING:
     from cudafix.model.plan import Plan
+    from cudafix.model.transaction import UndoPreview
 
 
 class _Group(click.Group):
@@ -263,7 +266,7 @@ def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
 @target_options
 @click.option("--json", "as_json", is_flag=True, help="Every transaction, every field.")
 def history(target: app.TargetArgs, as_json: bool) -> None:
-    """List transactions: id, time, kind, outcome, what changed, command."""
+    """List transactions, newest first: short id, time, command, outcome, what changed."""
     prefix, entries = app.history(target)
     if as_json:
         echo_json(history_json(entries))
@@ -276,7 +279,7 @@ def history(target: app.TargetArgs, as_json: bool) -> None:
 @target_options
 @click.option("--json", "as_json", is_flag=True, help="Everything: its journal, every path.")
 def show(txid: str, target: app.TargetArgs, as_json: bool) -> None:
-    """Show one transaction (TXID: its id, a unique start of it, or `last`)."""
+    """Show one transaction (TXID: its id, 6+ characters of its start or end, or `last~N`)."""
     detail = app.show(target, txid)
     if not as_json:
         echo_out(render_detail(detail, stdout_style()))
@@ -309,27 +312,25 @@ def undo(
 ) -> None:
     """Restore the state before a committed transaction, as a new transaction.
 
-    TXID is its id, a unique start of it, or `last`. The undo is shown first; it is probed
-    and compared with doctor's findings before like any other transaction.
+    TXID is its id, 6+ characters of its start or end (the short id `history` prints), or
+    `last`, `last~1`, ...: the newest committed transaction that is not an undo and was not
+    undone, and those before it. The undo is shown first and refused, as its dry run says,
+    when what it touched changed since or what it takes out is needed; it is probed and
+    compared with doctor's findings like any other transaction.
     """
-    preview = app.undo_preview(facts.target, txid)
+    preview = app.undo_preview(facts, txid, on_event=echo_event)
     if as_json and dry_run:
-        echo_json(undo_json(preview))
+        echo_json(undo_json(preview, accept))
     elif not as_json:
-        echo_out(render_undo_preview(preview, stdout_style()))
-    if not preview.readable and not dry_run:
-        raise UnsafeState(
-            f"the snapshot of {preview.entry.txid} is not readable by this user; "
-            "nothing was changed",
-            hint="run cudafix as a user who can write the environment",
-        )
-    if preview.conflicts and not dry_run:
-        raise StalePlan(
-            f"cannot undo {preview.entry.txid}: the environment changed since",
-            context=list(preview.conflicts),
-        )
-    if dry_run:
-        raise click.exceptions.Exit(ExitCode.REFUSED if preview.conflicts else ExitCode.OK)
+        echo_out(render_undo_preview(preview, stdout_style(), accept))
+    refusal = _undo_refusal(preview, accept)
+    if dry_run:  # decided as the undo decides: the same refusal, the same exit code
+        if refusal is not None and not as_json:
+            echo_err(render_error(refusal, style_for(sys.stderr.isatty())))
+        code = refusal.exit_code if refusal is not None and preview.readable else ExitCode.OK
+        raise click.exceptions.Exit(code)
+    if refusal is not None:
+        raise refusal
     confirm(yes)
     run = app.RunArgs(
         auto_probes=not no_probe,
@@ -362,6 +363,29 @@ def gc(target: app.TargetArgs, keep: int) -> None:
     """Delete old snapshots, keeping the newest KEEP committed ones."""
     gone, freed = app.gc(target, keep)
     click.echo(f"Deleted {len(gone)} snapshot(s), freeing {size_text(freed)}.")
+
+
+def _undo_refusal(preview: UndoPreview, accept: bool) -> CudafixError | None:
+    """Why an undo is refused before anything changes (None: it goes ahead): a snapshot
+    this user cannot read, paths changed since the commit, or needs it would leave unfound
+    (unless ``accept``)."""
+    txid = preview.entry.txid
+    if not preview.readable:
+        return UnsafeState(
+            f"the snapshot of {txid} is not readable by this user; nothing was changed",
+            hint="run cudafix as a user who can write the environment",
+        )
+    if preview.conflicts:
+        return StalePlan(
+            f"cannot undo {txid}: the environment changed since", context=list(preview.conflicts)
+        )
+    if preview.breaks and not accept:
+        return PlanRefused(
+            f"undoing {txid} would bring back problems; nothing was changed",
+            context=undo_break_lines(preview),
+            hint="`--accept` undoes it anyway",
+        )
+    return None
 
 
 def _wants_json(args: Sequence[str]) -> bool:

@@ -15,6 +15,7 @@ from cudafix.cli.wording import (
     error_context,
     reason_lines,
     reinstall_text,
+    undo_effects,
     warning_text,
 )
 from cudafix.model.commands import shell_join
@@ -429,24 +430,36 @@ def _command_line(command: Sequence[str]) -> str:
     return shown(shell_join(["cudafix", *command[1:]])) if command else "-"
 
 
-def _changed(e: HistoryEntry) -> str:
+def _changed(e: HistoryEntry, short: Callable[[str], str] = str) -> str:
+    """What a transaction changed, in package terms; one not committed changed nothing."""
     said = shown(", ".join(e.changed))
+    if e.state != "committed":
+        planned = shown(", ".join(e.planned))
+        return "nothing changed" + (f" (planned: {planned})" if planned else "")
     if e.undoes:
-        said = f"undid {e.undoes}" + (f": {said}" if said else "")
-    return said or "nothing"
+        said = f"undid {short(e.undoes)}" + (f": {said}" if said else "")
+    said = said or "nothing"
+    return said + (f" (undone by {short(e.undone_by)})" if e.undone_by else "")
 
 
 _STATE_COLOUR = {"committed": "green", "rolled-back": "yellow", "pending": "red"}
 
 
 def render_history(prefix: Path, entries: Sequence[HistoryEntry], style: Style = plain) -> str:
-    """One transaction a line: id, time, kind, outcome, what changed; then its command."""
+    """Newest first, like ``git log``: short id, time, command, outcome, what it changed in
+    package terms; then the command line as typed."""
     if not entries:
         return f"No transactions in {prefix}."
+    shorts = {e.txid: e.short or e.txid for e in entries}
+
+    def short(txid: str) -> str:
+        return shorts.get(txid, txid)
+
     out = []
     for e in entries:
         state = style(f"{e.state:<11}", fg=_STATE_COLOUR.get(e.state, "red"))
-        out.append(f"{e.txid}  {_when(e.time)}  {e.kind:<5}  {state}  {_changed(e)}")
+        what = _changed(e, short)
+        out.append(f"{short(e.txid)}  {_when(e.time)}  {e.name or e.kind:<7}  {state}  {what}")
         out.append(f"    {_command_line(e.command)}")
         if e.error:
             out.append(f"    {shown(e.error)}")
@@ -455,7 +468,7 @@ def render_history(prefix: Path, entries: Sequence[HistoryEntry], style: Style =
 
 def _entry_lines(e: HistoryEntry) -> list[str]:
     return [
-        f"Transaction {e.txid} ({e.kind}), {_when(e.time)}: {e.state}",
+        f"Transaction {e.txid} ({e.name or e.kind}), {_when(e.time)}: {e.state}",
         f"  command:  {_command_line(e.command)}",
         f"  changed:  {_changed(e)}",
         *([f"  kept:     {len(e.kept)} shared path(s)"] if e.kept else []),
@@ -477,8 +490,9 @@ def render_detail(detail: TransactionDetail, style: Style = plain) -> str:
     )
 
 
-def render_undo_preview(preview: UndoPreview, style: Style = plain) -> str:
-    """What an undo restores, shown before it asks (and by ``undo --dry-run``)."""
+def render_undo_preview(preview: UndoPreview, style: Style = plain, accept: bool = False) -> str:
+    """What an undo restores and whether it will be refused, shown before it asks (and by
+    ``undo --dry-run``, which decides as the undo itself does)."""
     e = preview.entry
     out = ["Undo:", *_entry_lines(e)]
     if not preview.readable:
@@ -487,15 +501,38 @@ def render_undo_preview(preview: UndoPreview, style: Style = plain) -> str:
             "as a user who can write the environment"
         )
         return "\n".join(out)
-    out.append(f"  restores the {preview.paths} path(s) it touched to their state before it")
+    effects = undo_effects(e.changed)
+    out.append(
+        f"  {shown(effects)}"
+        if effects
+        else f"  restores the {preview.paths} path(s) it touched to their state before it"
+    )
     if preview.conflicts:
         out.append(style("Verdict: REFUSED", fg="red", bold=True) + "  (changed since the commit)")
         out += [f"  - {shown(c)}" for c in preview.conflicts[:10]]
         out += _more(len(preview.conflicts), 10, "")
+    elif preview.breaks:
+        said = undo_break_lines(preview)
+        verdict, why = (
+            ("Verdict: PASS (accepted)", "--accept: it undoes anyway")
+            if accept
+            else ("Verdict: REFUSED", "it would bring back problems; --accept undoes anyway")
+        )
+        out.append(style(verdict, fg="yellow" if accept else "red", bold=True) + f"  ({why})")
+        out += [f"  - {shown(line)}" for line in said[:10]]
+        out += _more(len(said), 10, "")
     else:
         out.append(
             style("Verdict: can be undone", fg="green", bold=True)
-            + "  (nothing it touched changed since; when it runs it is probed and compared "
-            "with doctor's findings, and rolled back if it brings back an error)"
+            + "  (nothing it touched changed since, and nothing it takes out is needed; when "
+            "it runs it is probed and compared with doctor's findings, and rolled back if it "
+            "brings back an error)"
         )
     return "\n".join(out)
+
+
+def undo_break_lines(preview: UndoPreview) -> list[str]:
+    """The needs an undo would leave unfound, as the refusal of a plan says them."""
+    if preview.target is None:
+        return []
+    return reason_lines(list(preview.breaks), preview.target)

@@ -61,9 +61,12 @@ def declined_json() -> dict[str, Any]:
     return {"state": "declined", "exit_code": int(ExitCode.FAILURE)}
 
 
-def undo_json(preview: UndoPreview) -> dict[str, Any]:
-    """``undo --dry-run --json``: what would be undone, and whether it can be."""
-    refused = bool(preview.conflicts)
+def undo_json(preview: UndoPreview, accept: bool = False) -> dict[str, Any]:
+    """``undo --dry-run --json``: what would be undone, and whether it would be refused (as
+    the undo itself decides)."""
+    from cudafix.cli.render import undo_break_lines
+
+    refused = bool(preview.conflicts) or bool(preview.breaks and not accept)
     return {
         "state": "refused" if refused else "pass" if preview.readable else "not-checked",
         "exit_code": int(ExitCode.REFUSED if refused else ExitCode.OK),
@@ -71,12 +74,13 @@ def undo_json(preview: UndoPreview) -> dict[str, Any]:
         "entry": preview.entry.__dict__,
         "paths": preview.paths,
         "conflicts": list(preview.conflicts),
+        "reasons": undo_break_lines(preview),
         "readable": preview.readable,
     }
 
 
 def history_json(entries: Sequence[HistoryEntry]) -> list[dict[str, Any]]:
-    """``history --json``: every transaction, every field."""
+    """``history --json``: every transaction, newest first, every field."""
     return [e.__dict__ for e in entries]
 
 
@@ -86,12 +90,14 @@ def detail_json(detail: TransactionDetail) -> dict[str, Any]:
 
 
 def run_json(result: GuardedRun) -> dict[str, Any]:
-    """``run --json``: the committed run, as a fleet controller aggregates it."""
+    """``run --json``: the committed run, as a fleet controller aggregates it (``unchanged``,
+    with no transaction, when the command changed nothing)."""
     return {
-        "state": "committed",
+        "state": "committed" if result.committed else "unchanged",
         "exit_code": int(ExitCode.OK),
         "target": str(result.prefix),
-        "transaction": result.txid,
+        "transaction": result.txid if result.committed else None,
+        "changed": list(result.changed),
         "argv": list(result.completed.argv),
         "returncode": result.completed.returncode,
         "accepted": list(result.findings),

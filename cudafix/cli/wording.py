@@ -252,3 +252,27 @@ def _builds(owners: Sequence[str]) -> str:
 def _paths(paths: Sequence[str], sites: Sequence[str], limit: int = 4) -> str:
     shown = ", ".join(site_relative(p, sites) for p in paths[:limit])
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def undo_effects(changed: Sequence[str]) -> str:
+    """What undoing a transaction does, in package terms, from what it changed (``+six
+    1.17.0``, ``-x 1``, ``x 1 -> 2``, ``~x``): ``removes six 1.17.0; puts back x 1``."""
+    removes, returns, back, files = [], [], [], []
+    for change in changed:
+        if change.startswith("+"):
+            removes.append(change[1:])
+        elif change.startswith("-"):
+            returns.append(change[1:])
+        elif change.startswith("~"):
+            files.append(change[1:])
+        elif " -> " in change:
+            name_old, new = change.rsplit(" -> ", 1)
+            name, _, old = name_old.partition(" ")
+            back.append(f"{name} back from {new} to {old}")
+    said = [
+        *([f"removes {', '.join(removes)}"] if removes else []),
+        *([f"puts back {', '.join(returns)}"] if returns else []),
+        *([f"takes {', '.join(back)}"] if back else []),
+        *([f"puts back the files of {', '.join(files)} as they were before"] if files else []),
+    ]
+    return "; ".join(said)

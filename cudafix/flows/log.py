@@ -7,6 +7,7 @@ transaction, judged against doctor's findings before it like any other change.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from cudafix.env.statedir import StateDir
@@ -15,6 +16,8 @@ from cudafix.flows.target import locate, open_target, read_facts, target_flags
 from cudafix.model.args import FactArgs, RunArgs, TargetArgs
 from cudafix.model.doctor import SayFindings, new_problems
 from cudafix.model.names import DistName
+from cudafix.model.plan import Options
+from cudafix.model.reasons import NeedLost
 from cudafix.model.transaction import (
     HistoryEntry,
     OnEvent,
@@ -26,6 +29,7 @@ from cudafix.model.transaction import (
     quiet,
 )
 from cudafix.plan.doctor import diagnose
+from cudafix.plan.planner import Request, build_plan
 from cudafix.tx import history as tx_history
 from cudafix.tx import undo as tx_undo
 from cudafix.tx.recovery import recover as tx_recover
@@ -40,21 +44,34 @@ def recover(
 
 
 def history(target: TargetArgs) -> tuple[Path, Sequence[HistoryEntry]]:
-    """The target's prefix and its transactions, oldest first."""
+    """The target's prefix and its transactions, newest first (as ``git log`` lists)."""
     prefix = locate(target).prefix
-    return prefix, tx_history.history(prefix)
+    return prefix, tx_history.history(prefix)[::-1]
 
 
 def show(target: TargetArgs, txid: str) -> TransactionDetail:
-    """One transaction (a unique id prefix, or ``last``): its journal and snapshot paths."""
+    """One transaction (its id, 6+ characters of its start or end, or ``last~N``): its
+    journal and snapshot paths."""
     prefix = locate(target).prefix
     return tx_history.show(prefix, tx_history.resolve(prefix, txid))
 
 
-def undo_preview(target: TargetArgs, txid: str) -> UndoPreview:
-    """What undoing ``txid`` (a unique id prefix, or ``last``) would do; changes nothing."""
-    prefix = locate(target).prefix
-    return tx_undo.preview(prefix, tx_history.resolve(prefix, txid))
+def undo_preview(args: FactArgs, txid: str, on_event: OnEvent = quiet) -> UndoPreview:
+    """What undoing ``txid`` (its id, 6+ characters of its start or end, or ``last~N``)
+    would do, and whether it would be refused; changes nothing. The real undo decides on
+    this same preview before it changes anything: a dry run predicts it."""
+    target = locate(args.target)
+    preview = tx_undo.preview(target.prefix, tx_history.resolve(target.prefix, txid))
+    taken = [c[1:].split(" ")[0] for c in preview.entry.changed if c.startswith("+")]
+    if not preview.readable or preview.conflicts or not taken:
+        return preview
+    facts = read_facts(args, target, on_event)
+    names = tuple(n for c in taken if (n := DistName(c)) in facts.inventory.distributions)
+    if not names:
+        return preview
+    plan = build_plan(facts, Request(names, (), Options(fetched=False)))
+    lost = tuple(r for r in plan.reasons if isinstance(r, NeedLost))
+    return replace(preview, breaks=lost, target=plan.target)
 
 
 def undo(

@@ -72,3 +72,24 @@ def apply_file_argv(path: str | Path, target: TargetFlags, tail: Iterable[str] =
     """``cudafix apply FILE TARGET... TAIL... --yes``: a saved plan, applied as reviewed (the
     file is what was reviewed, so it is not asked again)."""
     return cudafix_argv("apply", str(path), target=target, tail=[*tail, "--yes"])
+
+
+_VALUE_OPTIONS = frozenset({"--venv", "--python", "-p", "--color"})
+"""cudafix's options that may come before the subcommand and take a value."""
+_ALIASES = {"uninstall": "remove"}
+
+
+def subcommand(argv: Sequence[str]) -> str | None:
+    """The subcommand a recorded command line ran (``argv[0]`` is the program): the first
+    word that is not an option nor an option's value, as click reads it (``cudafix --venv
+    V repair`` ran ``repair``); ``uninstall`` is ``remove``. None when there is none."""
+    words = iter(argv[1:])
+    for word in words:
+        if word == "--":
+            return None
+        if word.startswith("-"):
+            if word in _VALUE_OPTIONS:
+                next(words, None)
+            continue
+        return _ALIASES.get(word, word)
+    return None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from cudafix.model.reasons import NeedLost
     from cudafix.process import Completed
 
 DEFAULT_KEEP = 5
@@ -71,9 +72,20 @@ class HistoryEntry:
     installed: tuple[str, ...] = ()
     changed: tuple[str, ...] = ()
     """What it changed: ``-name version`` taken out, ``+name version`` put in, ``name old ->
-    new``, ``~name`` reinstalled at the same version; for one not committed, what it planned."""
+    new``, ``~name`` reinstalled at the same version; empty for one not committed."""
     undoes: str | None = None
     """For an ``undo``: the transaction whose state before it restored."""
+    name: str = ""
+    """The command that made it, as the user typed it: ``repair``, ``remove``, ``install``,
+    ``apply``, ``run`` or ``undo`` (its ``kind`` for a command line that names none)."""
+    short: str = ""
+    """The shortest id that names it in its log (its random suffix; the full id when
+    another transaction shares that suffix)."""
+    planned: tuple[str, ...] = ()
+    """What its plan meant to change (``-name version``, ``+name version``, ``~name``): for
+    one rolled back, what did not happen."""
+    undone_by: str | None = None
+    """The committed undo that restored the state before it (and was not undone itself)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,12 @@ class UndoPreview:
     readable: bool = True
     """False: this user cannot read the snapshot (another user's), so nothing was checked;
     only a user who can write the environment can undo it."""
+    breaks: tuple[NeedLost, ...] = ()
+    """Needs the undo would leave unfound (it takes out what provides them): the undo is
+    refused while there are any, unless accepted."""
+    target: Any = None
+    """The :class:`~cudafix.model.plan.Target` ``breaks`` were judged in (their paths are
+    shown relative to it); not typed here, as the plan's model imports this module."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +121,7 @@ class TransactionDetail:
 
 @dataclass(frozen=True)
 class GuardedRun:
-    """A command that ran inside a transaction and was committed."""
+    """A command that ran inside a transaction: committed, or dropped as it changed nothing."""
 
     txid: str
     prefix: Path
@@ -113,6 +131,10 @@ class GuardedRun:
     probes: tuple[str, ...]
     in_place: tuple[str, ...]
     """Files the command rewrote in place (the snapshot could not have restored them)."""
+    committed: bool = True
+    """False: the command changed nothing, so no transaction was recorded."""
+    changed: tuple[str, ...] = ()
+    """What it changed, as ``history`` says it (``+six 1.17.0``, ``-x 1``, ``x 1 -> 2``)."""
 
 
 RunEventKind = Literal["progress", "info", "note", "warning", "probe-note"]

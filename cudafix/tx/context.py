@@ -26,7 +26,7 @@ from cudafix.model.names import normalize_name, split_dist_info_name
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_KEEP, OnEvent, RunEvent
 from cudafix.process import Completed
-from cudafix.tx import journal, poststate, snapshot, steps
+from cudafix.tx import journal, poststate, snapshot, steps, trash
 from cudafix.tx.history import gc
 from cudafix.tx.lock import EnvLocks, Handover, LockIntrusion, hold
 from cudafix.tx.manifest import Manifest, write_json
@@ -34,6 +34,9 @@ from cudafix.tx.probe import run_probes
 from cudafix.tx.recovery import pending_transactions, rollback, unreadable_transactions
 
 T = TypeVar("T")
+
+NOTHING_CHANGED = "nothing changed"
+"""Why a transaction that changed nothing ended without a commit."""
 
 
 class StepFailed(Exception):
@@ -168,12 +171,25 @@ class RunContext:
             raise StepFailed("probe failed: " + "; ".join(failed))
         return tuple(r.label for r in results)
 
-    def execute(self, tx: TxDir, manifest: Manifest, step: Callable[[], T]) -> T:
+    def execute(
+        self,
+        tx: TxDir,
+        manifest: Manifest,
+        step: Callable[[], T],
+        unchanged: Callable[[T], bool] | None = None,
+    ) -> T:
         """Run ``step`` and commit; on any failure (even KeyboardInterrupt) roll back and
-        raise. Returns what ``step`` returned."""
+        raise. Returns what ``step`` returned. ``unchanged``: asked of what ``step`` returned
+        when every path is as the snapshot found it; when it agrees nothing changed (no
+        write in place), the transaction is not committed
+        but dropped (:meth:`drop`), so the log holds only transactions that changed something."""
         try:
             done = step()
-            self.commit(tx, manifest)
+            after = poststate.after_state(self.prefix, manifest)
+            if unchanged is not None and poststate.unchanged(manifest, after) and unchanged(done):
+                self.drop(tx)
+                return done
+            self.commit(tx, manifest, after)
         except BaseException as exc:
             narrowed = exc.restore if isinstance(exc, StepFailed) else None
             with interrupts_held():
@@ -183,11 +199,24 @@ class RunContext:
             gc(self.prefix, keep=DEFAULT_KEEP, wait=False)
         return done
 
-    def commit(self, tx: TxDir, manifest: Manifest) -> None:
-        """The durable ``commit`` record is the commit point: any failure before it rolls back."""
+    def drop(self, tx: TxDir) -> None:
+        """A transaction that changed nothing: journaled as ended (nothing to recover), its
+        snapshot set aside for deletion, then its directory removed: it leaves no entry."""
+        journal.append(tx.journal, steps.Aborted(error=NOTHING_CHANGED))
+        trash.discard(self.state, [tx.txid])
+        shutil.rmtree(tx.root, ignore_errors=True)
+        with contextlib.suppress(OSError, CudafixError):
+            trash.empty(self.state, wait=False)
+        self.on_event(RunEvent("progress", f"nothing changed: transaction {tx.txid} dropped"))
+
+    def commit(
+        self, tx: TxDir, manifest: Manifest, after: dict[str, list[Any]] | None = None
+    ) -> None:
+        """The durable ``commit`` record is the commit point: any failure before it rolls back.
+        ``after``: the state now, when the caller just read it."""
         journal.append(tx.journal, steps.CommitBegin())
         fail_point("commit")
-        after = poststate.after_state(self.prefix, manifest)
+        after = poststate.after_state(self.prefix, manifest) if after is None else after
         write_json(tx.post, poststate.post_state_to_json(manifest, after))
         changed = tuple(distribution_changes(manifest, after))
         journal.append(tx.journal, steps.Commit(changed=changed))

@@ -14,7 +14,7 @@ import contextlib
 import os
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
@@ -111,7 +111,15 @@ def run_guarded(
         roots = prefix_roots(prefix)
         copy = _small_outside_site_packages
         manifest = ctx.snapshot(tx, roots, [], copy=copy, whole=True)
-        return ctx.execute(tx, manifest, _Guarded(ctx, tx, manifest, args).step)
+        done = ctx.execute(tx, manifest, _Guarded(ctx, tx, manifest, args).step, _wrote_nothing)
+    changed = journal.changes(journal.read(tx.journal))  # None: dropped, nothing changed
+    return replace(done, committed=changed is not None, changed=changed or ())
+
+
+def _wrote_nothing(done: GuardedRun) -> bool:
+    """Whether the command wrote no file in place (every path is as it was): then it changed
+    nothing, and the run is dropped rather than committed."""
+    return not done.in_place
 
 
 def _reinstall_hint(prefix: Path, pins: Sequence[str]) -> str:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
 from cudafix.env.statedir import StateDir, TxDir
-from cudafix.model.commands import cudafix_line, venv_flags
+from cudafix.model.commands import cudafix_line, subcommand, venv_flags
 from cudafix.model.errors import UsageError
 from cudafix.model.transaction import DEFAULT_KEEP, HistoryEntry, TransactionDetail
 from cudafix.tx import journal, trash
@@ -49,24 +52,27 @@ def entry(tx: TxDir) -> HistoryEntry:
     if log.damaged:
         lines = ", ".join(map(str, log.damaged[:5]))
         error = f"journal {tx.journal} is damaged (line {lines})" + (f"; {error}" if error else "")
+    state = _state(records)
     changed = journal.changes(records)
-    planned = (
-        *(f"-{n}" for n in head.removed),
-        *(f"+{n}" for n in head.installed),
-    )
-    return HistoryEntry(
-        installed=head.installed,
-        changed=(
+    planned = (*(p for p in head.planned if not p.startswith("~")), *_plain_changes(head))
+    done: tuple[str, ...] = ()
+    if state == "committed":
+        done = (
             *(planned if changed is None else changed),
             *(f"~{n}" for n in head.reinstalled),
-        ),
+        )
+    return HistoryEntry(
+        installed=head.installed,
+        changed=done,
+        planned=(*planned, *(f"~{n}" for n in head.reinstalled)),
         undoes=head.undoes,
         txid=tx.txid,
         time=head.time,
         kind=head.kind,
+        name=subcommand(head.command) or head.kind,
         command=head.command,
         verdict=head.verdict,
-        state=_state(records),
+        state=state,
         removed=head.removed,
         reinstalled=head.reinstalled,
         kept=head.kept,
@@ -75,10 +81,73 @@ def entry(tx: TxDir) -> HistoryEntry:
     )
 
 
+def _plain_changes(head: journal.Head) -> tuple[str, ...]:
+    """What a plan named, by name only, that its pins with versions do not say (a journal
+    whose plan lists names without versions)."""
+    said = {p[1:].split(" ")[0] for p in head.planned}
+    return (
+        *(f"-{n}" for n in head.removed if n not in said),
+        *(f"+{n}" for n in head.installed if n not in said),
+    )
+
+
 def history(prefix: Path) -> list[HistoryEntry]:
-    """Every transaction on ``prefix``, oldest first."""
+    """Every transaction on ``prefix``, oldest first, each with its short id and the undo
+    that undid it (if one did)."""
     state = StateDir(Path(prefix))
-    return [entry(state.tx(t)) for t in state.transaction_ids()]
+    return annotated([entry(state.tx(t)) for t in state.transaction_ids()])
+
+
+def annotated(entries: Sequence[HistoryEntry]) -> list[HistoryEntry]:
+    """``entries`` (oldest first) with their short ids and ``undone_by`` filled in."""
+    shorts = short_ids([e.txid for e in entries])
+    by = undone_by(entries)
+    return [replace(e, short=shorts[e.txid], undone_by=by.get(e.txid)) for e in entries]
+
+
+def _suffix(txid: str) -> str | None:
+    """The random part of an id :func:`~cudafix.env.statedir.new_txid` wrote."""
+    found = _SUFFIX.search(txid)
+    return found[1] if found else None
+
+
+_SUFFIX = re.compile(r"^\d{8}T\d{6}-\d{9}-([0-9a-f]{6,})$")
+
+MIN_ID = 6
+"""The fewest characters of an id (its start or its end) that name a transaction."""
+
+
+def short_ids(txids: Sequence[str]) -> dict[str, str]:
+    """Each id's short form: its random suffix (``e4298f``), or the whole id when another
+    id has the same suffix or it is not an id cudafix wrote."""
+    suffixes = Counter(s for t in txids if (s := _suffix(t)) is not None)
+    return {t: s if (s := _suffix(t)) is not None and suffixes[s] == 1 else t for t in txids}
+
+
+def undone_by(entries: Sequence[HistoryEntry]) -> dict[str, str]:
+    """Which committed undo undid each transaction (``entries`` oldest first): an undo that
+    was itself undone no longer counts, so what it undid counts as done again."""
+    by: dict[str, str] = {}
+    for e in entries:
+        if e.kind == "undo" and e.state == "committed" and e.undoes:
+            by[e.undoes] = e.txid
+    memo: dict[str, bool] = {}
+
+    def undone(txid: str) -> bool:
+        # undone(t) = t in by and not undone(by[t]): ``by`` points at newer undos, so the
+        # chain ends; where a damaged log loops, the loop's end counts as not undone
+        chain: list[str] = []
+        t = txid
+        while t in by and t not in memo and t not in chain:
+            chain.append(t)
+            t = by[t]
+        answer = memo.get(t, False) if t not in chain else False
+        for c in reversed(chain):
+            answer = not answer
+            memo[c] = answer
+        return memo.get(txid, False)
+
+    return {t: u for t, u in by.items() if undone(t)}
 
 
 def loaded(tx: TxDir) -> Manifest | None:
@@ -95,7 +164,8 @@ def show(prefix: Path, txid: str) -> TransactionDetail:
     manifest = loaded(tx)
     paths = tuple(e.path for e in manifest.entries) if manifest else ()
     records = tuple(r.encode() for r in journal.read(tx.journal))
-    return TransactionDetail(entry=entry(tx), journal=records, paths=paths)
+    listed = next((e for e in history(Path(prefix)) if e.txid == txid), None)
+    return TransactionDetail(entry=listed or entry(tx), journal=records, paths=paths)
 
 
 def existing(prefix: Path, txid: str) -> TxDir:
@@ -107,26 +177,67 @@ def existing(prefix: Path, txid: str) -> TxDir:
 
 
 def resolve(prefix: Path, given: str) -> str:
-    """The full id ``given`` names: itself, a unique prefix of one (``20261203T1824``), or
-    ``last``, the newest committed transaction whose snapshot is kept (what undo can undo)."""
-    ids = StateDir(Path(prefix)).transaction_ids()
-    if given == "last":
-        undoable = [e.txid for e in history(Path(prefix)) if e.state == "committed" and e.snapshot]
-        if not undoable:
-            raise UsageError(
-                f"no committed transaction with a snapshot in {prefix}", hint=_history_hint(prefix)
-            )
-        return undoable[-1]
+    """The full id ``given`` names (:func:`pick`); :class:`UsageError` naming ``history``."""
+    try:
+        return pick(given, history(Path(prefix)))
+    except UsageError as err:
+        hint = _history_hint(prefix) + (f"  ({err.hint})" if err.hint else "")
+        raise UsageError(f"{err.message} in {prefix}", context=err.context, hint=hint) from None
+
+
+_LAST = re.compile(r"last(?:~(\d{1,6}))?")
+
+
+def undoable(entries: Sequence[HistoryEntry]) -> list[HistoryEntry]:
+    """What ``last``, ``last~1``, ... name, newest first: committed transactions that are not
+    an undo and were not undone (``entries`` oldest first, as :func:`history` lists them)."""
+    by = undone_by(entries)
+    return [
+        e for e in reversed(entries)
+        if e.state == "committed" and e.kind != "undo" and e.txid not in by
+    ]  # fmt: skip
+
+
+def pick(given: str, entries: Sequence[HistoryEntry]) -> str:
+    """The full id ``given`` names among ``entries`` (oldest first): the id itself; ``last``,
+    ``last~N`` (the newest, or the N-th before it, of :func:`undoable`); or at least
+    :data:`MIN_ID` characters of its start or its end (the short id ``history`` prints),
+    when they name one transaction alone. :class:`UsageError` otherwise."""
+    ids = [e.txid for e in entries]
     if given in ids:
         return given
-    hits = [t for t in ids if t.startswith(given)] if given else []
+    if given.startswith("last"):
+        return _last(given, entries)
+    if len(given) < MIN_ID:
+        raise UsageError(
+            f"{given!r} is not a transaction id: give at least {MIN_ID} characters of one, "
+            "or `last`"
+        )
+    hits = [t for t in ids if t.startswith(given) or t.endswith(given)]
     if len(hits) == 1:
         return hits[0]
-    said = "is the start of" if hits else "names"
+    if not hits:
+        raise UsageError(f"no transaction {given!r}")
     raise UsageError(
-        f"{given!r} {said} {len(hits) or 'no'} transaction(s) in {prefix}",
+        f"{given!r} names {len(hits)} transactions",
         context=hits[:10],
-        hint=_history_hint(prefix) + ("  (give more of the id)" if hits else ""),
+        hint="give more of the id",
+    )
+
+
+def _last(given: str, entries: Sequence[HistoryEntry]) -> str:
+    steps = _LAST.fullmatch(given)
+    if steps is None:
+        raise UsageError(f"{given!r} is not a transaction: `last`, `last~1`, `last~2`, ...")
+    back = int(steps[1] or 0)
+    can = undoable(entries)
+    if back < len(can):
+        return can[back].txid
+    if not can:
+        raise UsageError("no committed transaction that is not an undo and was not undone")
+    raise UsageError(
+        f"{given!r} goes back further than the {len(can)} committed transaction(s) not "
+        f"undone (`last` to `last~{len(can) - 1}`)"
     )
 
 

@@ -70,6 +70,10 @@ class Head:
     """The transaction an ``undo`` restores the state before."""
     probe_modules: tuple[str, ...] = ()
     """What the plan imported after applying (an undo imports them again)."""
+    planned: tuple[str, ...] = ()
+    """What the plan meant to change: ``-name version``, ``+name version``, ``~name``."""
+    argv: tuple[str, ...] = ()
+    """A ``run``'s command."""
 
 
 def head(records: Sequence[Record]) -> Head:
@@ -88,7 +92,27 @@ def head(records: Sequence[Record]) -> Head:
         installed=_strings(plan.get("install"), "name"),
         undoes=opening.undo,
         probe_modules=_strings(plan.get("probe_modules")),
+        planned=(
+            *_pins(plan.get("remove"), "-"),
+            *_pins(plan.get("install"), "+"),
+            *(f"~{n}" for n in _strings(plan.get("reinstall"), "name")),
+        ),
+        argv=opening.argv or (),
     )
+
+
+def _pins(value: Any, sign: str) -> tuple[str, ...]:
+    """``{sign}name version`` of each ``{name, version}`` in the plan's JSON list (the name
+    alone where the version is missing); junk becomes ()."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for v in value:
+        name = v.get("name") if isinstance(v, dict) else None
+        if isinstance(name, str):
+            version = v.get("version")
+            out.append(f"{sign}{name}" + (f" {version}" if isinstance(version, str) else ""))
+    return tuple(out)
 
 
 def changes(records: Sequence[Record]) -> tuple[str, ...] | None:

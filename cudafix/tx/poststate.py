@@ -83,3 +83,19 @@ def _implied(manifest: Manifest) -> dict[str, list[Any]]:
         elif e.kind == "absent":
             out[e.path] = ["absent"]
     return out
+
+
+def unchanged(manifest: Manifest, after: Mapping[str, list[Any]]) -> bool:
+    """Whether ``after`` (:func:`after_state`) is the state the snapshot recorded: no path
+    appeared, went, or changed kind, size, mode, inode or mtime; a symlink still points
+    where it did. (A write in place that keeps size and mtime is
+    :func:`cudafix.tx.restore.written_in_place`'s to find.)"""
+    implied = _implied(manifest)
+    links = {e.path: e.target for e in manifest.entries if e.kind == "symlink"}
+    for path, state in after.items():
+        if implied.get(path) == state:
+            continue
+        if path in links and state[:1] == ["other"] and state[5] == links[path]:
+            continue
+        return False
+    return True

@@ -108,7 +108,9 @@ def test_a_passing_install_commits_and_undo_restores_byte_for_byte(
     assert _versions(built)["nvidia-nvtx-cu12"] == "12.8.90"
     txid = proc.stdout.split("Committed transaction ")[1].split(":")[0]
     history = cudafix("history", "--venv", built.venv)
-    assert txid in history.stdout and "install nvidia-nvtx-cu12" in history.stdout
+    [line] = [ln for ln in history.stdout.splitlines() if ln.startswith(txid[-6:] + " ")]
+    assert " install " in line and "+nvidia-nvtx-cu12 12.8.90" in line, history.stdout
+    assert "install nvidia-nvtx-cu12" in history.stdout
     undo = cudafix("undo", txid, "--venv", built.venv, "--yes")
     assert undo.returncode == 0, undo.stderr
     assert diff_fingerprints(before, fingerprint(built.venv)) == []

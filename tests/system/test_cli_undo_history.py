@@ -39,44 +39,56 @@ def _repaired(scenario: ScenarioFactory) -> tuple[BuiltScenario, str]:
 def test_history_has_time_and_what_changed_and_show_summarises(scenario: ScenarioFactory) -> None:
     built, txid = _repaired(scenario)
     lines = cudafix("history", "--venv", built.venv).stdout.splitlines()
-    [line] = [ln for ln in lines if ln.startswith(txid)]
+    [line] = [ln for ln in lines if ln.startswith(txid[-6:] + " ")]
     assert TIME.search(line), line
-    assert "+nvidia-cudnn-cu12 9.10.2.21" in line and "committed" in line
-    summary = cudafix("show", txid[:15], "--venv", built.venv)
+    assert " repair " in line and "+nvidia-cudnn-cu12 9.10.2.21" in line and "committed" in line
+    summary = cudafix("show", txid[-6:], "--venv", built.venv)
     assert summary.returncode == 0, summary.stderr
     assert len(summary.stdout.splitlines()) < 20
-    assert f"Transaction {txid}" in summary.stdout and "+nvidia-cudnn-cu12" in summary.stdout
+    assert f"Transaction {txid} (repair)" in summary.stdout
+    assert "+nvidia-cudnn-cu12" in summary.stdout
     full = as_json(cudafix("show", "last", "--venv", built.venv, "--json"))
     assert full["entry"]["txid"] == txid and full["journal"] and full["paths"]
 
 
-def test_undo_by_prefix_or_last_previews_and_is_judged_like_any_transaction(
+def test_undo_dry_run_decides_as_the_undo_and_a_second_undo_last_steps_back(
     scenario: ScenarioFactory,
 ) -> None:
     built, txid = _repaired(scenario)
-    preview = as_json(cudafix("undo", "last", "--venv", built.venv, "--dry-run", "--json"))
-    assert preview["transaction"] == txid and preview["state"] == "pass"
+    dry = cudafix("undo", "last", "--venv", built.venv, "--dry-run", "--json")
+    preview = as_json(dry)
+    assert dry.returncode == 3 and preview["state"] == "refused", dry.stdout + dry.stderr
+    assert preview["transaction"] == txid and "libcudnn.so.9" in " ".join(preview["reasons"])
+    said = cudafix("undo", txid[-6:], "--venv", built.venv, "--dry-run")
+    assert said.returncode == 3 and "Verdict: REFUSED" in said.stdout
+    assert "removes nvidia-cudnn-cu12 9.10.2.21" in said.stdout
     assert_one_line_error(cudafix("undo", "nope", "--venv", built.venv, "--yes"), 2, "nope")
 
-    declined = cudafix_tty("undo", txid[:12], "--venv", built.venv, answer="n")
+    refused = cudafix("undo", txid[-6:], "--venv", built.venv, "--yes")
+    assert_one_line_error(refused, 3, "would bring back problems", "libcudnn.so.9", "--accept")
+    assert try_import(built.python, "torch").returncode == 0
+    assert len(json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)) == 1
+
+    declined = cudafix_tty("undo", txid[:15], "--venv", built.venv, "--accept", answer="n")
     assert declined.returncode == 1, declined.output
     undo_at = declined.output.index("Undo:")
-    assert "+nvidia-cudnn-cu12 9.10.2.21" in declined.output[undo_at:]
+    assert "removes nvidia-cudnn-cu12 9.10.2.21" in declined.output[undo_at:]
     assert undo_at < declined.output.index("[y/N]") and "Nothing changed." in declined.output
-
-    broke = cudafix("undo", txid[:12], "--venv", built.venv, "--yes")
-    assert broke.returncode == 1, broke.stdout + broke.stderr
-    assert "libcudnn.so.9" in broke.stderr and "--accept" in broke.stderr
-    assert try_import(built.python, "torch").returncode == 0
-    ambiguous = cudafix("undo", txid[:8], "--venv", built.venv, "--dry-run")
-    assert_one_line_error(ambiguous, 2, "is the start of 2 transaction(s)")
 
     accepted = cudafix("undo", "last", "--venv", built.venv, "--yes", "--accept", "--json")
     assert as_json(accepted)["state"] == "committed", accepted.stderr
     assert try_import(built.python, "torch").returncode != 0
-    history = cudafix("history", "--venv", built.venv, "--json")
-    last = json.loads(history.stdout)[-1]
-    assert last["undoes"] == txid and "-nvidia-cudnn-cu12 9.10.2.21" in last["changed"]
+    newest, repair = json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)
+    assert newest["undoes"] == txid and newest["name"] == "undo"
+    assert "-nvidia-cudnn-cu12 9.10.2.21" in newest["changed"]
+    assert repair["txid"] == txid and repair["undone_by"] == newest["txid"]
+    text = cudafix("history", "--venv", built.venv).stdout
+    assert text.index(newest["short"]) < text.index(f"{txid[-6:]}  ")  # newest first
+    assert f"undone by {newest['short']}" in text and f"undid {txid[-6:]}" in text
+    ambiguous = cudafix("undo", txid[:8], "--venv", built.venv, "--dry-run")
+    assert_one_line_error(ambiguous, 2, "names 2 transactions")
+    again = cudafix("undo", "last", "--venv", built.venv, "--dry-run")
+    assert_one_line_error(again, 2, "no committed transaction that is not an undo")
 
 
 def test_run_history_says_what_the_command_changed_and_gc_says_what_it_freed(
@@ -89,10 +101,59 @@ def test_run_history_says_what_the_command_changed_and_gc_says_what_it_freed(
     [entry] = json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)
     assert entry["kind"] == "run" and entry["changed"] == ["-nvidia-nvtx-cu12 12.8.90"]
     text = cudafix("history", "--venv", built.venv).stdout
-    assert "-nvidia-nvtx-cu12 12.8.90" in text and TIME.search(text)
+    assert "-nvidia-nvtx-cu12 12.8.90" in text and TIME.search(text) and " run " in text
+    preview = cudafix("undo", "last", "--venv", built.venv, "--dry-run")
+    assert "puts back nvidia-nvtx-cu12 12.8.90" in preview.stdout, preview.stdout
     collected = cudafix("gc", "--venv", built.venv, "--keep", "0")
     assert collected.returncode == 0
     assert re.search(r"Deleted 1 snapshot\(s\), freeing \d+(\.\d)? (B|KiB|MiB)\.", collected.stdout)
+
+
+def test_run_json_says_what_changed_and_a_run_that_changed_nothing_is_not_recorded(
+    scenario: ScenarioFactory,
+) -> None:
+    built = scenario("clean")
+    uv = [uv_binary(), "pip", "uninstall", "--python", str(built.python)]
+    first = as_json(cudafix("run", "--venv", built.venv, "--json", "--", *uv, "nvidia-nvtx-cu12"))
+    assert first["state"] == "committed" and first["changed"] == ["-nvidia-nvtx-cu12 12.8.90"]
+    second = as_json(cudafix("run", "--venv", built.venv, "--json", "--", *uv, "torch"))
+    assert second["changed"] and all(c.startswith("-") for c in second["changed"])
+    noop = cudafix("run", "--venv", built.venv, "--json", "--", "true")
+    assert noop.returncode == 0, noop.stderr
+    quiet = as_json(noop)
+    assert (quiet["state"], quiet["transaction"], quiet["changed"]) == ("unchanged", None, [])
+    said = cudafix("run", "--venv", built.venv, "--", "true")
+    assert said.returncode == 0 and "Nothing changed" in said.stdout, said.stdout
+    ids = [e["txid"] for e in json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)]
+    assert ids == [second["transaction"], first["transaction"]]
+    back = as_json(cudafix("undo", "last~1", "--venv", built.venv, "--dry-run", "--json"))
+    assert back["transaction"] == first["transaction"]
+    last = as_json(cudafix("undo", "last", "--venv", built.venv, "--dry-run", "--json"))
+    assert last["transaction"] == second["transaction"]
+
+
+def test_a_rolled_back_plan_is_listed_as_rolled_back_with_its_command(
+    scenario: ScenarioFactory,
+) -> None:
+    built = scenario("clean")
+    failed = cudafix(
+        "--venv",
+        built.venv,
+        "remove",
+        "nvidia-nvtx-cu12",
+        "--yes",
+        "--force",
+        "--probe",
+        "raise SystemExit(3)",
+    )
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    [entry] = json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)
+    assert entry["state"] == "rolled-back" and entry["name"] == "remove"
+    assert entry["changed"] == [] and entry["planned"] == ["-nvidia-nvtx-cu12 12.8.90"]
+    [line, command, *_] = cudafix("history", "--venv", built.venv).stdout.splitlines()
+    assert " remove " in line and "rolled-back" in line and "-nvidia" not in line.split("(")[0]
+    assert "nothing changed (planned: -nvidia-nvtx-cu12 12.8.90)" in line
+    assert command.strip().startswith("cudafix --venv") and "remove nvidia-nvtx-cu12" in command
 
 
 def _trash(built: BuiltScenario) -> Path:
@@ -103,12 +164,13 @@ def test_a_commit_past_the_kept_five_sets_the_oldest_snapshot_aside_and_deletes_
     scenario: ScenarioFactory,
 ) -> None:
     built = scenario("clean")
-    for _ in range(6):
-        done = cudafix("run", "--venv", built.venv, "--", "true")
+    for i in range(6):
+        mark = f'echo {i} > "$VIRTUAL_ENV/mark-{i}"'
+        done = cudafix("run", "--venv", built.venv, "--", "sh", "-c", mark)
         assert done.returncode == 0, done.stdout + done.stderr
     entries = json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)
-    assert [e["snapshot"] for e in entries] == [False] + [True] * 5
-    oldest = Path(built.venv) / ".cudafix" / "transactions" / entries[0]["txid"]
+    assert [e["snapshot"] for e in entries] == [True] * 5 + [False]  # newest first
+    oldest = Path(built.venv) / ".cudafix" / "transactions" / entries[-1]["txid"]
     assert (oldest / "journal.jsonl").is_file() and not (oldest / "snapshot").exists()
     deadline = time.monotonic() + 60
     while any(_trash(built).iterdir()) and time.monotonic() < deadline:
@@ -162,6 +224,6 @@ def test_a_clock_set_back_still_makes_the_newest_transaction_last(
     txid = str(as_json(second)["transaction"])
     assert txid > ahead
     ids = [e["txid"] for e in json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)]
-    assert ids == [ahead, txid]
+    assert ids == [txid, ahead]  # newest first
     preview = as_json(cudafix("undo", "last", "--venv", built.venv, "--dry-run", "--json"))
     assert preview["transaction"] == txid

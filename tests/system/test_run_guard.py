@@ -85,7 +85,7 @@ def test_options_before_the_separator_are_cudafix_own(venv: Path) -> None:
     done = cudafix("run", "--venv", venv, "--json", "--yes", "--no-probe", "--", "true")
     assert done.returncode == 0, done.stderr
     result = as_json(done)
-    assert result["state"] == "committed" and result["argv"] == ["true"]
+    assert result["state"] == "unchanged" and result["argv"] == ["true"]  # nothing to record
     assert result["returncode"] == 0
     before = len(history(venv))
     bogus = cudafix("run", "--venv", venv, "--bogus", "--", "true")
@@ -126,7 +126,7 @@ def test_a_failing_command_keeps_its_stdout(venv: Path) -> None:
 
 
 def test_the_journal_keeps_a_bounded_tail(venv: Path) -> None:
-    script = "head -c 5000000 /dev/zero | tr '\\0' x; echo; echo the-end"
+    script = 'touch "$VIRTUAL_ENV/mark"; head -c 5000000 /dev/zero | tr "\\0" x; echo; echo the-end'
     done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr[-2000:]
     [txid] = [e.txid for e in history(venv)]
@@ -154,7 +154,8 @@ def test_timeout_stops_the_command_and_rolls_back(venv: Path) -> None:
 def test_a_daemon_left_by_the_command_does_not_hold_the_run(venv: Path) -> None:
     """``sh -c 'sleep 600 &'`` exits at once; the run ends with it (the clihelp timeout is
     300 s), and the leftover process is stopped, so nothing runs after the verdict."""
-    done = cudafix("run", "--venv", venv, "--", "sh", "-c", "sleep 600 & echo started")
+    script = 'touch "$VIRTUAL_ENV/mark"; sleep 600 & echo started'  # a change: it is recorded
+    done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr
     assert "started" in done.stdout
     assert group_members(_pgid(venv)) == []

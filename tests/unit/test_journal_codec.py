@@ -158,6 +158,7 @@ def test_head_reads_the_plan_json_by_name() -> None:
         installed=("pd",),
         undoes=None,
         probe_modules=("torch", "7"),
+        planned=("-pa", "-pb", "+pd 1", "~pc"),
     )
 
 
