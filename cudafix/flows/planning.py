@@ -196,7 +196,7 @@ def plan_install(
     if plan.verdict == "pass":
         return plan
     alternatives = []
-    for specs in matching_builds(plan, request.specs):
+    for specs in matching_builds(plan, request.specs, facts.cuda_majors):
         try:
             alt = _install_plan(
                 facts, InstallArgs(specs, request.allow_broken_requirements), sources, backend

@@ -27,6 +27,7 @@ from cudafix.linker.linkage import to_env_path
 from cudafix.model import plan as P
 from cudafix.model import reasons as R
 from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name
+from cudafix.plan.majors import major_of, versioned_as_cuda
 
 # -- the after-state (pure) ----------------------------------------------------------------
 
@@ -152,8 +153,19 @@ def install_reasons(plan: P.Plan) -> list[R.Reason]:
     return reasons
 
 
-def install_warnings(plan: P.Plan, inv: Inventory) -> list[R.PlanWarning]:
-    """What an install does that is worth knowing but does not refuse it."""
+def installing_majors(plan: P.Plan) -> dict[DistName, int]:
+    """The CUDA major of each wheel the plan installs, read from what it is (its paths and
+    version, :func:`~cudafix.plan.majors.major_of`), not from its name alone."""
+    return {
+        DistName(i.name): m
+        for i in plan.install
+        if (m := major_of(DistName(i.name), i.version, i.paths, ())) is not None
+    }
+
+
+def install_warnings(plan: P.Plan, majors: Mapping[DistName, int]) -> list[R.PlanWarning]:
+    """What an install does that is worth knowing but does not refuse it. ``majors``: the
+    CUDA major of each installed distribution (:mod:`cudafix.plan.majors`)."""
     if not plan.install:
         return []
     same: dict[tuple[str, tuple[str, ...]], list[str]] = {}
@@ -165,11 +177,12 @@ def install_warnings(plan: P.Plan, inv: Inventory) -> list[R.PlanWarning]:
         for (by, owners), paths in same.items()
     ]
     removed = {r.name for r in plan.remove}
-    before = {m for n in inv.distributions if (m := cuda_major(n)) is not None}
-    staying = {m for n in inv.distributions if n not in removed and (m := cuda_major(n))}
+    installing = installing_majors(plan)
+    before = set(majors.values())
+    staying = {m for n, m in majors.items() if n not in removed}
     added: dict[int, list[str]] = {}
     for i in plan.install:
-        major = cuda_major(i.name)
+        major = installing.get(DistName(i.name))
         if major is not None and before and major not in before:
             added.setdefault(major, []).append(i.name)
     out += [
@@ -181,11 +194,17 @@ def install_warnings(plan: P.Plan, inv: Inventory) -> list[R.PlanWarning]:
     return out
 
 
-def matching_builds(plan: P.Plan, specs: Sequence[str]) -> list[tuple[str, ...]]:
-    """Specs to try instead of a refused install: each ``*-cuNN`` spec whose install swaps
-    a consumer's build, renamed to the major the consumer loads today (unpinned)."""
+def matching_builds(
+    plan: P.Plan, specs: Sequence[str], majors: Mapping[DistName, int]
+) -> list[tuple[str, ...]]:
+    """Specs to try instead of a refused install: each spec whose install swaps a
+    consumer's build for another CUDA major, asked for at the major the consumer loads
+    today: a ``*-cuNN`` name renamed (unpinned), a component versioned like CUDA
+    (``nvidia-cublas``) pinned to that major's releases. ``majors``: what each installed
+    distribution is built for (:mod:`cudafix.plan.majors`)."""
+    majors = {**majors, **installing_majors(plan)}
     loaded = {
-        s.after_owners[0]: [m for o in s.before_owners if (m := cuda_major(o)) is not None]
+        s.after_owners[0]: [m for o in s.before_owners if (m := majors.get(DistName(o)))]
         for s in plan.switches
         if s.after_owners
     }
@@ -195,9 +214,15 @@ def matching_builds(plan: P.Plan, specs: Sequence[str]) -> list[tuple[str, ...]]
         new = []
         for spec in specs:
             name = normalize_name(re.split(r"[\s<>=!~;\[@]", spec, maxsplit=1)[0])
-            have = cuda_major(name)
+            have = majors.get(name)
             if name in loaded and have is not None and have != major:
-                new.append(re.sub(r"-cu\d+$", f"-cu{major}", name))
+                if cuda_major(name) is not None:
+                    new.append(re.sub(r"-cu\d+$", f"-cu{major}", name))
+                elif versioned_as_cuda(name):
+                    new.append(f"{name}=={major}.*")
+                else:
+                    new.append(spec)
+                    continue
                 changed = True
             else:
                 new.append(spec)

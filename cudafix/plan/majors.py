@@ -36,23 +36,43 @@ _VERSION_MAJOR = re.compile(r"(\d+)\.")
 
 def cuda_majors(inventory: Inventory, elf: ElfIndex) -> dict[DistName, int]:
     """Every distribution whose CUDA major something it is says, with that major."""
-    by_soname: dict[DistName, int] = {}
+    sonames: dict[DistName, list[str]] = {}
     for path, info in sorted(elf.objects.items()):
-        m = _TOOLKIT_SONAME.fullmatch(info.soname or path.rsplit("/", 1)[-1])
-        if m is not None:
-            for owner in inventory.owners.get(path, ()):
-                by_soname.setdefault(owner, int(m.group(1)))
+        for owner in inventory.owners.get(path, ()):
+            sonames.setdefault(owner, []).append(info.soname or path.rsplit("/", 1)[-1])
     out: dict[DistName, int] = {}
     for name, dist in sorted(inventory.distributions.items()):
-        major = (
-            _from_paths(e.path for e in dist.files)
-            or by_soname.get(name)
-            or cuda_major(name)
-            or _from_version(name, dist.version)
-        )
+        paths = (e.path for e in dist.files)
+        major = major_of(name, dist.version, paths, sonames.get(name, ()))
         if major is not None:
             out[name] = major
     return out
+
+
+def major_of(
+    name: DistName, version: str, paths: Iterable[str], sonames: Iterable[str]
+) -> int | None:
+    """The CUDA major one distribution (installed, or a staged wheel) says by what it is:
+    its paths, then its toolkit sonames, its ``-cuNN`` suffix, its CUDA-like version."""
+    return (
+        _from_paths(paths)
+        or _from_sonames(sonames)
+        or cuda_major(name)
+        or _from_version(name, version)
+    )
+
+
+def _from_sonames(sonames: Iterable[str]) -> int | None:
+    for soname in sonames:
+        m = _TOOLKIT_SONAME.fullmatch(soname)
+        if m is not None:
+            return int(m.group(1))
+    return None
+
+
+def versioned_as_cuda(name: DistName) -> bool:
+    """Whether a release's version major is the CUDA major (``nvidia-cublas`` 13.x)."""
+    return name in _VERSIONED_AS_CUDA
 
 
 def _from_paths(paths: Iterable[str]) -> int | None:

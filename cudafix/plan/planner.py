@@ -211,7 +211,7 @@ def _simulate(
         ),
     )
     reasons = verdict.reasons(plan, facts, request.options) + install.install_reasons(plan)
-    warnings = [*plan.warnings, *install.install_warnings(plan, inv)]
+    warnings = [*plan.warnings, *install.install_warnings(plan, facts.cuda_majors)]
     return plan.model_copy(
         update={
             "verdict": "refused" if reasons else "pass",
