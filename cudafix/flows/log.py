@@ -70,7 +70,15 @@ def undo_preview(args: FactArgs, txid: str, on_event: OnEvent = quiet) -> UndoPr
     if not names:
         return preview
     plan = build_plan(facts, Request(names, (), Options(fetched=False)))
-    lost = tuple(r for r in plan.reasons if isinstance(r, NeedLost))
+    # the undo puts back what was there before: a file the removal deletes, restored, stays
+    back = tx_undo.restored_files(target.prefix, preview.entry.txid)
+    prefix = str(target.prefix).rstrip("/") + "/"
+    kept = {
+        (x.consumer, x.need) for x in plan.lost if x.resolved_before.removeprefix(prefix) in back
+    }
+    lost = tuple(
+        r for r in plan.reasons if isinstance(r, NeedLost) and (r.subject, r.need) not in kept
+    )
     return replace(preview, breaks=lost, target=plan.target)
 
 

@@ -38,6 +38,16 @@ def _nothing_new() -> list[str]:
     return []
 
 
+def restored_files(prefix: Path, txid: str) -> frozenset[str]:
+    """The paths (relative to the prefix) an undo of ``txid`` puts back as files: what
+    existed before that transaction. A library among them is there after the undo."""
+    try:
+        manifest = load_manifest(existing(Path(prefix), txid))
+    except (OSError, ValueError):
+        return frozenset()
+    return frozenset(e.path for e in manifest.entries if e.kind in ("file", "symlink"))
+
+
 def preview(prefix: Path, txid: str) -> UndoPreview:
     """What undoing ``txid`` would do, read without the lock (``undo --dry-run`` and the
     plan shown before asking); :class:`UsageError` when it cannot be undone at all."""
@@ -98,6 +108,8 @@ def undo(
                     f"undoing {txid} would leave problems that were not there before "
                     "(`--accept` undoes it anyway): " + "; ".join(found)
                 )
+            if accept:
+                return ()  # the problems were shown and accepted: a probe would only repeat them
             return ctx.probe(tx, interpreter(prefix), probes)
 
         passed = ctx.execute(tx, manifest, restore)
