@@ -324,9 +324,9 @@ def undo(
             hint="run cudafix as a user who can write the environment",
         )
     if preview.conflicts and not dry_run:
-        raise StalePlan(
+        raise StalePlan(  # the preview above listed them: under --json only, say them again
             f"cannot undo {preview.entry.txid}: the environment changed since",
-            context=list(preview.conflicts),
+            context=list(preview.conflicts) if as_json else [],
         )
     if dry_run:
         raise click.exceptions.Exit(ExitCode.REFUSED if preview.conflicts else ExitCode.OK)
