@@ -80,3 +80,57 @@ def test_a_refused_undo_lists_its_conflicts_once_spelt_as_everywhere(
         said = undo.stdout + undo.stderr
         assert said.count("nvidia/nvtx/__init__.py: changed since the commit") == 1, said
         assert "site-packages" not in said, said
+
+
+def _alternatives(stdout: str) -> list[str]:
+    """The flags of the alternatives a refusal offers, in the order printed."""
+    return re.findall(r"^  cudafix remove .* (--repair|--keep-shared) ", stdout, re.M)
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["index", "wheelhouse"])
+def test_a_refusal_offers_doctors_fix_first_and_says_what_each_leaves_behind(
+    scenario: ScenarioFactory, local: bool
+) -> None:
+    """``leftover``: a cu13 torch with cu12's cuDNN installed over cu13's; doctor's fix is
+    removing cu12 with ``--repair``; ``--keep-shared`` would leave cu12's libraries."""
+    built = scenario("leftover")
+    sources = offline(built.wheelhouse) if local else []
+    doctor = cudafix("doctor", "--venv", built.venv)
+    assert "Next: cudafix remove 'nvidia-*-cu12' --repair" in doctor.stdout, doctor.stdout
+    refused = cudafix("remove", "nvidia-*-cu12", "--venv", built.venv, *sources, "--dry-run")
+    assert refused.returncode == 3, refused.stderr
+    assert _alternatives(refused.stdout) == ["--repair", "--keep-shared"], refused.stdout
+    comments = re.findall(r"^      # (.*)$", refused.stdout, re.M)
+    assert len(comments) == 2 and all("; leaves " in c for c in comments), comments
+    assert comments[0].endswith("leaves none of the removed files"), comments
+    assert comments[1].endswith(
+        "leaves nvidia-cudnn-cu12's bytes in 8 of them (nvidia/cudnn/lib/libcudnn.so.9, ...)"
+    ), comments
+
+
+def test_kept_paths_are_folded_and_identical_bytes_never_called_different(
+    scenario: ScenarioFactory,
+) -> None:
+    """cu12's and cu13's cuDNN wheels ship the same ``nvidia/__init__.py`` and
+    ``nvidia/cudnn/__init__.py`` bytes (both RECORDs list one hash), and 8 libraries that
+    differ: one warning for the 8, none for the 2, every path spelt as doctor spells it."""
+    built = scenario("leftover")
+    kept = cudafix("remove", "nvidia-*-cu12", "--venv", built.venv, "--keep-shared", "--dry-run")
+    assert kept.returncode == 0, kept.stderr
+    warnings = [ln for ln in kept.stdout.splitlines() if ln.startswith("  ! ")]
+    assert len(warnings) == 1, kept.stdout
+    assert warnings[0].startswith(
+        "  ! kept 8 paths hold nvidia-cudnn-cu12's bytes, not nvidia-cudnn-cu13's: "
+        "nvidia/cudnn/lib/libcudnn.so.9, "
+    ), warnings
+    assert "__init__.py" not in warnings[0] and warnings[0].endswith(
+        "and 4 more; add --repair to reinstall their own"
+    )
+    assert (
+        "nvidia/__init__.py, nvidia/cudnn/__init__.py\n    claimed by nvidia-cudnn-cu12 and "
+        "nvidia-cudnn-cu13; identical bytes in nvidia-cudnn-cu12, nvidia-cudnn-cu13; kept"
+        in kept.stdout
+    )
+    assert "site-packages" not in kept.stdout, kept.stdout
+    doctor = cudafix("doctor", "--venv", built.venv, "-v")
+    assert "nvidia/__init__.py: identical bytes in" in doctor.stdout, doctor.stdout
