@@ -151,8 +151,7 @@ class RunContext:
             ),
         )
         if done.returncode != 0:
-            said = done.stderr if done.stderr.strip() else done.stdout
-            raise StepFailed(f"{what} failed ({exit_said(done.returncode, said)})")
+            raise StepFailed(f"{what} failed ({exit_said(done.returncode, done.stderr, 'stderr')})")
 
     def probe(self, tx: TxDir, python: Path, spec: ProbeSpec) -> tuple[str, ...]:
         """Run the probes; the labels that passed, or :class:`StepFailed`."""

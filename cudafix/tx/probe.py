@@ -51,13 +51,13 @@ def _error(done: Completed, timeout: float) -> str:
     return exit_said(done.returncode, said)
 
 
-def exit_said(returncode: int, output: str) -> str:
-    """How a command failed: its exit status, and its last output line labelled as that (a
-    command's last words need not be the cause: a progress line, a summary, an echo)."""
+def exit_said(returncode: int, output: str, stream: str = "output") -> str:
+    """How a command failed: its exit status, and the last line of its ``stream`` labelled
+    as that (a command's last words need not be the cause: a progress line, a summary)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     if not lines:
-        return f"exit status {returncode}, no output"
-    return f"exit status {returncode}; last output line: {lines[-1]}"
+        return f"exit status {returncode}, no {stream}"
+    return f"exit status {returncode}; last {stream} line: {lines[-1]}"
 
 
 def _probes(python: Path, spec: ProbeSpec) -> list[tuple[str, list[str]]]:

@@ -55,10 +55,11 @@ def test_a_failed_commands_last_line_is_labelled_and_a_commit_is_said_once(
     scenario: ScenarioFactory,
 ) -> None:
     built = scenario("clean")
-    failed = cudafix("run", "--venv", built.venv, "--", "sh", "-c", "echo step 2 done; exit 3")
+    script = "echo step 2 done >&2; exit 3"
+    failed = cudafix("run", "--venv", built.venv, "--", "sh", "-c", script)
     assert failed.returncode == 1, failed.stderr
     assert (
-        "error: the command failed (exit status 3; last output line: step 2 done); rolled back"
+        "error: the command failed (exit status 3; last stderr line: step 2 done); rolled back"
         in failed.stderr
     ), failed.stderr
     done = cudafix_tty("remove", "nvidia-nvtx-cu12", "--venv", built.venv, "--yes")

@@ -74,6 +74,9 @@ def test_a_failed_commands_last_line_is_labelled_as_such_not_given_as_the_cause(
         "exit status 3; last output line: step 2 done"
     )
     assert exit_said(1, "\n  \n") == "exit status 1, no output"
+    assert exit_said(2, "error: no wheel\n", "stderr") == (
+        "exit status 2; last stderr line: error: no wheel"
+    )
 
 
 def test_a_wrapped_command_finds_what_is_given_last_only_after_the_users_path(
