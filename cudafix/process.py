@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 log = logging.getLogger("cudafix.process")
 
@@ -50,11 +51,12 @@ class Completed:
     timed_out: bool = False
 
 
-def activated(prefix: Path) -> dict[str, str]:
+def activated(prefix: Path, last: Sequence[str] = ()) -> dict[str, str]:
     """Variables that make a command act on the environment at ``prefix`` as if activated:
-    ``VIRTUAL_ENV`` and its ``bin/`` first on ``PATH``."""
-    path = f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-    return {"VIRTUAL_ENV": str(prefix), "PATH": path}
+    ``VIRTUAL_ENV`` and its ``bin/`` first on ``PATH``; ``last``: directories after the rest
+    of ``PATH`` (found only where nothing before them has the name)."""
+    dirs = [str(prefix / "bin"), os.environ.get("PATH", ""), *last]
+    return {"VIRTUAL_ENV": str(prefix), "PATH": os.pathsep.join(dirs)}
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -219,6 +221,18 @@ class _Tail:
         return f"[{self.dropped} earlier bytes not kept]\n{body}" if self.dropped else body
 
 
+class EchoFilter(Protocol):
+    """What a live command's output goes through on its way to the echo (not to the tail)."""
+
+    def feed(self, data: bytes) -> bytes:
+        """What to show of ``data``, the next bytes the command wrote."""
+        ...
+
+    def end(self) -> bytes:
+        """What is still to show once the command wrote its last byte."""
+        ...
+
+
 @dataclass
 class _Channel:
     """One output stream of the command: what it writes to, what we read, where it goes."""
@@ -227,6 +241,16 @@ class _Channel:
     parent: int
     echo: int
     tail: _Tail
+    shown: EchoFilter | None = None
+
+    def show(self, chunk: bytes) -> None:
+        """Copy ``chunk`` to the echo (through ``shown``); ``b""``: the stream ended."""
+        if self.shown is None:
+            _write_all(self.echo, chunk)
+        elif chunk:
+            _write_all(self.echo, self.shown.feed(chunk))
+        else:
+            _write_all(self.echo, self.shown.end())
 
 
 def _channel(echo: int, limit: int) -> _Channel:
@@ -267,8 +291,9 @@ def _pump(channels: list[_Channel], wait: float) -> None:
             chunk = b""
         if not chunk:
             channels.remove(c)
+            c.show(b"")
             continue
-        _write_all(c.echo, chunk)
+        c.show(chunk)
         c.tail.add(chunk)
 
 
@@ -378,9 +403,11 @@ def run_live(
     on_start: Callable[[int], None] | None = None,
     watch: Callable[[], None] | None = None,
     tail: int = TAIL_BYTES,
+    shown: Callable[[], EchoFilter] | None = None,
 ) -> Completed:
     """Run a user's command as if it ran alone, its output copied live to ``echo``.
 
+    ``shown`` makes the filter each stream's echo goes through (the tail keeps every byte).
     ``on_start`` gets the command's process group id once it runs (before it can change
     anything worth recording), ``watch`` is called every few milliseconds while it runs.
     Waiting ends when the command itself exits (a daemon it left holding the output does
@@ -392,6 +419,8 @@ def run_live(
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     channels = [_channel(echo[0], tail), _channel(echo[1], tail)]
+    for c in channels:
+        c.shown = shown() if shown is not None else None
     outputs = list(channels)
     try:
         with _spawned(args, channels, env, cwd) as proc:
@@ -401,6 +430,8 @@ def run_live(
                 on_start(proc.pid)
             timed_out = _wait(proc, channels, timeout, watch)
             code = proc.returncode if not timed_out else -signal.SIGKILL
+            for c in channels:  # still open (a daemon holds it): show what was held back
+                c.show(b"")
     finally:
         for c in outputs:
             with contextlib.suppress(OSError):

@@ -323,7 +323,7 @@ def undo(
         echo_json(undo_json(preview, accept))
     elif not as_json:
         echo_out(render_undo_preview(preview, stdout_style(), accept))
-    refusal = _undo_refusal(preview, accept)
+    refusal = _undo_refusal(preview, accept, listed=not as_json)
     if dry_run:  # decided as the undo decides: the same refusal, the same exit code
         if refusal is not None and not as_json:
             echo_err(render_error(refusal, style_for(sys.stderr.isatty())))
@@ -365,10 +365,11 @@ def gc(target: app.TargetArgs, keep: int) -> None:
     click.echo(f"Deleted {len(gone)} snapshot(s), freeing {size_text(freed)}.")
 
 
-def _undo_refusal(preview: UndoPreview, accept: bool) -> CudafixError | None:
+def _undo_refusal(preview: UndoPreview, accept: bool, listed: bool) -> CudafixError | None:
     """Why an undo is refused before anything changes (None: it goes ahead): a snapshot
     this user cannot read, paths changed since the commit, or needs it would leave unfound
-    (unless ``accept``)."""
+    (unless ``accept``). ``listed``: the preview on stdout already lists the paths (not
+    under ``--json``), so the error does not list them again."""
     txid = preview.entry.txid
     if not preview.readable:
         return UnsafeState(
@@ -377,7 +378,8 @@ def _undo_refusal(preview: UndoPreview, accept: bool) -> CudafixError | None:
         )
     if preview.conflicts:
         return StalePlan(
-            f"cannot undo {txid}: the environment changed since", context=list(preview.conflicts)
+            f"cannot undo {txid}: the environment changed since",
+            context=[] if listed else list(preview.conflicts),
         )
     if preview.breaks and not accept:
         return PlanRefused(

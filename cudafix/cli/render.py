@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # imported for annotations only: --help must not pay for pyda
 
     from cudafix.cli.doctor_words import WordedFinding, WordedReport
     from cudafix.model.doctor import Choice, DoctorReport
-    from cudafix.model.plan import Plan
+    from cudafix.model.plan import Alternative, Plan
     from cudafix.model.transaction import HistoryEntry, TransactionDetail, UndoPreview
 
 Style = Callable[..., str]
@@ -209,23 +209,38 @@ def _plan_verdict(plan: Plan, style: Style) -> list[str]:
             out.append(
                 "  (add --allow-broken-requirements to go ahead, leaving those requirements broken)"
             )
-        checked = [a for a in plan.alternatives if not a.unstaged]
-        if checked:
-            out.append("Safe alternatives (re-simulated, they pass):")
-            out += [
-                f"  {shell_join(a.argv)}\n      # {alternative_text(a.summary)}" for a in checked
-            ]
-        unchecked = [a for a in plan.alternatives if a.unstaged]
-        if unchecked:
-            where = shell_join(plan.options.sources.cli_args()) or "uv's default index"
-            out.append(
-                "Alternatives that pass if the wheels match the installed builds (their dry "
-                f"run fetches and compares them, from {where}):"
-            )
-            out += [
-                f"  {shell_join(a.argv)}\n      # {alternative_text(a.summary)}" for a in unchecked
-            ]
+        sections = [_checked_alternatives(plan), _unchecked_alternatives(plan)]
+        if plan.alternatives and plan.alternatives[0].unstaged:
+            sections.reverse()  # the first alternative (doctor's choice) is offered first
+        out += [line for section in sections for line in section]
     return out
+
+
+def _alternative_lines(plan: Plan, alternatives: Sequence[Alternative]) -> list[str]:
+    sites = plan.target.site_packages
+    return [
+        f"  {shell_join(a.argv)}\n      # {alternative_text(a.summary, sites)}"
+        for a in alternatives
+    ]
+
+
+def _checked_alternatives(plan: Plan) -> list[str]:
+    checked = [a for a in plan.alternatives if not a.unstaged]
+    if not checked:
+        return []
+    return ["Safe alternatives (re-simulated, they pass):", *_alternative_lines(plan, checked)]
+
+
+def _unchecked_alternatives(plan: Plan) -> list[str]:
+    unchecked = [a for a in plan.alternatives if a.unstaged]
+    if not unchecked:
+        return []
+    where = shell_join(plan.options.sources.cli_args()) or "uv's default index"
+    return [
+        "Alternatives that pass if the wheels match the installed builds (their dry "
+        f"run fetches and compares them, from {where}):",
+        *_alternative_lines(plan, unchecked),
+    ]
 
 
 def _only_requirements(plan: Plan) -> bool:
@@ -259,14 +274,17 @@ def _overwritten_groups(plan: Plan) -> list[str]:
 
 def _shared_groups(plan: Plan) -> list[str]:
     """One line per (owners, holder, fate): 28 cudnn paths read as one fact, not 28."""
-    groups: dict[tuple[tuple[str, ...], str | None, str], list[str]] = {}
+    groups: dict[tuple[tuple[str, ...], str, str], list[str]] = {}
     for s in plan.shared_paths:
-        groups.setdefault((tuple(s.owners), s.holder, s.fate), []).append(_site(plan, s.path))
+        if len(s.matching) > 1:  # the wheels ship the same bytes there, as doctor says
+            held = "identical bytes in " + ", ".join(s.matching)
+        else:
+            held = f"holds {s.holder}'s bytes" if s.holder else "holds no owner's bytes"
+        groups.setdefault((tuple(s.owners), held, s.fate), []).append(_site(plan, s.path))
     lines = []
-    for (owners, holder, fate), paths in groups.items():
+    for (owners, held, fate), paths in groups.items():
         shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-        held = f"{holder}'s bytes" if holder else "no owner's bytes"
-        lines.append(f"{shown}\n    claimed by {' and '.join(owners)}; holds {held}; {fate}")
+        lines.append(f"{shown}\n    claimed by {' and '.join(owners)}; {held}; {fate}")
     return lines
 
 

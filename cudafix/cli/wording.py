@@ -84,9 +84,12 @@ def warning_text(warning: R.PlanWarning, target: Target) -> str:
     """One warning as a sentence, paths shown as :func:`reason_text` shows them."""
     match warning.kind:
         case "provider-switch":
+            sites, prefix = target.site_packages, target.prefix
             return (
-                f"{warning.subject} ({warning.distribution or 'unowned'}) will load "
-                f"{warning.need} from {warning.after} instead of {warning.before}"
+                f"{site_relative(warning.subject, sites, prefix)} "
+                f"({warning.distribution or 'unowned'}) will load {warning.need} from "
+                f"{site_relative(warning.after, sites, prefix)} instead of "
+                f"{site_relative(warning.before, sites, prefix)}"
             )
         case "entries-stripped":
             n = len(warning.paths)
@@ -96,9 +99,16 @@ def warning_text(warning: R.PlanWarning, target: Target) -> str:
                 "leaves them alone"
             )
         case "kept-foreign":
+            sites = target.site_packages
+            owners = ", ".join(warning.owners)
+            if len(warning.paths) == 1:
+                return (
+                    f"kept {site_relative(warning.paths[0], sites)} holds {warning.subject}'s "
+                    f"bytes, not {owners}'s; add --repair to reinstall its own"
+                )
             return (
-                f"kept {warning.paths[0]} holds {warning.subject}'s bytes, "
-                f"not {', '.join(warning.owners)}'s; add --repair to reinstall its own"
+                f"kept {len(warning.paths)} paths hold {warning.subject}'s bytes, not {owners}'s: "
+                f"{_paths(warning.paths, sites)}; add --repair to reinstall their own"
             )
         case "unfetched":
             return (
@@ -141,15 +151,27 @@ def reinstall_text(why: R.ReinstallWhy, sites: Sequence[str]) -> str:
             return f"step {why.step} of the script reinstalls it"
 
 
-def alternative_text(does: R.AlternativeDoes) -> str:
-    """What a safer alternative does, as the comment under its command."""
+def alternative_text(does: R.AlternativeDoes, sites: Sequence[str] = ()) -> str:
+    """What a safer alternative does, as the comment under its command, and what it leaves
+    behind (paths shown relative to ``sites``)."""
     match does.kind:
         case "remove-then-reinstall":
-            return f"remove, then reinstall {', '.join(does.pins)} so its own files come back"
-        case "remove-keeping-shared":
             return (
+                f"remove, then reinstall {', '.join(does.pins)} so its own files come back; "
+                "leaves none of the removed files"
+            )
+        case "remove-keeping-shared":
+            kept = (
                 f"remove, keeping {len(does.paths)} shared path(s) that remaining distributions "
                 "claim"
+            )
+            if not does.foreign:
+                return f"{kept}; leaves each with its remaining owner's bytes"
+            first = site_relative(does.foreign[0], sites)
+            more = ", ..." if len(does.foreign) > 1 else ""
+            return (
+                f"{kept}; leaves {' and '.join(does.holders)}'s bytes in "
+                f"{len(does.foreign)} of them ({first}{more})"
             )
         case "install-today":
             return f"install {', '.join(does.pins)}, the build the consumers load today"

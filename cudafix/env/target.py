@@ -228,6 +228,11 @@ def is_environment(prefix: Path) -> bool:
     return (prefix / "pyvenv.cfg").is_file() or bool(_layout_site_packages(prefix))
 
 
+def layout_site_packages(prefix: Path) -> tuple[EnvPath, ...]:
+    """The site-packages directories laid out under ``prefix`` (without asking its Python)."""
+    return _layout_site_packages(prefix)
+
+
 def _layout_site_packages(prefix: Path) -> tuple[EnvPath, ...]:
     """``lib/python3.*/site-packages`` then ``lib64``, once each (``lib64`` is often ``-> lib``)."""
     found = sorted(prefix.glob("lib/python3.*/site-packages"))

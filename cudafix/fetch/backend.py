@@ -97,6 +97,28 @@ class UvBackend:
         return [*argv, *index, f"--prefix={prefix}", "--", *pins]
 
 
+def bundled_uv() -> str | None:
+    """The uv installed with cudafix (the ``uv`` package's binary), or None.
+
+    ``find_uv_bin`` looks beside cudafix's own interpreter first: in a ``uv tool install``
+    or ``pipx`` venv that is the tool's ``bin/``, which is on no ``PATH`` of the target's.
+    """
+    try:
+        import uv  # located lazily
+    except ImportError:
+        return None
+    try:
+        return uv.find_uv_bin()
+    except FileNotFoundError:
+        return None
+
+
+def uv_path_dirs() -> tuple[str, ...]:
+    """Where a wrapped command finds the bundled uv when its ``PATH`` has none."""
+    found = bundled_uv()
+    return (str(Path(found).parent),) if found else ()
+
+
 def find_pip(python: Path, path: str | None = None) -> list[str] | None:
     """A pip that can act on ``python``'s environment, or None.
 

@@ -149,7 +149,80 @@ def _run_uv(argv: Sequence[str], progress_fd: int | None) -> Completed:
     if progress_fd is None:
         return run(argv, timeout=STAGE_TIMEOUT)
     with open(os.devnull, "wb") as sink:
-        return run_live(argv, echo=(sink.fileno(), progress_fd), timeout=STAGE_TIMEOUT)
+        return run_live(
+            argv, echo=(sink.fileno(), progress_fd), timeout=STAGE_TIMEOUT, shown=InstallLinesHidden
+        )
+
+
+_ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_ANSI_BEGUN = re.compile(rb"\x1b(\[[0-9;?]*[ -/]*)?\Z")
+"""A control sequence cut off by the end of what was read."""
+_INSTALL_LINES = (b"Using ", b"Installed ", b"Uninstalled ", b"Audited ", b" + ", b" - ", b" ~ ")
+"""How uv's lines about an environment begin (``Using CPython ... interpreter at: V/bin/python``,
+``Installed 1 package in 3ms``, `` + name==version``): said of the scratch directory, they
+would read as a change to the user's environment."""
+
+
+class InstallLinesHidden:
+    """uv's display with its lines about the environment left out: its resolving spinner,
+    download bars and ``Resolved``/``Prepared`` lines pass as they come.
+
+    A line is judged by its visible text after its last carriage return (colours aside); a
+    hidden line's control sequences still pass, so the terminal is left as uv leaves it.
+    A line's start that may still become one to hide is held back until it is decided.
+    """
+
+    def __init__(self) -> None:
+        self._held = b""
+        self._shown = False
+        """Part of the current segment (since the last ``\\r`` or ``\\n``) was shown."""
+
+    def feed(self, data: bytes) -> bytes:
+        data, self._held = self._held + data, b""
+        out = []
+        start = 0
+        while (at := _next_end(data, start)) >= 0:
+            if data[at : at + 1] == b"\r" and at + 1 == len(data) and not self._shown:
+                break  # "\r" or "\r\n": told by the next byte
+            end = at + (2 if data[at : at + 2] == b"\r\n" else 1)
+            segment = data[start:at]
+            if data[end - 1 : end] == b"\n" and not self._shown and _hidden(segment):
+                out.append(b"".join(_ANSI.findall(segment)))
+            else:
+                out.append(data[start:end])
+            self._shown = False
+            start = end
+        rest = data[start:]
+        if not self._shown and _may_become_hidden(rest.removesuffix(b"\r")):
+            self._held = rest
+        else:
+            out.append(rest)
+            self._shown = self._shown or bool(_ANSI.sub(b"", rest).strip(b"\r"))
+        return b"".join(out)
+
+    def end(self) -> bytes:
+        rest, self._held = self._held, b""
+        segment = rest.removesuffix(b"\r")
+        return b"".join(_ANSI.findall(segment)) if _hidden(segment) else rest
+
+
+def _next_end(data: bytes, start: int) -> int:
+    """Where the first ``\\r`` or ``\\n`` from ``start`` is, or -1."""
+    found = [i for i in (data.find(b"\r", start), data.find(b"\n", start)) if i >= 0]
+    return min(found, default=-1)
+
+
+def _hidden(segment: bytes) -> bool:
+    return _ANSI.sub(b"", segment).startswith(_INSTALL_LINES)
+
+
+def _may_become_hidden(unfinished: bytes) -> bool:
+    """Whether an unfinished line may still turn out to be one to hide (or ends in the
+    middle of a control sequence, which cannot be judged yet)."""
+    if _ANSI_BEGUN.search(unfinished):
+        return True
+    visible = _ANSI.sub(b"", unfinished)
+    return any(p.startswith(visible) or visible.startswith(p) for p in _INSTALL_LINES)
 
 
 _MACHINE = re.compile(r"\(os error (28|122|30|13)\)|No space left on device|Read-only file system")

@@ -68,8 +68,8 @@ def _plan(facts: Facts, request: Request, sources: Sources, on_event: OnEvent = 
         on_event(
             RunEvent(
                 "progress",
-                f"  fetching {len(pins)} wheel(s) to check them: {names} (uv installs them "
-                "into a scratch directory outside the environment)",
+                f"  fetching {len(pins)} wheel(s) to check them: {names} (uv unpacks them in a "
+                f"scratch directory; {facts.inventory.prefix} is not changed)",
             )
         )
     staged = with_staging(facts, _stage(facts, pins, sources))

@@ -66,18 +66,14 @@ def check_pending(
     if not pending:
         return ()
     if lock_is_held(target.prefix):
-        on_event(
-            RunEvent(
-                "info",
-                f"another cudafix run is changing {target.prefix}; this one will wait for it",
+        if not mutating:  # a run that changes it says so when it waits for the lock
+            on_event(
+                RunEvent(
+                    "warning",
+                    f"another cudafix run is changing {target.prefix}; this report "
+                    "may show it half-done (run again when it has finished)",
+                )
             )
-            if mutating
-            else RunEvent(
-                "warning",
-                f"another cudafix run is changing {target.prefix}; this report "
-                "may show it half-done (run again when it has finished)",
-            )
-        )
         return ()
     what = f"unfinished transaction {pending[0]} in {target.prefix}"
     recover = cudafix_line("recover", target=venv_flags(target.prefix))
@@ -105,9 +101,7 @@ def open_target(
 
 def read_facts(args: FactArgs, target: TargetEnv, on_event: OnEvent = quiet) -> Facts:
     """Everything planning and doctor read from the target, gathered once."""
-    on_event(
-        RunEvent("progress", f"Environment: {target.prefix}: reading distributions and ELF objects")
-    )
+    on_event(RunEvent("progress", f"reading distributions and ELF objects in {target.prefix}"))
     facts = gather(target, dlopen_tables=args.dlopen_tables)
     on_event(
         RunEvent(

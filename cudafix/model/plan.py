@@ -58,6 +58,9 @@ class SharedPath(_Frozen):
     """Whose RECORD hash the bytes on disk match; None when nobody's (foreign bytes)."""
     remaining_owners: list[str]
     fate: Literal["deleted", "kept", "restored-by-reinstall"]
+    matching: list[str] = Field(default_factory=list)
+    """Every owner whose RECORD hash the bytes on disk match: several when the wheels ship
+    identical bytes there (then no owner holds another's)."""
 
 
 class LostNeed(_Frozen):

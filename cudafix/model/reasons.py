@@ -177,7 +177,8 @@ class EntriesStripped(_Said):
 
 
 class KeptForeign(_Said):
-    """A kept shared path (``paths[0]``) holds ``subject``'s bytes, not ``owners``'."""
+    """Kept shared ``paths`` hold ``subject``'s bytes, not ``owners``' (one per holder and
+    owners, as doctor folds a clobber)."""
 
     kind: Literal["kept-foreign"] = "kept-foreign"
     owners: list[str]
@@ -279,6 +280,9 @@ class RemoveKeepingShared(_Does):
 
     kind: Literal["remove-keeping-shared"] = "remove-keeping-shared"
     paths: list[str]
+    foreign: list[str] = Field(default_factory=list)
+    """Those of ``paths`` left holding a removed distribution's bytes (``holders``')."""
+    holders: list[str] = Field(default_factory=list)
 
 
 class InstallToday(_Does):

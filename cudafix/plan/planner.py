@@ -115,7 +115,12 @@ def replace_options(options: P.Options, **changes: object) -> P.Options:
 def _does(plan: P.Plan) -> R.AlternativeDoes:
     if plan.reinstall:
         return R.RemoveThenReinstall(pins=[f"{r.name}=={r.version}" for r in plan.reinstall])
-    return R.RemoveKeepingShared(paths=list(plan.kept_paths))
+    foreign = [w for w in plan.warnings if isinstance(w, R.KeptForeign)]
+    return R.RemoveKeepingShared(
+        paths=list(plan.kept_paths),
+        foreign=[p for w in foreign for p in w.paths],
+        holders=sorted({w.subject for w in foreign}),
+    )
 
 
 def _simulate(
@@ -247,7 +252,12 @@ def _shared_losses(
     ``fate`` (a reinstall that writes one back is set apart by the caller)."""
     return [
         P.SharedPath(
-            path=s.path, owners=list(s.owners), holder=s.holder, remaining_owners=rest, fate=fate
+            path=s.path,
+            owners=list(s.owners),
+            holder=s.holder,
+            remaining_owners=rest,
+            fate=fate,
+            matching=list(s.matching),
         )
         for s in inv.shared
         if s.path in deleted and (rest := [str(o) for o in s.owners if o not in removed])

@@ -53,12 +53,23 @@ def warnings(
     if refused:
         out.append(R.EntriesStripped(subject="RECORD", paths=[r.entry for r in refused]))
     if options.keep_shared:
-        out += [
-            R.KeptForeign(subject=s.holder, paths=[s.path], owners=s.remaining_owners)
-            for s in shared
-            if s.holder is not None and s.holder not in s.remaining_owners
-        ]
+        out += _kept_foreign(shared)
     return out
+
+
+def _kept_foreign(shared: Sequence[P.SharedPath]) -> list[R.PlanWarning]:
+    """Kept paths whose bytes no remaining owner's RECORD lists, one warning per holder and
+    owners: a path whose bytes a remaining owner's RECORD matches (the wheels ship the same
+    bytes there, a header both cuDNN builds have) holds nobody else's."""
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for s in shared:
+        theirs = set(s.matching) or ({s.holder} if s.holder else set())
+        if s.holder is not None and not theirs & set(s.remaining_owners):
+            groups.setdefault((s.holder, tuple(s.remaining_owners)), []).append(s.path)
+    return [
+        R.KeptForeign(subject=holder, paths=paths, owners=list(owners))
+        for (holder, owners), paths in groups.items()
+    ]
 
 
 def reasons(plan: P.Plan, facts: Facts, options: P.Options) -> list[R.Reason]:

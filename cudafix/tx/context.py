@@ -30,7 +30,7 @@ from cudafix.tx import journal, poststate, snapshot, steps, trash
 from cudafix.tx.history import gc
 from cudafix.tx.lock import EnvLocks, Handover, LockIntrusion, hold
 from cudafix.tx.manifest import Manifest, write_json
-from cudafix.tx.probe import run_probes
+from cudafix.tx.probe import exit_said, run_probes
 from cudafix.tx.recovery import pending_transactions, rollback, unreadable_transactions
 
 T = TypeVar("T")
@@ -154,9 +154,7 @@ class RunContext:
             ),
         )
         if done.returncode != 0:
-            lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-            said = lines[-1].strip() if lines else "no output"
-            raise StepFailed(f"{what} failed (exit status {done.returncode}): {said}")
+            raise StepFailed(f"{what} failed ({exit_said(done.returncode, done.stderr, 'stderr')})")
 
     def probe(self, tx: TxDir, python: Path, spec: ProbeSpec) -> tuple[str, ...]:
         """Run the probes; the labels that passed, or :class:`StepFailed`."""
@@ -189,12 +187,12 @@ class RunContext:
             if unchanged is not None and poststate.unchanged(manifest, after) and unchanged(done):
                 self.drop(tx)
                 return done
+            self.on_event(RunEvent("progress", "committing"))  # the caller says it committed
             self.commit(tx, manifest, after)
         except BaseException as exc:
             narrowed = exc.restore if isinstance(exc, StepFailed) else None
             with interrupts_held():
                 self._fail(tx, _reason(exc), exc, narrowed or manifest)
-        self.on_event(RunEvent("progress", f"committed transaction {tx.txid}"))
         with contextlib.suppress(OSError, CudafixError):
             gc(self.prefix, keep=DEFAULT_KEEP, wait=False)
         return done
@@ -274,6 +272,8 @@ def interrupts_held() -> Iterator[None]:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, StepFailed):
         return str(exc)
+    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (``Terminated``)
+        return "interrupted"
     if isinstance(exc, OSError) and exc.strerror:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"

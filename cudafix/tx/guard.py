@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
 from cudafix.env.target import interpreter
-from cudafix.fetch.backend import UvBackend
+from cudafix.fetch.backend import UvBackend, uv_path_dirs
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, RunEvent, quiet
@@ -195,7 +195,7 @@ class _Guarded:
 
                 done = run_live(
                     args.argv,
-                    env=activated(ctx.prefix),
+                    env=activated(ctx.prefix, last=uv_path_dirs()),
                     timeout=args.timeout,
                     echo=args.echo,
                     on_start=started,

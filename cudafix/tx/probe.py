@@ -44,8 +44,20 @@ def _env(prefix: Path) -> dict[str, str]:
 def _error(done: Completed, timeout: float) -> str:
     if done.timed_out:
         return f"timed out after {timeout:g} s"
-    lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else f"exit status {done.returncode}"
+    said = done.stderr or done.stdout
+    lines = [ln for ln in said.splitlines() if ln.strip()]
+    if lines and "Traceback (most recent call last):" in said:
+        return lines[-1].strip()  # Python's own last word: the exception, the cause
+    return exit_said(done.returncode, said)
+
+
+def exit_said(returncode: int, output: str, stream: str = "output") -> str:
+    """How a command failed: its exit status, and the last line of its ``stream`` labelled
+    as that (a command's last words need not be the cause: a progress line, a summary)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    if not lines:
+        return f"exit status {returncode}, no {stream}"
+    return f"exit status {returncode}; last {stream} line: {lines[-1]}"
 
 
 def _probes(python: Path, spec: ProbeSpec) -> list[tuple[str, list[str]]]:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from cudafix.env.statedir import TxDir
-from cudafix.env.target import interpreter
+from cudafix.env.target import interpreter, layout_site_packages
 from cudafix.model.errors import DamagedState, StalePlan, UsageError
+from cudafix.model.names import site_relative
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import (
     DEFAULT_LOCK_TIMEOUT,
@@ -146,10 +147,15 @@ def _undo_conflicts(
     prefix: Path, old: TxDir, manifest: Manifest, post: dict[str, list[Any]]
 ) -> list[str]:
     now = poststate.lstat_state(prefix, post)
-    conflicts = [f"{p}: changed since the commit" for p in sorted(post) if now[p] != post[p]]
+    sites = layout_site_packages(prefix)  # paths spelt as everywhere else: nvidia/...
+    conflicts = [
+        f"{site_relative(p, sites)}: changed since the commit"
+        for p in sorted(post)
+        if now[p] != post[p]
+    ]
     for e in manifest.entries:
         if e.kind == "file" and e.sha256 is None:
             live = Entry(**{**e.__dict__, "path": f"snapshot/{e.path}"})
             if mismatch(old.root, live) is not None:
-                conflicts.append(f"{e.path}: its snapshot was modified")
+                conflicts.append(f"{site_relative(e.path, sites)}: its snapshot was modified")
     return conflicts

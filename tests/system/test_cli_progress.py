@@ -48,7 +48,7 @@ def test_phases_show_on_a_terminal_and_under_verbose_only(scenario: ScenarioFact
         assert "Resolved" not in quiet.output, (flag, quiet.output)
 
 
-APPLY = ("snapshot: ", "probing the environment", "committed transaction")
+APPLY = ("snapshot: ", "probing the environment", "committing")
 
 
 def test_a_transaction_reports_its_steps_as_progress_and_quiet_says_only_the_verdict(

@@ -98,8 +98,12 @@ def test_an_alternative_simulated_without_its_wheels_is_not_called_safe(
     index = ["--index-url", "http://127.0.0.1:9/simple"]
     remote = ["remove", "nvidia-*-cu13", "--venv", built.venv, "--dry-run", *index]
     said = cudafix(*remote).stdout
-    unsure, _, _ = said.partition("Alternatives that pass if the wheels match")
-    assert "--keep-shared" in unsure and "--repair" not in unsure.partition("Verdict")[2]
+    # doctor's fix (--repair) first, though only the --keep-shared one is called safe
+    verdict = said.partition("Verdict")[2]
+    _, _, unsure = verdict.partition("Alternatives that pass if the wheels match")
+    unsure, _, safe = unsure.partition("Safe alternatives (re-simulated, they pass):")
+    assert "--repair" in unsure and "--keep-shared" not in unsure, said
+    assert "--keep-shared" in safe and "--repair" not in safe, said
     assert "http://127.0.0.1:9/simple" in said.partition("if the wheels match")[2]
     [repair] = [a for a in as_json(cudafix(*remote, "--json"))["alternatives"] if a["unstaged"]]
     assert "--repair" in repair["argv"] and repair["argv"][:2] == ["cudafix", "remove"]

@@ -58,7 +58,7 @@ def test_uninstall_and_reinstall_commit(venv: tuple[Path, Path]) -> None:
     assert not (sp / "pa-1.0.dist-info").exists()
     assert (sp / "shared" / "lib.so").read_bytes() == B_BYTES
     assert result.probes == ("import pb_mod",)
-    assert any(e.kind == "progress" and e.text.startswith("committed") for e in events)
+    assert any(e.kind == "progress" and e.text == "committing" for e in events)
     [entry] = history(prefix)
     assert (entry.state, entry.removed, entry.reinstalled) == ("committed", ("pa",), ("pb",))
     assert pending_transactions(prefix) == []
@@ -119,7 +119,7 @@ def test_verify_mismatch_and_interrupt_roll_back(venv: tuple[Path, Path]) -> Non
     def interrupt() -> list[Deviation]:
         raise KeyboardInterrupt
 
-    with pytest.raises(TransactionFailed, match="KeyboardInterrupt"):
+    with pytest.raises(TransactionFailed, match=r"^interrupted; rolled back"):
         run_transaction(remove_pa_plan(prefix, wheels), verify=interrupt)
     assert_same(prefix, before)
 

@@ -60,7 +60,11 @@ def test_removing_a_co_owner_orphans_the_soname_and_offers_what_passes() -> None
     assert flags == {"--repair", "--keep-shared"}
     assert [a.summary for a in plan.alternatives] == [
         RemoveThenReinstall(pins=["nvidia-cudnn-cu12==9.10.2.21"]),
-        RemoveKeepingShared(paths=[env("nvidia/__init__.py"), env(CUDNN)]),
+        RemoveKeepingShared(
+            paths=[env("nvidia/__init__.py"), env(CUDNN)],
+            foreign=[env(CUDNN)],  # what --keep-shared leaves: cu13's bytes, under cu12's name
+            holders=["nvidia-cudnn-cu13"],
+        ),
     ]
     assert all(a.argv[:2] == ["cudafix", "remove"] for a in plan.alternatives)
     assert all(a.argv[-1] == "--dry-run" for a in plan.alternatives)
