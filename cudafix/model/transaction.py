@@ -103,7 +103,7 @@ class TransactionDetail:
 
 @dataclass(frozen=True)
 class GuardedRun:
-    """A command that ran inside a transaction and was committed."""
+    """A command that ran inside a transaction and was committed, or changed nothing."""
 
     txid: str
     prefix: Path
@@ -113,6 +113,14 @@ class GuardedRun:
     probes: tuple[str, ...]
     in_place: tuple[str, ...]
     """Files the command rewrote in place (the snapshot could not have restored them)."""
+    changed: bool = True
+    """False: the command changed nothing in the environment (bytecode aside), so nothing
+    was committed and no transaction was kept (``txid`` names none)."""
+
+
+def exit_status(returncode: int) -> int:
+    """The status a shell reports for a process: killed by signal N, 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 RunEventKind = Literal["progress", "info", "note", "warning", "probe-note"]

@@ -16,17 +16,23 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from cudafix.env.statedir import StateDir, TxDir, ensure_dir, new_txid
 from cudafix.faults import fail_point
 from cudafix.model.commands import cudafix_line, venv_flags
-from cudafix.model.errors import CudafixError, LockedError, RollbackIncomplete, TransactionFailed
+from cudafix.model.errors import (
+    CommandFailed,
+    CudafixError,
+    LockedError,
+    RollbackIncomplete,
+    TransactionFailed,
+)
 from cudafix.model.names import normalize_name, split_dist_info_name
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_KEEP, OnEvent, RunEvent
 from cudafix.process import Completed
-from cudafix.tx import journal, poststate, snapshot, steps
+from cudafix.tx import journal, poststate, snapshot, steps, trash
 from cudafix.tx.history import gc
 from cudafix.tx.lock import EnvLocks, Handover, LockIntrusion, hold
 from cudafix.tx.manifest import Manifest, write_json
@@ -43,9 +49,22 @@ class StepFailed(Exception):
     old content are left out); None restores the whole snapshot.
     """
 
-    def __init__(self, message: str, restore: Manifest | None = None) -> None:
+    def __init__(
+        self, message: str, restore: Manifest | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.restore = restore
+        self.status = status
+        """The exit status ``run`` returns: its command's, when the command itself failed."""
+
+
+class Unchanged(Exception):
+    """A step whose command changed nothing: the transaction is dropped, not committed, and
+    :meth:`RunContext.execute` returns ``value``."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__("nothing changed")
+        self.value = value
 
 
 @dataclass(frozen=True)
@@ -174,6 +193,9 @@ class RunContext:
         try:
             done = step()
             self.commit(tx, manifest)
+        except Unchanged as same:
+            self._drop(tx, manifest)
+            return cast(T, same.value)
         except BaseException as exc:
             narrowed = exc.restore if isinstance(exc, StepFailed) else None
             with interrupts_held():
@@ -182,6 +204,20 @@ class RunContext:
         with contextlib.suppress(OSError, CudafixError):
             gc(self.prefix, keep=DEFAULT_KEEP, wait=False)
         return done
+
+    def _drop(self, tx: TxDir, manifest: Manifest) -> None:
+        """Forget a transaction that changed nothing: journaled as such first (then nothing
+        is pending whatever interrupts the rest), its snapshot to the trash, its directory
+        gone. Where the journal cannot say so, it is rolled back (there is nothing to
+        restore, but only the rollback may prove it)."""
+        with interrupts_held():
+            if journal.note(tx.journal, steps.Aborted(error="nothing changed")) is not None:
+                self._fail(tx, "the journal could not be written", OSError(), manifest)
+            trash.discard(self.state, [tx.txid])
+            shutil.rmtree(tx.root, ignore_errors=True)
+        with contextlib.suppress(OSError, CudafixError):
+            trash.empty(self.state, wait=False)
+        self.on_event(RunEvent("progress", f"nothing changed: transaction {tx.txid} dropped"))
 
     def commit(self, tx: TxDir, manifest: Manifest) -> None:
         """The durable ``commit`` record is the commit point: any failure before it rolls back."""
@@ -193,7 +229,8 @@ class RunContext:
         journal.append(tx.journal, steps.Commit(changed=changed))
 
     def _fail(self, tx: TxDir, reason: str, exc: BaseException, manifest: Manifest) -> NoReturn:
-        outcome = rollback(self.prefix, tx, reason, manifest)
+        self.on_event(RunEvent("progress", f"rolling back transaction {tx.txid}"))
+        outcome = rollback(self.prefix, tx, reason, manifest, self.on_event)
         if outcome.left:
             raise RollbackIncomplete(
                 f"{reason}; the rollback did not finish: {len(outcome.left)} path(s) differ",
@@ -201,12 +238,23 @@ class RunContext:
                 hint=cudafix_line("recover", target=venv_flags(self.prefix)),
             ) from exc
         self.on_event(RunEvent("info", f"rolled back transaction {tx.txid}"))
-        said = [f"restored {outcome.entries} snapshotted paths and verified them"]
+        said = [
+            f"restored the {outcome.changed} changed of {outcome.entries} snapshotted paths; "
+            "all of them verified"
+        ]
+        if outcome.in_place:
+            said.append(
+                f"{len(outcome.in_place)} file(s) rewritten in place were not restored (their "
+                f"hard-link snapshot changed with them): {', '.join(outcome.in_place[:5])}"
+            )
         if outcome.journal:
             said += [
                 *outcome.journal,
                 "once there is space: " + cudafix_line("recover", target=venv_flags(self.prefix)),
             ]
+        status = exc.status if isinstance(exc, StepFailed) else None
+        if status is not None:
+            raise CommandFailed(f"{reason}; rolled back", status=status, context=said) from exc
         raise TransactionFailed(f"{reason}; rolled back", context=said) from exc
 
 
