@@ -32,7 +32,6 @@ from cudafix.cli.shapes import run_json, unchanged_json
 from cudafix.model.errors import CudafixError, ExitCode, UsageError
 from cudafix.model.transaction import GuardedRun, exit_status
 
-
 RUN_EXIT_HELP = (
     "Exit codes: 0 committed, or nothing changed; the command's own status when it failed "
     "(after rolling back what it changed); 1 rolled back (new problems, probe failed, "

@@ -103,8 +103,8 @@ def test_a_commit_past_the_kept_five_sets_the_oldest_snapshot_aside_and_deletes_
     scenario: ScenarioFactory,
 ) -> None:
     built = scenario("clean")
-    for _ in range(6):
-        done = cudafix("run", "--venv", built.venv, "--", "true")
+    for n in range(6):
+        done = cudafix("run", "--venv", built.venv, "--", "touch", Path(built.venv) / f"m{n}")
         assert done.returncode == 0, done.stdout + done.stderr
     entries = json.loads(cudafix("history", "--venv", built.venv, "--json").stdout)
     assert [e["snapshot"] for e in entries] == [False] + [True] * 5

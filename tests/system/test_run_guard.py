@@ -82,10 +82,11 @@ def _lines_until(proc: subprocess.Popen[str], marker: str) -> Iterator[str]:
 
 
 def test_options_before_the_separator_are_cudafix_own(venv: Path) -> None:
-    done = cudafix("run", "--venv", venv, "--json", "--yes", "--no-probe", "--", "true")
+    argv = ["touch", str(venv / "made")]
+    done = cudafix("run", "--venv", venv, "--json", "--yes", "--no-probe", "--", *argv)
     assert done.returncode == 0, done.stderr
     result = as_json(done)
-    assert result["state"] == "committed" and result["argv"] == ["true"]
+    assert result["state"] == "committed" and result["argv"] == argv
     assert result["returncode"] == 0
     before = len(history(venv))
     bogus = cudafix("run", "--venv", venv, "--bogus", "--", "true")
@@ -95,8 +96,9 @@ def test_options_before_the_separator_are_cudafix_own(venv: Path) -> None:
 
 
 def test_json_failure_is_one_object_and_the_command_output_goes_to_stderr(venv: Path) -> None:
-    done = cudafix("run", "--venv", venv, "--json", "--", "sh", "-c", "echo said-this; exit 3")
-    assert done.returncode == 1
+    script = 'echo said-this; touch "$VIRTUAL_ENV/made"; exit 3'
+    done = cudafix("run", "--venv", venv, "--json", "--", "sh", "-c", script)
+    assert done.returncode == 3  # the command's own status
     assert as_json(done)["state"] == "rolled-back"
     assert "said-this" in done.stderr and "said-this" not in done.stdout
 
@@ -118,7 +120,8 @@ def test_output_is_shown_while_the_command_runs(venv: Path, tmp_path: Path) -> N
 
 
 def test_a_failing_command_keeps_its_stdout(venv: Path) -> None:
-    script = "echo 'No solution found when resolving'; echo 'hint: last line' >&2; exit 1"
+    script = "echo 'No solution found when resolving'; echo 'hint: last line' >&2; "
+    script += 'touch "$VIRTUAL_ENV/made"; exit 1'
     done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 1
     assert "No solution found when resolving" in done.stdout
@@ -126,7 +129,7 @@ def test_a_failing_command_keeps_its_stdout(venv: Path) -> None:
 
 
 def test_the_journal_keeps_a_bounded_tail(venv: Path) -> None:
-    script = "head -c 5000000 /dev/zero | tr '\\0' x; echo; echo the-end"
+    script = "head -c 5000000 /dev/zero | tr '\\0' x; echo; echo the-end; touch \"$VIRTUAL_ENV/m\""
     done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr[-2000:]
     [txid] = [e.txid for e in history(venv)]
@@ -154,7 +157,8 @@ def test_timeout_stops_the_command_and_rolls_back(venv: Path) -> None:
 def test_a_daemon_left_by_the_command_does_not_hold_the_run(venv: Path) -> None:
     """``sh -c 'sleep 600 &'`` exits at once; the run ends with it (the clihelp timeout is
     300 s), and the leftover process is stopped, so nothing runs after the verdict."""
-    done = cudafix("run", "--venv", venv, "--", "sh", "-c", "sleep 600 & echo started")
+    script = 'sleep 600 & echo started; touch "$VIRTUAL_ENV/made"'
+    done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr
     assert "started" in done.stdout
     assert group_members(_pgid(venv)) == []
@@ -549,7 +553,8 @@ def test_a_command_that_changes_nothing_is_judged_without_reading_again(venv: Pa
     """The stamp of what the diagnosis reads, taken as the command starts, is unchanged
     after it: no second read, nothing new. A command that changes what it reads is judged
     on a fresh read, and its new problem rolls it back."""
-    idle = cudafix("run", "-v", "--venv", venv, "--", "python", "-c", "pass")
+    aside = 'echo "# aside" >> "$VIRTUAL_ENV/pyvenv.cfg"'  # a change doctor does not read
+    idle = cudafix("run", "-v", "--venv", venv, "--", "sh", "-c", aside)
     assert idle.returncode == 0, idle.stderr
     assert "nothing the diagnosis reads changed" in idle.stderr
     target = site_dir(venv) / "pa_mod.py"
