@@ -550,13 +550,11 @@ def test_a_command_that_mends_part_of_a_problem_is_no_new_problem(tmp_path: Path
 
 
 def test_a_command_that_changes_nothing_is_judged_without_reading_again(venv: Path) -> None:
-    """The stamp of what the diagnosis reads, taken as the command starts, is unchanged
-    after it: no second read, nothing new. A command that changes what it reads is judged
-    on a fresh read, and its new problem rolls it back."""
-    aside = 'echo "# aside" >> "$VIRTUAL_ENV/pyvenv.cfg"'  # a change doctor does not read
-    idle = cudafix("run", "-v", "--venv", venv, "--", "sh", "-c", aside)
+    """A command that changed nothing is neither judged nor probed. A command that changes
+    what the diagnosis reads is judged on a fresh read, and its new problem rolls it back."""
+    idle = cudafix("run", "-v", "--venv", venv, "--", "python", "-c", "pass")
     assert idle.returncode == 0, idle.stderr
-    assert "nothing the diagnosis reads changed" in idle.stderr
+    assert "Nothing changed" in idle.stdout and "probing" not in idle.stderr
     target = site_dir(venv) / "pa_mod.py"
     broke = cudafix("run", "-v", "--venv", venv, "--no-probe", "--", "rm", str(target))
     assert broke.returncode == 1, broke.stderr
