@@ -20,6 +20,7 @@ import logging
 import os
 import pty
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,12 +52,35 @@ class Completed:
     timed_out: bool = False
 
 
-def activated(prefix: Path, last: Sequence[str] = ()) -> dict[str, str]:
-    """Variables that make a command act on the environment at ``prefix`` as if activated:
-    ``VIRTUAL_ENV`` and its ``bin/`` first on ``PATH``; ``last``: directories after the rest
-    of ``PATH`` (found only where nothing before them has the name)."""
-    dirs = [str(prefix / "bin"), os.environ.get("PATH", ""), *last]
-    return {"VIRTUAL_ENV": str(prefix), "PATH": os.pathsep.join(dirs)}
+Env = Mapping[str, str | None]
+"""Variables to set over cudafix's own environment for a process (None: unset it)."""
+
+
+def activated(prefix: Path, last: Sequence[str] = ()) -> dict[str, str | None]:
+    """Variables that make a command act on the environment at ``prefix`` as if activated,
+    as ``uv run`` does: ``VIRTUAL_ENV``, its ``bin/`` first on ``PATH``, ``PYTHONHOME``
+    unset (it would point the environment's interpreter at another standard library);
+    ``last``: directories after the rest of ``PATH`` (found only where nothing before them
+    has the name)."""
+    path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", ""), *last])
+    return {"VIRTUAL_ENV": str(prefix), "PATH": path, "PYTHONHOME": None}
+
+
+def merged_env(env: Env | None) -> dict[str, str] | None:
+    """cudafix's own environment with ``env`` over it (None values removed); None: as is."""
+    if env is None:
+        return None
+    out = {**os.environ, **env}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def resolve_command(word: str, env: Env) -> str | None:
+    """The file ``word`` (a command's first word) runs under ``env``, as ``execvp`` finds it
+    (on ``env``'s ``PATH`` unless it names a path); None when nothing is found."""
+    if "/" in word:
+        return word
+    path = env.get("PATH", os.environ.get("PATH"))
+    return shutil.which(word, path=path)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -94,7 +118,7 @@ def spawn_detached(code: str, fd: int) -> int:
 def run(
     argv: Sequence[str | Path],
     *,
-    env: Mapping[str, str] | None = None,
+    env: Env | None = None,
     timeout: float | None = None,
     cwd: Path | None = None,
 ) -> Completed:
@@ -105,7 +129,7 @@ def run(
     """
     args = tuple(str(a) for a in argv)
     log.debug("run: %s", " ".join(args))
-    merged = {**os.environ, **env} if env is not None else None
+    merged = merged_env(env)
     try:
         proc = subprocess.run(
             args,
@@ -336,7 +360,7 @@ def _processes() -> Iterator[tuple[int, str, int, int]]:
 def _spawned(
     args: tuple[str, ...],
     channels: list[_Channel],
-    env: Mapping[str, str] | None,
+    env: Env | None,
     cwd: Path | None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """The wrapped command in its own process group; on leaving, the group is stopped, and
@@ -348,7 +372,7 @@ def _spawned(
         stdin=subprocess.DEVNULL,
         stdout=channels[0].child,
         stderr=channels[1].child,
-        env={**os.environ, **env} if env is not None else None,
+        env=merged_env(env),
         cwd=cwd,
         preexec_fn=_own_group,
     )
@@ -396,7 +420,7 @@ def stop_orphans(rounds: int = 50) -> None:
 def run_live(
     argv: Sequence[str | Path],
     *,
-    env: Mapping[str, str] | None = None,
+    env: Env | None = None,
     timeout: float | None = None,
     cwd: Path | None = None,
     echo: tuple[int, int] = (1, 2),

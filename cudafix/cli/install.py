@@ -28,8 +28,15 @@ from cudafix.cli.options import (
 from cudafix.cli.output import echo_err, echo_event, echo_json
 from cudafix.cli.present import present_and_apply
 from cudafix.cli.render import shown
-from cudafix.cli.shapes import run_json
+from cudafix.cli.shapes import run_json, unchanged_json
 from cudafix.model.errors import CudafixError, ExitCode, UsageError
+from cudafix.model.transaction import GuardedRun, exit_status
+
+RUN_EXIT_HELP = (
+    "Exit codes: 0 committed, or nothing changed; the command's own status when it failed "
+    "(after rolling back what it changed); 1 rolled back (new problems, probe failed, "
+    "timeout); 2 usage; 4 locked or unfinished transaction (run cudafix recover)."
+)
 
 
 @click.command("install", epilog=EXIT_CODES_HELP)
@@ -54,7 +61,7 @@ def install(specs: tuple[str, ...], allow_broken_requirements: bool, flags: Plan
     present_and_apply(plan, flags)
 
 
-@click.command("run", epilog=EXIT_CODES_HELP, context_settings={"allow_interspersed_args": False})
+@click.command("run", epilog=RUN_EXIT_HELP, context_settings={"allow_interspersed_args": False})
 @facts_options
 @click.option("--accept", is_flag=True, help="Commit even with new problems (printed).")
 @click.option(
@@ -120,6 +127,9 @@ def run_command(
         if as_json:
             emit_json_error(err)
         raise
+    if not result.committed:
+        _unchanged(result, as_json)
+        return
     for finding in result.findings:
         echo_err(f"accepted: {shown(finding)}")
     for path in result.in_place:
@@ -128,12 +138,6 @@ def run_command(
         )
     if as_json:
         echo_json(run_json(result))
-        return
-    if not result.committed:
-        click.echo(
-            f"Nothing changed in {shown(str(result.prefix))}: {shown(shlex.join(argv))} ran; "
-            "no transaction was recorded."
-        )
         return
     changed = f" changed {', '.join(result.changed)};" if result.changed else ""
     undo = f"cudafix undo {result.txid} --venv {shlex.quote(str(result.prefix))}"
@@ -147,3 +151,20 @@ def run_command(
         "probes passed: "
         f"{len(result.probes)}.\nUndo with: {shown(undo)}{kept}"
     )
+
+
+def _unchanged(result: GuardedRun, as_json: bool) -> None:
+    """A command that changed nothing: nothing committed, no transaction kept; a command
+    that failed gives its own exit status, as ``uv run`` does."""
+    code = exit_status(result.completed.returncode)
+    if as_json:
+        echo_json(unchanged_json(result, code))
+    else:
+        status = f" and failed (exit status {code})" if code else ""
+        click.echo(
+            f"Nothing changed in {shown(str(result.prefix))}: "
+            f"{shown(shlex.join(result.completed.argv))} ran{status}; "
+            "no transaction was kept, nothing to undo."
+        )
+    if code:
+        sys.exit(code)

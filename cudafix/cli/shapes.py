@@ -104,3 +104,16 @@ def run_json(result: GuardedRun) -> dict[str, Any]:
         "in_place": list(result.in_place),
         "probes": list(result.probes),
     }
+
+
+def unchanged_json(result: GuardedRun, code: int) -> dict[str, Any]:
+    """``run --json`` of a command that changed nothing: no transaction; ``code`` is the
+    exit status, the command's own when it failed."""
+    return {
+        "state": "unchanged",
+        "exit_code": code,
+        "target": str(result.prefix),
+        "transaction": None,
+        "argv": list(result.completed.argv),
+        "returncode": result.completed.returncode,
+    }

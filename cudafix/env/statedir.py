@@ -125,14 +125,18 @@ class StateDir:
         return TxDir(self.transactions / txid)
 
     def transaction_ids(self) -> list[str]:
-        """Every transaction id, oldest first (ids sort by creation time).
+        """Every transaction id, oldest first (:func:`txid_order`: by the time in the id,
+        not by name, so an id past year 9999 still sorts last; names cudafix did not make
+        sort first).
 
         Only real directories count: a symlink in ``transactions/`` is not cudafix's, and a
         symlinked ``.cudafix`` or ``transactions`` is refused (:class:`UnsafeState`).
         """
         try:
             with open_dir(self.transactions) as fd, os.scandir(fd) as it:
-                return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+                return sorted(
+                    (e.name for e in it if e.is_dir(follow_symlinks=False)), key=txid_order
+                )
         except FileNotFoundError:
             return []
 
@@ -159,8 +163,9 @@ def new_txid(newest: str | None = None) -> str:
     return f"{stamp}-{ns:09d}-{secrets.token_hex(3)}"
 
 
-_TXID = re.compile(r"(\d{8}T\d{6})-(\d{9})-")
-"""What :func:`new_txid` writes: the UTC second, then its nanoseconds."""
+_TXID = re.compile(r"(\d{4,})(\d\d)(\d\d)T(\d\d)(\d\d)(\d\d)-(\d{9})-")
+"""What :func:`new_txid` writes: the UTC second (a year past 9999 has more digits), then
+its nanoseconds."""
 
 
 def _txid_ns(txid: str) -> int | None:
@@ -168,11 +173,31 @@ def _txid_ns(txid: str) -> int | None:
     made = _TXID.match(txid)
     if made is None:
         return None
-    try:
-        seconds = calendar.timegm(time.strptime(made[1], _STAMP))
-    except ValueError:  # a month 13, a day 32: not one cudafix made
+    year, month, day, hour, minute, second, ns = (int(g) for g in made.groups())
+    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(year % 400 or 400, month)[1]):
+        return None  # a month 13, a day 32: not one cudafix made
+    if hour > 23 or minute > 59 or second > 60:
         return None
-    return seconds * 10**9 + int(made[2])
+    seconds = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
+    return seconds * 10**9 + ns
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date, any year (H. Hinnant's
+    algorithm: ``calendar.timegm`` stops at year 9999)."""
+    year -= month <= 2
+    era = year // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def txid_order(name: str) -> tuple[int, str]:
+    """Sort key of transaction ids: the time each was made (a name cudafix did not make
+    first, as if oldest), then the name."""
+    made = _txid_ns(name)
+    return (-1 if made is None else made, name)
 
 
 def write_durably(fd: int, data: bytes) -> None:

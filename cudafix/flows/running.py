@@ -10,9 +10,11 @@ reading before is doctor's last one when nothing it rests on changed
 from __future__ import annotations
 
 import functools
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from cudafix.env.inventory import Distribution
 from cudafix.env.memo.answers import ReadSet, settled_stamp, stamp
@@ -35,7 +37,7 @@ from cudafix.model.doctor import Finding, SayFindings, new_problems
 from cudafix.model.names import DistName, EnvPath
 from cudafix.model.transaction import GuardedRun, OnEvent, RunEvent, quiet
 from cudafix.plan.doctor import diagnose
-from cudafix.tx.guard import Judged, run_guarded
+from cudafix.tx.guard import Judged, Outside, outside_command, run_guarded
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,18 @@ def _owners(
     return sorted(f"{n}=={dists[n].version}" for n in names if n in dists)
 
 
+def _outside_words(prefix: Path, outside: Outside) -> str:
+    """One line: the command word acts on another environment, and what acts on this one."""
+    where = f"runs {outside.found}" if outside.found else "is found nowhere"
+    python = shlex.quote(str(prefix / "bin" / "python"))
+    use = (
+        f"`{python} -m pip` or `uv pip --python {shlex.quote(str(prefix))}`"
+        if outside.pip
+        else f"`{python}`"
+    )
+    return f"`{outside.word}` {where}, outside {prefix}: it does not act on it; use {use}"
+
+
 def run_command(
     args: FactArgs,
     argv: Sequence[str],
@@ -128,6 +142,8 @@ def run_command(
     words the problems found, for the verdict."""
     target = locate(args.target)
     check_pending(target, mutating=True, on_event=on_event)
+    if (outside := outside_command(target.prefix, argv)) is not None:
+        on_event(RunEvent("warning", _outside_words(target.prefix, outside)))
     flags = target_flags(args.target, target)
     before = _remembered_before(args, target, on_event) or _read_before(
         args, target, flags, on_event

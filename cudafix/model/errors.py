@@ -35,7 +35,7 @@ class CudafixError(Exception):
     """Root of every error cudafix shows to a user."""
 
     reference = "cudafix-error"
-    exit_code = ExitCode.FAILURE
+    exit_code: int = ExitCode.FAILURE
     json_emitted = False
     """Set once its JSON object was written (so ``--json`` prints exactly one)."""
 
@@ -124,6 +124,19 @@ class TransactionFailed(CudafixError):
     """A transaction failed and was rolled back (or could not be)."""
 
     reference = "transaction-failed"
+
+
+class CommandFailed(TransactionFailed):
+    """The command ``run`` wrapped failed (what it changed was rolled back): ``run`` exits
+    with the command's own status, as ``uv run`` does."""
+
+    reference = "command-failed"
+
+    def __init__(
+        self, message: str, *, status: int, context: Sequence[str] = (), hint: str | None = None
+    ) -> None:
+        super().__init__(message, context=context, hint=hint)
+        self.exit_code = status
 
 
 class RollbackIncomplete(TransactionFailed):

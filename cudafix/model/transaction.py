@@ -132,9 +132,15 @@ class GuardedRun:
     in_place: tuple[str, ...]
     """Files the command rewrote in place (the snapshot could not have restored them)."""
     committed: bool = True
-    """False: the command changed nothing, so no transaction was recorded."""
+    """False: the command changed nothing in the environment (bytecode aside), so nothing
+    was committed and no transaction was kept (``txid`` names none)."""
     changed: tuple[str, ...] = ()
     """What it changed, as ``history`` says it (``+six 1.17.0``, ``-x 1``, ``x 1 -> 2``)."""
+
+
+def exit_status(returncode: int) -> int:
+    """The status a shell reports for a process: killed by signal N, 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 RunEventKind = Literal["progress", "info", "note", "warning", "probe-note"]

@@ -16,12 +16,18 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from cudafix.env.statedir import StateDir, TxDir, ensure_dir, new_txid
 from cudafix.faults import fail_point
 from cudafix.model.commands import cudafix_line, venv_flags
-from cudafix.model.errors import CudafixError, LockedError, RollbackIncomplete, TransactionFailed
+from cudafix.model.errors import (
+    CommandFailed,
+    CudafixError,
+    LockedError,
+    RollbackIncomplete,
+    TransactionFailed,
+)
 from cudafix.model.names import normalize_name, split_dist_info_name
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_KEEP, OnEvent, RunEvent
@@ -35,9 +41,6 @@ from cudafix.tx.recovery import pending_transactions, rollback, unreadable_trans
 
 T = TypeVar("T")
 
-NOTHING_CHANGED = "nothing changed"
-"""Why a transaction that changed nothing ended without a commit."""
-
 
 class StepFailed(Exception):
     """A step of the apply phase failed; the transaction rolls back.
@@ -46,9 +49,22 @@ class StepFailed(Exception):
     old content are left out); None restores the whole snapshot.
     """
 
-    def __init__(self, message: str, restore: Manifest | None = None) -> None:
+    def __init__(
+        self, message: str, restore: Manifest | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.restore = restore
+        self.status = status
+        """The exit status ``run`` returns: its command's, when the command itself failed."""
+
+
+class Unchanged(Exception):
+    """A step whose command changed nothing: the transaction is dropped, not committed, and
+    :meth:`RunContext.execute` returns ``value``."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__("nothing changed")
+        self.value = value
 
 
 @dataclass(frozen=True)
@@ -169,26 +185,18 @@ class RunContext:
             raise StepFailed("probe failed: " + "; ".join(failed))
         return tuple(r.label for r in results)
 
-    def execute(
-        self,
-        tx: TxDir,
-        manifest: Manifest,
-        step: Callable[[], T],
-        unchanged: Callable[[T], bool] | None = None,
-    ) -> T:
+    def execute(self, tx: TxDir, manifest: Manifest, step: Callable[[], T]) -> T:
         """Run ``step`` and commit; on any failure (even KeyboardInterrupt) roll back and
-        raise. Returns what ``step`` returned. ``unchanged``: asked of what ``step`` returned
-        when every path is as the snapshot found it; when it agrees nothing changed (no
-        write in place), the transaction is not committed
-        but dropped (:meth:`drop`), so the log holds only transactions that changed something."""
+        raise. Returns what ``step`` returned; a step that raises :class:`Unchanged` (it
+        changed nothing) is neither committed nor rolled back but dropped, and its value
+        returned, so the log holds only transactions that changed something."""
         try:
             done = step()
-            after = poststate.after_state(self.prefix, manifest)
-            if unchanged is not None and poststate.unchanged(manifest, after) and unchanged(done):
-                self.drop(tx)
-                return done
             self.on_event(RunEvent("progress", "committing"))  # the caller says it committed
-            self.commit(tx, manifest, after)
+            self.commit(tx, manifest)
+        except Unchanged as same:
+            self._drop(tx, manifest)
+            return cast(T, same.value)
         except BaseException as exc:
             narrowed = exc.restore if isinstance(exc, StepFailed) else None
             with interrupts_held():
@@ -197,30 +205,32 @@ class RunContext:
             gc(self.prefix, keep=DEFAULT_KEEP, wait=False)
         return done
 
-    def drop(self, tx: TxDir) -> None:
-        """A transaction that changed nothing: journaled as ended (nothing to recover), its
-        snapshot set aside for deletion, then its directory removed: it leaves no entry."""
-        journal.append(tx.journal, steps.Aborted(error=NOTHING_CHANGED))
-        trash.discard(self.state, [tx.txid])
-        shutil.rmtree(tx.root, ignore_errors=True)
+    def _drop(self, tx: TxDir, manifest: Manifest) -> None:
+        """Forget a transaction that changed nothing: journaled as such first (then nothing
+        is pending whatever interrupts the rest), its snapshot to the trash, its directory
+        gone. Where the journal cannot say so, it is rolled back (there is nothing to
+        restore, but only the rollback may prove it)."""
+        with interrupts_held():
+            if journal.note(tx.journal, steps.Aborted(error="nothing changed")) is not None:
+                self._fail(tx, "the journal could not be written", OSError(), manifest)
+            trash.discard(self.state, [tx.txid])
+            shutil.rmtree(tx.root, ignore_errors=True)
         with contextlib.suppress(OSError, CudafixError):
             trash.empty(self.state, wait=False)
         self.on_event(RunEvent("progress", f"nothing changed: transaction {tx.txid} dropped"))
 
-    def commit(
-        self, tx: TxDir, manifest: Manifest, after: dict[str, list[Any]] | None = None
-    ) -> None:
-        """The durable ``commit`` record is the commit point: any failure before it rolls back.
-        ``after``: the state now, when the caller just read it."""
+    def commit(self, tx: TxDir, manifest: Manifest) -> None:
+        """The durable ``commit`` record is the commit point: any failure before it rolls back."""
         journal.append(tx.journal, steps.CommitBegin())
         fail_point("commit")
-        after = poststate.after_state(self.prefix, manifest) if after is None else after
+        after = poststate.after_state(self.prefix, manifest)
         write_json(tx.post, poststate.post_state_to_json(manifest, after))
         changed = tuple(distribution_changes(manifest, after))
         journal.append(tx.journal, steps.Commit(changed=changed))
 
     def _fail(self, tx: TxDir, reason: str, exc: BaseException, manifest: Manifest) -> NoReturn:
-        outcome = rollback(self.prefix, tx, reason, manifest)
+        self.on_event(RunEvent("progress", f"rolling back transaction {tx.txid}"))
+        outcome = rollback(self.prefix, tx, reason, manifest, self.on_event)
         if outcome.left:
             raise RollbackIncomplete(
                 f"{reason}; the rollback did not finish: {len(outcome.left)} path(s) differ",
@@ -228,12 +238,23 @@ class RunContext:
                 hint=cudafix_line("recover", target=venv_flags(self.prefix)),
             ) from exc
         self.on_event(RunEvent("info", f"rolled back transaction {tx.txid}"))
-        said = [f"restored {outcome.entries} snapshotted paths and verified them"]
+        said = [
+            f"restored the {outcome.changed} changed of {outcome.entries} snapshotted paths; "
+            "all of them verified"
+        ]
+        if outcome.in_place:
+            said.append(
+                f"{len(outcome.in_place)} file(s) rewritten in place were not restored (their "
+                f"hard-link snapshot changed with them): {', '.join(outcome.in_place[:5])}"
+            )
         if outcome.journal:
             said += [
                 *outcome.journal,
                 "once there is space: " + cudafix_line("recover", target=venv_flags(self.prefix)),
             ]
+        status = exc.status if isinstance(exc, StepFailed) else None
+        if status is not None:
+            raise CommandFailed(f"{reason}; rolled back", status=status, context=said) from exc
         raise TransactionFailed(f"{reason}; rolled back", context=said) from exc
 
 

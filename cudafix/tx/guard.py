@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -22,10 +23,17 @@ from cudafix.env.target import interpreter
 from cudafix.fetch.backend import UvBackend, uv_path_dirs
 from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.probe import ProbeSpec
-from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, GuardedRun, OnEvent, RunEvent, quiet
-from cudafix.process import Completed, activated, run_live
+from cudafix.model.transaction import (
+    DEFAULT_LOCK_TIMEOUT,
+    GuardedRun,
+    OnEvent,
+    RunEvent,
+    exit_status,
+    quiet,
+)
+from cudafix.process import Completed, activated, resolve_command, run_live
 from cudafix.tx import hold, journal, restore, steps
-from cudafix.tx.context import RunContext, StepFailed
+from cudafix.tx.context import RunContext, StepFailed, Unchanged
 from cudafix.tx.manifest import Manifest
 from cudafix.tx.recovery import boot_id
 
@@ -111,15 +119,39 @@ def run_guarded(
         roots = prefix_roots(prefix)
         copy = _small_outside_site_packages
         manifest = ctx.snapshot(tx, roots, [], copy=copy, whole=True)
-        done = ctx.execute(tx, manifest, _Guarded(ctx, tx, manifest, args).step, _wrote_nothing)
-    changed = journal.changes(journal.read(tx.journal))  # None: dropped, nothing changed
-    return replace(done, committed=changed is not None, changed=changed or ())
+        done = ctx.execute(tx, manifest, _Guarded(ctx, tx, manifest, args).step)
+    if not done.committed:
+        return done
+    return replace(done, changed=journal.changes(journal.read(tx.journal)) or ())
 
 
-def _wrote_nothing(done: GuardedRun) -> bool:
-    """Whether the command wrote no file in place (every path is as it was): then it changed
-    nothing, and the run is dropped rather than committed."""
-    return not done.in_place
+_PYTHON_WORDS = re.compile(r"(pip|python)(3(\.\d+)?)?")
+"""Command words that act on whichever environment they come from."""
+
+
+@dataclass(frozen=True)
+class Outside:
+    """A command word that resolves outside the environment (``pip`` where ``uv venv``
+    made no ``bin/pip``): the command would act on another one."""
+
+    word: str
+    found: str | None
+    """The file it runs instead (None: found nowhere)."""
+    pip: bool
+    """A pip word (else a python one)."""
+
+
+def outside_command(prefix: Path, argv: Sequence[str]) -> Outside | None:
+    """Whether the command's first word is pip or python and runs from outside ``prefix``
+    with the environment activated (``VIRTUAL_ENV``, ``bin/`` first on ``PATH``)."""
+    word = argv[0] if argv else ""
+    made = _PYTHON_WORDS.fullmatch(Path(word).name)
+    if made is None:
+        return None
+    found = resolve_command(word, activated(prefix))
+    if found is not None and Path(found).absolute().parent.resolve() == (prefix / "bin").resolve():
+        return None
+    return Outside(word, found, made[1] == "pip")
 
 
 def _reinstall_hint(prefix: Path, pins: Sequence[str]) -> str:
@@ -156,7 +188,10 @@ class _Guarded:
             held.close()
         if taken is not None:
             raise taken
-        in_place = restore.written_in_place(prefix, self.manifest)
+        found = restore.changes(prefix, self.manifest, in_place=True)
+        if not done.timed_out and intrusion is None and found.derived_only():
+            raise Unchanged(GuardedRun(tx.txid, prefix, done, (), (), (), committed=False))
+        in_place = list(found.in_place)
         try:
             judged = self._judge(done, intrusion)
             passed = ctx.probe(tx, interpreter(prefix), judged.probes)
@@ -169,6 +204,7 @@ class _Guarded:
                 f"snapshot (a hard link) changed too and they stay as the command left "
                 f"them: {', '.join(in_place[:5])}; {hint}",
                 restore=restore.forget(tx, self.manifest, in_place),
+                status=failed.status,
             ) from failed
         if in_place:  # committed with them: undo restores the rest and names these
             restore.forget(tx, self.manifest, in_place)
@@ -215,7 +251,10 @@ class _Guarded:
             with contextlib.suppress(StepFailed):
                 ctx.backend_step(tx, "the command", done)  # journals what it said
             raise intrusion or StepFailed(f"the command did not finish within {args.timeout:g} s")
-        ctx.backend_step(tx, "the command", done)  # journals it; raises when it failed
+        try:
+            ctx.backend_step(tx, "the command", done)  # journals it; raises when it failed
+        except StepFailed as failed:  # run exits with the command's own status
+            raise StepFailed(str(failed), status=exit_status(done.returncode)) from None
         judged = args.judge()
         if judged.findings and not args.accept:
             raise StepFailed(

@@ -37,7 +37,7 @@ finds it (then the system's paths, as ld.so goes on); a full path as it is."""
 _NOT_FOUND = re.compile(r"^(?P<soname>[^\s:/]+): cannot open shared object file")
 
 
-def _env(prefix: Path) -> dict[str, str]:
+def _env(prefix: Path) -> dict[str, str | None]:
     return {**activated(prefix), "PYTHONDONTWRITEBYTECODE": "1"}
 
 

@@ -79,6 +79,15 @@ class RollbackOutcome:
     """Journal records that could not be written (the rollback went on without them)."""
     in_place: list[str] = field(default_factory=list)
     """Files rewritten in place: left as they are (their snapshot changed with them)."""
+    changed: int = 0
+    """Paths that differed from the snapshot: the only ones the rollback restored."""
+
+
+def _progress(on_event: OnEvent) -> restore.Progress:
+    def told(done: int, total: int) -> None:
+        on_event(RunEvent("progress", f"  rolling back: {done} of {total} changed paths"))
+
+    return told
 
 
 def untouched(tx: TxDir, manifest: Manifest | None, prefix: Path) -> bool:
@@ -92,8 +101,15 @@ def untouched(tx: TxDir, manifest: Manifest | None, prefix: Path) -> bool:
     return all(restore.mismatch(prefix, e) is None for e in manifest.entries)
 
 
-def rollback(prefix: Path, tx: TxDir, reason: str, manifest: Manifest | None) -> RollbackOutcome:
-    """Restore the snapshot (idempotent, restartable), whatever the journal can record.
+def rollback(
+    prefix: Path,
+    tx: TxDir,
+    reason: str,
+    manifest: Manifest | None,
+    on_event: OnEvent = quiet,
+) -> RollbackOutcome:
+    """Restore the snapshot (idempotent, restartable), whatever the journal can record;
+    only the paths that differ from it are touched, and ``on_event`` hears how far it got.
 
     The snapshot and its manifest are the truth: they are discarded only when the journal
     proves the environment was never changed; a missing manifest the journal says was
@@ -117,7 +133,8 @@ def rollback(prefix: Path, tx: TxDir, reason: str, manifest: Manifest | None) ->
     begin = steps.RestoreBegin(entries=len(manifest.entries), in_place=tuple(in_place))
     restoring = journal.note(tx.journal, begin)
     unwritten += [restoring] if restoring else []
-    left = restore.restore(prefix, tx, manifest)
+    restored = restore.restore(prefix, tx, manifest, _progress(on_event))
+    left = restored.left
     done = steps.RollbackIncomplete(problems=tuple(left)) if left else steps.RolledBack()
     m = journal.note(tx.journal, done)
     if m is None and not left:
@@ -126,6 +143,7 @@ def rollback(prefix: Path, tx: TxDir, reason: str, manifest: Manifest | None) ->
         left=left,
         entries=len(manifest.entries),
         journal=[*unwritten, *([m] if m else [])],
+        changed=restored.changed,
         in_place=in_place,
     )
 
@@ -184,7 +202,7 @@ def recover(
         for txid in pending_transactions(prefix):
             _require_no_live_processes(prefix, state.tx(txid))
         for txid in pending_transactions(prefix):
-            outcome = _finish(prefix, state.tx(txid))
+            outcome = _finish(prefix, state.tx(txid), on_event)
             on_event(RunEvent("info", f"rolled back transaction {txid}"))
             for path in outcome.in_place:
                 on_event(
@@ -232,9 +250,9 @@ def _require_no_live_processes(prefix: Path, tx: TxDir) -> None:
         )
 
 
-def _finish(prefix: Path, tx: TxDir) -> RollbackOutcome:
+def _finish(prefix: Path, tx: TxDir, on_event: OnEvent) -> RollbackOutcome:
     """Roll back one interrupted transaction; :class:`RollbackIncomplete` when it cannot."""
-    outcome = rollback(prefix, tx, "recover after an interruption", loaded(tx))
+    outcome = rollback(prefix, tx, "recover after an interruption", loaded(tx), on_event)
     if outcome.left or outcome.journal:
         raise RollbackIncomplete(
             f"could not finish transaction {tx.txid}: "

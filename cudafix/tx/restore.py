@@ -9,10 +9,13 @@ drops them from what a rollback restores.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import posixpath
 import shutil
 import stat
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -61,8 +64,9 @@ def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
     A hard-link snapshot shares the inode, so its copy changed too: those paths cannot be
     restored from it. Writers that replace files (uv, pip) create new inodes and are safe.
     A write shows as another size or mtime, or, when those were put back, as a moved
-    ctime with the same link count and mode (a link made or removed, or a chmod, moves
-    ctime too, and changes those instead).
+    ctime, whatever the link count or mode did: a link made or removed (``uv cache clean``
+    unlinking uv's cached copy) or a chmod moves ctime too, but so does the write beside
+    it, and only a copy could tell them apart.
     """
     out = []
     for e in manifest.entries:
@@ -80,8 +84,7 @@ def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
 def _written(st: os.stat_result, e: Entry) -> bool:
     if st.st_size != e.size or st.st_mtime_ns != e.mtime_ns:
         return True
-    touched = e.ctime_ns != 0 and st.st_ctime_ns != e.ctime_ns
-    return touched and st.st_nlink == e.nlink and stat.S_IMODE(st.st_mode) == e.mode
+    return e.ctime_ns != 0 and st.st_ctime_ns != e.ctime_ns
 
 
 def mismatch(prefix: Path, e: Entry) -> Difference | None:
@@ -194,16 +197,100 @@ def verify(prefix: Path, manifest: Manifest) -> list[Difference]:
     return problems
 
 
-def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
+@dataclass(frozen=True)
+class Changes:
+    """How the live tree differs from a manifest, path by path: what a rollback restores."""
+
+    dirs: tuple[Entry, ...] = ()
+    """Directories that are no longer a real directory, or have another mode."""
+    new: tuple[str, ...] = ()
+    """Paths that appeared in a snapshotted directory."""
+    entries: tuple[Entry, ...] = ()
+    """Other entries whose live path differs (missing, other content, mode, kind)."""
+    in_place: tuple[str, ...] = ()
+    """Hard-linked files rewritten in place (:func:`written_in_place`)."""
+
+    @property
+    def paths(self) -> int:
+        """How many paths differ."""
+        return len(self.dirs) + len(self.new) + len(self.entries) + len(self.in_place)
+
+    def derived_only(self) -> bool:
+        """Whether only bytecode changed (derived data an import writes): nothing did."""
+        return all(
+            is_bytecode(p)
+            for p in (
+                *(e.path for e in self.dirs),
+                *self.new,
+                *(e.path for e in self.entries),
+                *self.in_place,
+            )
+        )
+
+
+def changes(prefix: Path, manifest: Manifest, *, in_place: bool = False) -> Changes:
+    """Every path that differs from the manifest, read with one ``lstat`` per path and one
+    listing per directory (``in_place``: also the files rewritten in place)."""
+    dirs, entries = [], []
+    for e in manifest.entries:
+        if e.kind == "dir":
+            if _dir_differs(prefix, e):
+                dirs.append(e)
+        elif mismatch(prefix, e) is not None:
+            entries.append(e)
+    found = written_in_place(prefix, manifest) if in_place else []
+    return Changes(tuple(dirs), tuple(new_names(prefix, manifest)), tuple(entries), tuple(found))
+
+
+def _dir_differs(prefix: Path, e: Entry) -> bool:
+    try:
+        st = os.lstat(f"{prefix}/{e.path}" if e.path != ROOT else prefix)
+    except FileNotFoundError:
+        return True
+    return not stat.S_ISDIR(st.st_mode) or (e.path != ROOT and stat.S_IMODE(st.st_mode) != e.mode)
+
+
+Progress = Callable[[int, int], None]
+"""Told how many of the changed paths a rollback has restored, and of how many."""
+
+
+def _no_progress(_done: int, _total: int) -> None:
+    return None
+
+
+PROGRESS_EVERY = 500
+"""A rollback tells its progress every this many paths (and at the end)."""
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What :func:`restore` did: how many paths differed, and which still do."""
+
+    changed: int
+    """Paths that differed from the snapshot (the only ones restored)."""
+    left: list[str]
+    """Paths that still differ, each with the error that stopped it."""
+
+
+def restore(
+    prefix: Path, tx: TxDir, manifest: Manifest, progress: Progress = _no_progress
+) -> Restored:
     """Roll the touched paths back to the manifest, best effort path by path.
 
-    One path that cannot be restored (EPERM on an immutable file, ENOSPC for a copy) does
-    not stop the others; the return value names every path that still differs, each with
-    the error that stopped it. Nothing is done through a symlinked ancestor.
+    Only what differs is touched (found by :func:`changes`); the whole tree is verified
+    after. One path that cannot be restored (EPERM on an immutable file, ENOSPC for a
+    copy) does not stop the others; ``left`` names every path that still differs, each
+    with the error that stopped it. Nothing is done through a symlinked ancestor.
     """
     failed: dict[str, str] = {}
+    found = changes(prefix, manifest)
+    total, done = found.paths, 0
 
     def attempt(path: str, step: Callable[[], object]) -> None:
+        nonlocal done
+        done += 1
+        if done % PROGRESS_EVERY == 0:
+            progress(done, total)
         if any(path == f or path.startswith(f + "/") for f in failed):
             return
         if (why := check_path(prefix, path)) is not None:
@@ -214,17 +301,35 @@ def restore(prefix: Path, tx: TxDir, manifest: Manifest) -> list[str]:
         except OSError as exc:
             failed[path] = f"{path}: {exc.strerror or exc}"
 
-    dirs = sorted((e for e in manifest.entries if e.kind == "dir"), key=lambda e: e.path.count("/"))
+    dirs = sorted(found.dirs, key=lambda e: e.path.count("/"))
     for e in dirs:
         attempt(e.path, partial(ensure_dir, prefix, e))
-    for path in new_names(prefix, manifest):
+    # a directory made again is empty: what the snapshot held below it goes back too
+    remade = {e.path for e in dirs}
+    below = [e for e in manifest.entries if remade and e.kind != "dir" and _below(e.path, remade)]
+    for path in found.new:
         attempt(path, partial(_remove_new, prefix, path))
-    for e in manifest.entries:
+    seen = {e.path for e in found.entries}
+    for e in (*found.entries, *(e for e in below if e.path not in seen)):
         attempt(e.path, partial(restore_entry, prefix, tx, e))
     for e in dirs:
-        attempt(e.path, partial(set_dir_mode, prefix / e.path, e.mode))
+        if (prefix / e.path).is_dir():
+            with contextlib.suppress(OSError):
+                set_dir_mode(prefix / e.path, e.mode)
+    if total:
+        progress(total, total)
     left = [d for d in verify(prefix, manifest) if not _explained(d, failed)]
-    return [*failed.values(), *map(difference_text, left)]
+    return Restored(total, [*failed.values(), *map(difference_text, left)])
+
+
+def _below(path: str, dirs: set[str]) -> bool:
+    """Whether ``path`` is below one of ``dirs``."""
+    parent = posixpath.dirname(path)
+    while parent:
+        if parent in dirs:
+            return True
+        parent = posixpath.dirname(parent)
+    return False
 
 
 def _remove_new(prefix: Path, path: str) -> None:

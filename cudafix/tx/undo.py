@@ -100,7 +100,7 @@ def undo(
 
         def restore() -> tuple[str, ...]:
             journal.append(tx.journal, steps.UndoBegin(from_=txid))
-            problems = restore_snapshot(prefix, old, old_manifest)
+            problems = restore_snapshot(prefix, old, old_manifest).left
             if problems:
                 raise StepFailed("undo did not restore: " + "; ".join(problems))
             found = judge()

@@ -8,6 +8,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -460,3 +461,24 @@ def test_the_clobbered_hint_removes_the_build_import_does_not_need_and_runs_as_p
     planned = cudafix(*words[1:], *wheels)
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert "Verdict: PASS" in planned.stdout
+
+
+@pytest.mark.parametrize("forget", ["nothing", "answers.json"])
+def test_a_warm_doctor_sees_a_write_in_place_of_the_same_size(tmp_path: Path, forget: str) -> None:
+    """``torch/__init__.py`` overwritten in place at its size (its directory's times kept):
+    the remembered answer is not given again, nor one computed from the cached tree once
+    ``answers.json`` is deleted; both say what a cold doctor says."""
+    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    for _ in range(2):
+        time.sleep(2.1)  # past the racy window: the answer and the tree are remembered
+        assert cudafix("doctor", "--venv", built.venv).returncode == 0
+    init = site_dir(built.venv) / "torch" / "__init__.py"
+    data = bytearray(init.read_bytes())
+    data[0:4] = b"#ro "  # same size, other bytes
+    with init.open("r+b") as fh:
+        fh.write(bytes(data))
+    if forget == "answers.json":
+        (built.venv / ".cudafix" / "cache" / "answers.json").unlink()
+    proc = cudafix("doctor", "--json", "--venv", built.venv)
+    [foreign] = _finding(as_json(proc), "foreign-bytes")
+    assert foreign["paths"] == [str(init.relative_to(built.venv))] and proc.returncode == 1

@@ -82,10 +82,11 @@ def _lines_until(proc: subprocess.Popen[str], marker: str) -> Iterator[str]:
 
 
 def test_options_before_the_separator_are_cudafix_own(venv: Path) -> None:
-    done = cudafix("run", "--venv", venv, "--json", "--yes", "--no-probe", "--", "true")
+    argv = ["touch", str(venv / "made")]
+    done = cudafix("run", "--venv", venv, "--json", "--yes", "--no-probe", "--", *argv)
     assert done.returncode == 0, done.stderr
     result = as_json(done)
-    assert result["state"] == "unchanged" and result["argv"] == ["true"]  # nothing to record
+    assert result["state"] == "committed" and result["argv"] == argv
     assert result["returncode"] == 0
     before = len(history(venv))
     bogus = cudafix("run", "--venv", venv, "--bogus", "--", "true")
@@ -95,8 +96,9 @@ def test_options_before_the_separator_are_cudafix_own(venv: Path) -> None:
 
 
 def test_json_failure_is_one_object_and_the_command_output_goes_to_stderr(venv: Path) -> None:
-    done = cudafix("run", "--venv", venv, "--json", "--", "sh", "-c", "echo said-this; exit 3")
-    assert done.returncode == 1
+    script = 'echo said-this; touch "$VIRTUAL_ENV/made"; exit 3'
+    done = cudafix("run", "--venv", venv, "--json", "--", "sh", "-c", script)
+    assert done.returncode == 3  # the command's own status
     assert as_json(done)["state"] == "rolled-back"
     assert "said-this" in done.stderr and "said-this" not in done.stdout
 
@@ -118,7 +120,8 @@ def test_output_is_shown_while_the_command_runs(venv: Path, tmp_path: Path) -> N
 
 
 def test_a_failing_command_keeps_its_stdout(venv: Path) -> None:
-    script = "echo 'No solution found when resolving'; echo 'hint: last line' >&2; exit 1"
+    script = "echo 'No solution found when resolving'; echo 'hint: last line' >&2; "
+    script += 'touch "$VIRTUAL_ENV/made"; exit 1'
     done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 1
     assert "No solution found when resolving" in done.stdout
@@ -548,12 +551,11 @@ def test_a_command_that_mends_part_of_a_problem_is_no_new_problem(tmp_path: Path
 
 
 def test_a_command_that_changes_nothing_is_judged_without_reading_again(venv: Path) -> None:
-    """The stamp of what the diagnosis reads, taken as the command starts, is unchanged
-    after it: no second read, nothing new. A command that changes what it reads is judged
-    on a fresh read, and its new problem rolls it back."""
+    """A command that changed nothing is neither judged nor probed. A command that changes
+    what the diagnosis reads is judged on a fresh read, and its new problem rolls it back."""
     idle = cudafix("run", "-v", "--venv", venv, "--", "python", "-c", "pass")
     assert idle.returncode == 0, idle.stderr
-    assert "nothing the diagnosis reads changed" in idle.stderr
+    assert "Nothing changed" in idle.stdout and "probing" not in idle.stderr
     target = site_dir(venv) / "pa_mod.py"
     broke = cudafix("run", "-v", "--venv", venv, "--no-probe", "--", "rm", str(target))
     assert broke.returncode == 1, broke.stderr

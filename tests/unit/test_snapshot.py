@@ -36,9 +36,9 @@ def test_hard_link_snapshot_and_restore(tmp_path: Path) -> None:
     restore.remove_path(prefix / "lib/pkg")
     (prefix / "lib/new").mkdir()
     (prefix / "lib/new/x").write_text("created by the transaction")
-    assert restore.restore(prefix, tx, manifest) == []
+    assert restore.restore(prefix, tx, manifest).left == []
     assert not diff_fingerprints(before, fingerprint(prefix))
-    assert restore.restore(prefix, tx, manifest) == []  # idempotent
+    assert restore.restore(prefix, tx, manifest).left == []  # idempotent
 
 
 def test_copy_fallback_across_filesystems(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_copy_fallback_across_filesystems(tmp_path: Path) -> None:
         (prefix / "lib/pkg/a.so").write_bytes(b"changed")
         (prefix / "lib/pkg/sub/b.py").unlink()
         assert restore.verify(prefix, manifest)
-        assert restore.restore(prefix, tx, manifest) == []
+        assert restore.restore(prefix, tx, manifest).left == []
         assert not diff_fingerprints(before, fingerprint(prefix))
 
 
@@ -94,7 +94,7 @@ def test_detach_leaves_the_snapshot_unreachable(tmp_path: Path) -> None:
     assert restore.detach(prefix, manifest) == ["lib/pkg/a.so"]
     (prefix / "lib/pkg/a.so").write_bytes(b"rewritten by the backend")
     assert (tx.snapshot / "lib/pkg/a.so").read_bytes() == b"A" * 1000
-    assert restore.restore(prefix, tx, manifest) == []
+    assert restore.restore(prefix, tx, manifest).left == []
     assert (prefix / "lib/pkg/a.so").read_bytes() == b"A" * 1000
 
 

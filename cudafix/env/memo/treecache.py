@@ -4,8 +4,7 @@ A warm run must not touch every file. pip and uv never write a file in place: th
 create or rename into place, and each of those changes the directory's mtime and ctime. So
 an unchanged directory's listing, and the lstat of its files, are reused; what an in-place
 overwrite could change without touching the directory is lstat'ed on every run anyway
-(:func:`watched`: library-named and executable files, dist-info metadata, and the paths the
-caller marks, i.e. files several distributions claim and ELF objects). A dist-info is
+(:func:`watched`: every file but bytecode, and the paths the caller marks). A dist-info is
 re-parsed when the stat of its RECORD, METADATA, INSTALLER or top_level.txt changed, or
 when any symlink of the environment did (they decide which RECORD paths escape it).
 
@@ -29,12 +28,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from cudafix.env.statedir import STATE_DIR_NAME, load_cache, save_cache
-from cudafix.model.names import EnvPath, is_so_name
+from cudafix.model.names import EnvPath
 
 FORMAT = "cudafix-tree-cache"
-VERSION = 5
+VERSION = 6
 """4: no ctime per file (a hard link or copy moves it, and nothing decides on it);
-5: RECORDs read as uv reads them (no field limit, BOM, strict quoting)."""
+5: RECORDs read as uv reads them (no field limit, BOM, strict quoting);
+6: every file but bytecode watched (a cache of 5 left ``.py`` files unwatched)."""
 RACY_NS = 2_000_000_000
 """Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")
@@ -71,18 +71,15 @@ class _Listing:
 
 
 def watched(path: str, st: FileStat) -> bool:
-    """Paths lstat'ed on every run even in an unchanged directory.
+    """Paths lstat'ed on every run even in an unchanged directory: every one but bytecode.
 
-    Libraries and executables are what the loader reads (an in-place ``cp`` over one keeps
-    the directory's mtime); dist-info files are what the distribution cache is keyed on;
-    symlinks are few and cheap.
+    A write in place keeps the directory's mtime, and the diagnosis depends on the bytes of
+    more than libraries and executables (what the loader reads) and dist-info files (what
+    the distribution cache is keyed on): doctor hashes any file of a library distribution
+    whose mtime is newer than its RECORD (``torch/__init__.py`` overwritten in place holds
+    another build's bytes). Bytecode is derived data no finding rests on.
     """
-    return (
-        st.kind != "file"
-        or bool(st.mode & 0o111)
-        or is_so_name(path)
-        or posixpath.dirname(path).endswith(".dist-info")
-    )
+    return st.kind != "file" or not (path.endswith(".pyc") or "/__pycache__/" in f"/{path}")
 
 
 class TreeCache:
