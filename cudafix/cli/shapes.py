@@ -114,6 +114,7 @@ def unchanged_json(result: GuardedRun, code: int) -> dict[str, Any]:
         "exit_code": code,
         "target": str(result.prefix),
         "transaction": None,
+        "changed": [],
         "argv": list(result.completed.argv),
         "returncode": result.completed.returncode,
     }

@@ -153,8 +153,11 @@ def _gone_by_requirement(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str
 
 def _stack_absent(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str, str]]:
     """The needs nothing provides of objects built for a stack that is not installed
-    (:func:`stack_absent`), unless a requirement their distribution should bring and does
-    not is named after the need (a plain uninstall took it, as for a partly provided one).
+    (:func:`stack_absent`) that nothing loads, or whose loads start at the object itself (an
+    extension module binding an optional library: cupy's cuTENSOR module, imported inside a
+    ``try``); unless a requirement their distribution should bring and does not is named
+    after the need (a plain uninstall took it, as for a partly provided one). A library an
+    extension module loads in turn fails that import: an error, as before.
     """
     inv = facts.inventory
     absent = stack_absent(edges, str(inv.prefix), lambda p: next(iter(owners_abs(inv, p)), None))
@@ -165,6 +168,8 @@ def _stack_absent(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str, str]]
     for e in edges:
         if e.provider is not None or e.requester not in absent:
             continue
+        if e.chains and e.root != e.requester:
+            continue  # loaded through another object (an import that fails): not a binding
         owner = next(iter(owners_abs(inv, e.requester)), None)
         known = owner is not None and owner in inv.distributions
         unmet_ = wants.brings(DistName(owner)).unmet if owner is not None and known else ()
