@@ -39,14 +39,15 @@ def identify(
     """
     want = Counter((sha, None) for sha in staged.values())
     found = []
-    for path in _candidates(name, version, find_links):
+    for path in candidates(name, version, find_links):
         read = _read_wheel(path)
         if read is not None and _sizeless(read[1]) == want:
             found.append((path, read[0]))
     return found[0] if len(found) == 1 else None
 
 
-def _candidates(name: str, version: str, find_links: Sequence[str]) -> Iterable[Path]:
+def candidates(name: str, version: str, find_links: Sequence[str]) -> Iterable[Path]:
+    """Wheel files named ``name``-``version`` in the local ``find_links`` directories."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from packaging.version import Version
 
