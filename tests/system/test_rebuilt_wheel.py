@@ -147,12 +147,11 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def _publish(root: Path, files: dict[str, bytes]) -> None:
     wheel = _build(root / "files", files)
     page = root / "simple" / "newpkg" / "index.html"
-    page.write_text(f'<a href="../../files/{wheel.name}#sha256={_sha256(wheel)}">{wheel.name}</a>\n')
+    link = f"../../files/{wheel.name}#sha256={_sha256(wheel)}"
+    page.write_text(f'<a href="{link}">{wheel.name}</a>\n')
 
 
-def test_a_rollback_names_every_path_it_never_held(
-    tmp_path: Path, index: tuple[str, Path]
-) -> None:
+def test_a_rollback_names_every_path_it_never_held(tmp_path: Path, index: tuple[str, Path]) -> None:
     """A saved plan applied with another uv cache, after the index's file changed: the
     install writes over owner's file and through the symlink; the rollback undoes what it
     holds and names the rest (exit 4), never "verified" over them."""
