@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import unquote, urlparse
 
 from cudafix.env.distinfo import INSTALLER_FILES
 from cudafix.env.inventory import is_bytecode
@@ -47,14 +48,16 @@ def identify(
 
 
 def candidates(name: str, version: str, find_links: Sequence[str]) -> Iterable[Path]:
-    """Wheel files named ``name``-``version`` in the local ``find_links`` directories."""
+    """Wheel files named ``name``-``version`` in the local ``find_links`` directories (a
+    directory, or a ``file://`` URL of one)."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from packaging.version import Version
 
     for link in find_links:
-        if is_url(link) or not Path(link).is_dir():
+        where = _local_dir(link)
+        if where is None or not where.is_dir():
             continue
-        for entry in sorted(Path(link_path(link)).iterdir()):
+        for entry in sorted(where.iterdir()):
             if not entry.name.endswith(".whl"):
                 continue
             try:
@@ -63,6 +66,13 @@ def candidates(name: str, version: str, find_links: Sequence[str]) -> Iterable[P
                 continue
             if str(wname) == normalize_name(name) and wversion == Version(version):
                 yield entry
+
+
+def _local_dir(link: str) -> Path | None:
+    """The directory a ``--find-links`` value names on this machine; None for a page."""
+    if link.startswith("file://"):
+        return Path(unquote(urlparse(link).path))
+    return None if is_url(link) else Path(link_path(link))
 
 
 def _read_wheel(path: Path) -> tuple[str, Fingerprint] | None:

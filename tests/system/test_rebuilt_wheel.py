@@ -53,7 +53,7 @@ def _build(links: Path, files: dict[str, bytes]) -> Path:
     return make_wheel(links, "newpkg", "1.0", files)
 
 
-def _install(venv: Path, links: Path, env: dict[str, str], *args: str | Path) -> str:
+def _install(venv: Path, links: Path | str, env: dict[str, str], *args: str | Path) -> str:
     proc = cudafix(
         "install", "newpkg", "--venv", venv, "--offline", "--find-links", links, *args, env=env
     )
@@ -64,16 +64,22 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("rebuilt", ["clobbers", "through-link"])
-def test_a_rebuilt_wheel_is_judged_by_its_own_bytes(tmp_path: Path, rebuilt: str) -> None:
+@pytest.mark.parametrize(
+    ("rebuilt", "url"), [("clobbers", False), ("clobbers", True), ("through-link", False)]
+)
+def test_a_rebuilt_wheel_is_judged_by_its_own_bytes(
+    tmp_path: Path, rebuilt: str, url: bool
+) -> None:
+    """``url``: the directory given as a ``file://`` URL, which uv caches the same way."""
     venv, outside, env = _venv(tmp_path)
     links = tmp_path / "links"
+    link = links.as_uri() if url else links
     _build(links, GOOD)
-    assert _install(venv, links, env, "--dry-run").startswith("0\n")  # uv caches this build
+    assert _install(venv, link, env, "--dry-run").startswith("0\n")  # uv caches this build
     _build(links, CLOBBERS if rebuilt == "clobbers" else THROUGH_LINK)
     before = fingerprint(venv)
     for mode in ("--dry-run", "--yes"):
-        said = _install(venv, links, env, mode, "--no-probe")
+        said = _install(venv, link, env, mode, "--no-probe")
         assert said.startswith("3\n"), said
         assert "Verdict: REFUSED" in said
         if rebuilt == "clobbers":
