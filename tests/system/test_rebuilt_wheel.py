@@ -181,3 +181,29 @@ def test_a_rollback_names_every_path_it_never_held(tmp_path: Path, index: tuple[
     assert not (site_dir(venv) / "newpkg").exists()
     assert (site_dir(venv) / "shared" / "data.txt").read_bytes() == b"newpkg's\n"
     assert [p.name for p in outside.iterdir()] == ["evil.py"]
+
+
+def test_a_checked_wheel_never_writes_through_a_symlink(tmp_path: Path) -> None:
+    """The checked copy's own RECORD decides what the install writes, whatever the plan
+    lists: a path through a symlinked directory (made after planning, and left out of an
+    edited plan) is refused before anything changes."""
+    venv, outside, env = _venv(tmp_path)
+    link = site_dir(venv) / "plugins"
+    link.unlink()
+    links = tmp_path / "links"
+    _build(links, THROUGH_LINK)
+    plan = tmp_path / "plan.json"
+    assert _install(venv, links, env, "--dry-run", "--out", plan).startswith("0\n")
+    data = json.loads(plan.read_text())
+    (pinned,) = data["install"]
+    pinned["paths"] = [p for p in pinned["paths"] if "/plugins/" not in p]
+    pinned["sha256"] = {p: h for p, h in pinned["sha256"].items() if "/plugins/" not in p}
+    plan.write_text(json.dumps(data))
+    link.symlink_to(outside, target_is_directory=True)
+    before = fingerprint(venv)
+    proc = cudafix("apply", plan, "--yes", "--no-probe", env=env)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "goes through the symlink" in proc.stderr
+    assert "plugins/evil.py" in proc.stderr
+    assert list(outside.iterdir()) == []
+    assert diff_fingerprints(before, fingerprint(venv)) == []
