@@ -207,3 +207,32 @@ def test_a_checked_wheel_never_writes_through_a_symlink(tmp_path: Path) -> None:
     assert "plugins/evil.py" in proc.stderr
     assert list(outside.iterdir()) == []
     assert diff_fingerprints(before, fingerprint(venv)) == []
+
+
+def test_a_repair_judges_the_rebuilt_wheel_it_would_reinstall(tmp_path: Path) -> None:
+    """The reinstall side: owner 1.0, installed from a wheelhouse through uv's cache, is
+    damaged, and the wheelhouse's owner 1.0 rebuilt with other bytes: the repair is refused
+    as another build, not passed on the build uv cached."""
+    venv, _outside, env = _venv(tmp_path)
+    house = tmp_path / "house"
+    for old in house.glob("owner-*.whl"):
+        old.unlink()
+    make_wheel(house, "owner", "1.0", {"owner/__init__.py": b"", "shared/data.txt": b"other\n"})
+    (site_dir(venv) / "owner" / "__init__.py").unlink()
+    before = fingerprint(venv)
+    for mode in ("--dry-run", "--yes"):
+        proc = cudafix(
+            "repair",
+            "--venv",
+            venv,
+            "--offline",
+            "--find-links",
+            house,
+            mode,
+            "--no-probe",
+            env=env,
+        )
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert "Verdict: REFUSED" in proc.stdout
+        assert "shared/data.txt" in proc.stdout
+    assert diff_fingerprints(before, fingerprint(venv)) == []
