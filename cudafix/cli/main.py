@@ -2,7 +2,8 @@
 
 Exit codes (also in README and ``--help``): 0 success or healthy; 1 problems found, or an
 operation failed and was rolled back; 2 usage or input error; 3 plan refused or stale;
-4 locked, or an unfinished transaction needs ``cudafix recover``.
+4 locked, or an unfinished transaction needs ``cudafix recover``, or a rollback could
+not restore every path (each is named).
 """
 
 from __future__ import annotations

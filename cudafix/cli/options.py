@@ -27,7 +27,8 @@ from cudafix.model.transaction import DEFAULT_PROBE_TIMEOUT
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok/healthy, 1 problems found or failed (rolled back), 2 usage or input "
-    "error, 3 plan refused or stale, 4 locked or unfinished transaction (run cudafix recover)."
+    "error, 3 plan refused or stale, 4 locked, unfinished transaction (run cudafix recover) "
+    "or a rollback that could not restore every path (each is named)."
 )
 
 F = TypeVar("F", bound=Callable[..., Any])

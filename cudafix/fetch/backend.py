@@ -41,6 +41,10 @@ class UvBackend:
     python: Path
     sources: Sources = Sources()  # noqa: RUF009 - a frozen value
     uv: str = ""
+    fresh: bool = False
+    """Bypass uv's cache (``--no-cache``): for wheel files cudafix copied and checked itself,
+    which uv must unpack from those very bytes, never from an earlier build it cached under
+    the same name and version."""
 
     def _uv(self) -> str:
         if self.uv:
@@ -72,7 +76,7 @@ class UvBackend:
         """The reinstall command; ``dry_run`` asks uv only whether the wheels can be had;
         ``options`` go before the ``--`` that ends them (``--prefix=DIR`` for staging)."""
         index = self.sources.installer_args()
-        argv = [self._uv(), "pip", "install", f"--python={self.python}"]
+        argv = [self._uv(), "pip", "install", f"--python={self.python}", *self._cache()]
         return [
             *argv,
             "--reinstall",
@@ -94,7 +98,10 @@ class UvBackend:
         """
         index = self.sources.installer_args()
         argv = [self._uv(), "pip", "install", f"--python={self.python}", "--no-deps"]
-        return [*argv, *index, f"--prefix={prefix}", "--", *pins]
+        return [*argv, *self._cache(), *index, f"--prefix={prefix}", "--", *pins]
+
+    def _cache(self) -> list[str]:
+        return ["--no-cache"] if self.fresh else []
 
 
 def bundled_uv() -> str | None:
@@ -157,8 +164,15 @@ class PipBackend:
         return run([*self._pip(), "install", *flags, *index, "--", *pins])
 
 
-def make_backend(kind: BackendName, python: Path, sources: Sources = Sources()) -> Backend:  # noqa: B008
-    """The backend a plan asks for (``plan.options.backend``), fetching from ``sources``."""
+def make_backend(
+    kind: BackendName,
+    python: Path,
+    sources: Sources = Sources(),  # noqa: B008
+    *,
+    fresh: bool = False,
+) -> Backend:
+    """The backend a plan asks for (``plan.options.backend``), fetching from ``sources``;
+    ``fresh``: never from uv's cache (pip keeps no cache of local wheel files)."""
     if kind == "pip":
         return PipBackend(python, sources)
-    return UvBackend(python, sources)
+    return UvBackend(python, sources, fresh=fresh)

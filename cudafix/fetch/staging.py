@@ -19,7 +19,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cudafix.env.distinfo import CoreMetadata, parse_metadata
@@ -28,6 +28,7 @@ from cudafix.env.reading import derive_top_level
 from cudafix.env.record import Refusal, parse_record, resolve_record_path
 from cudafix.faults import crash_point
 from cudafix.fetch.backend import UvBackend
+from cudafix.fetch.wheelfile import candidates as _candidates
 from cudafix.fetch.wheelfile import identify
 from cudafix.linker.elf import ElfInfo
 from cudafix.linker.elfindex import read_elf_nofollow
@@ -99,48 +100,102 @@ def describe_sources(sources: Sources) -> str:
 def stage(python: Path, pins: Sequence[Pin], sources: Sources, site_packages: EnvPath) -> Staging:
     """Install ``pins`` with ``--prefix`` into a scratch directory and read what landed.
 
-    One uv call for all pins; when it fails, each pin again alone, so a problem is
-    attributed to the wheel that has it.
+    A pin with a wheel of its name and version in a local ``--find-links`` directory is
+    staged from a private copy of that file, past uv's cache (:func:`_stage_local`): uv
+    keeps what it unpacked under the file's name and version, and a rebuilt wheel (``pip
+    wheel .`` after a change) would otherwise be judged by the earlier build's bytes. The
+    rest are staged from the sources as given. One uv call per group; when it fails, each
+    pin again alone, so a problem is attributed to the wheel that has it.
     """
     where = describe_sources(sources)
     if not pins:
         return Staging(fetched=True, source=where)
     uv = UvBackend(python, sources)
-    wheels, problems = _stage_together(uv, pins, site_packages)
-    if problems and len(pins) > 1:
-        wheels, problems = {}, {}
-        for pin in pins:
-            one, bad = _stage_together(uv, [pin], site_packages)
-            wheels.update(one)
-            problems.update(bad)
+    local = [p for p in pins if any(_candidates(*p, sources.find_links))]
+    wheels, problems = _stage_each(uv, local, site_packages, private=True)
+    rest = [p for p in pins if p not in local or p in problems]  # no local file uv can use
+    more, problems = _stage_each(uv, rest, site_packages, private=False)
+    wheels.update(more)
     return Staging(fetched=True, wheels=wheels, problems=problems, source=where)
 
 
+def _stage_each(
+    uv: UvBackend, pins: Sequence[Pin], site: EnvPath, *, private: bool
+) -> tuple[dict[Pin, StagedWheel], dict[Pin, str]]:
+    if not pins:
+        return {}, {}
+    wheels, problems = _stage_together(uv, pins, site, private)
+    if problems and len(pins) > 1:
+        wheels, problems = {}, {}
+        for pin in pins:
+            one, bad = _stage_together(uv, [pin], site, private)
+            wheels.update(one)
+            problems.update(bad)
+    return wheels, problems
+
+
 def _stage_together(
-    uv: UvBackend, pins: Sequence[Pin], site: EnvPath
+    uv: UvBackend, pins: Sequence[Pin], site: EnvPath, private: bool = False
 ) -> tuple[dict[Pin, StagedWheel], dict[Pin, str]]:
     """Stage ``pins`` in one uv call with ``--prefix``: uv lays the files out as it would in
     the environment (site-packages, ``bin/``, ``include/``, ``share/``: every ``.data``
     scheme where the target's installs put it), so the RECORD rows read here are the ones
-    the real install writes."""
+    the real install writes. ``private``: from copies of the local wheel files alone."""
     texts = [f"{n}=={v}" for n, v in pins]
     with scratch_dir() as tmp:
-        done = _run_uv(uv.stage_argv(texts, str(tmp)), uv.sources.progress_fd)
+        prefix = tmp / "prefix"
+        prefix.mkdir()
+        origin: dict[str, Path] = {}
+        if private:
+            house = tmp / "wheels"
+            house.mkdir()
+            origin = _copy_local(pins, uv.sources.find_links, house)
+            links = (str(house),)
+            only = Sources(offline=True, find_links=links, progress_fd=uv.sources.progress_fd)
+            uv = UvBackend(uv.python, only, uv.uv, fresh=True)
+        done = _run_uv(uv.stage_argv(texts, str(prefix)), uv.sources.progress_fd)
         if done.returncode != 0:
             lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
             said = lines[-1] if lines else f"uv exited with status {done.returncode}"
             _machine_error(said, tmp)
             return {}, {pin: said for pin in pins}
-        found = {w.name: w for w in _read_staged(tmp, site, uv.sources.find_links)}
+        found = {w.name: w for w in _read_staged(prefix, site, uv.sources.find_links)}
     wheels: dict[Pin, StagedWheel] = {}
     problems: dict[Pin, str] = {}
     for name, version in pins:
         wheel = found.get(name)
         if wheel is None:
             problems[(name, version)] = "uv installed no distribution of that name"
+        elif private and (wheel.wheel is None or wheel.wheel.name not in origin):
+            problems[(name, version)] = "no single local wheel file holds what uv installed"
+        elif private and wheel.wheel is not None:
+            wheels[(name, version)] = replace(wheel, wheel=origin[wheel.wheel.name])
         else:
             wheels[(name, version)] = wheel
     return wheels, problems
+
+
+def _copy_local(pins: Sequence[Pin], find_links: Sequence[str], into: Path) -> dict[str, Path]:
+    """Copy every wheel file of the pins' names and versions in the local ``find_links``
+    directories into ``into``; file name -> the file it was copied from. The first
+    directory's file wins a name two directories hold (uv searches them in that order).
+
+    The copy is what staging judges, and :func:`identify` hashes the copy: the plan holds
+    the sha256 of the very bytes judged, which applying checks the file against again.
+    """
+    origin: dict[str, Path] = {}
+    for name, version in pins:
+        for path in _candidates(name, version, find_links):
+            if path.name in origin:
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue  # a symlink or unreadable: uv would not get it from us
+            with os.fdopen(fd, "rb") as src, (into / path.name).open("xb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+            origin[path.name] = path
+    return origin
 
 
 def _run_uv(argv: Sequence[str], progress_fd: int | None) -> Completed:

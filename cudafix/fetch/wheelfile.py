@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import unquote, urlparse
 
 from cudafix.env.distinfo import INSTALLER_FILES
 from cudafix.env.inventory import is_bytecode
@@ -39,21 +40,24 @@ def identify(
     """
     want = Counter((sha, None) for sha in staged.values())
     found = []
-    for path in _candidates(name, version, find_links):
+    for path in candidates(name, version, find_links):
         read = _read_wheel(path)
         if read is not None and _sizeless(read[1]) == want:
             found.append((path, read[0]))
     return found[0] if len(found) == 1 else None
 
 
-def _candidates(name: str, version: str, find_links: Sequence[str]) -> Iterable[Path]:
+def candidates(name: str, version: str, find_links: Sequence[str]) -> Iterable[Path]:
+    """Wheel files named ``name``-``version`` in the local ``find_links`` directories (a
+    directory, or a ``file://`` URL of one)."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from packaging.version import Version
 
     for link in find_links:
-        if is_url(link) or not Path(link).is_dir():
+        where = _local_dir(link)
+        if where is None or not where.is_dir():
             continue
-        for entry in sorted(Path(link_path(link)).iterdir()):
+        for entry in sorted(where.iterdir()):
             if not entry.name.endswith(".whl"):
                 continue
             try:
@@ -62,6 +66,13 @@ def _candidates(name: str, version: str, find_links: Sequence[str]) -> Iterable[
                 continue
             if str(wname) == normalize_name(name) and wversion == Version(version):
                 yield entry
+
+
+def _local_dir(link: str) -> Path | None:
+    """The directory a ``--find-links`` value names on this machine; None for a page."""
+    if link.startswith("file://"):
+        return Path(unquote(urlparse(link).path))
+    return None if is_url(link) else Path(link_path(link))
 
 
 def _read_wheel(path: Path) -> tuple[str, Fingerprint] | None:

@@ -28,7 +28,8 @@ class ExitCode(enum.IntEnum):
     REFUSED = 3
     """The plan would break the environment, or its preconditions no longer hold."""
     LOCKED = 4
-    """Another run holds the lock, or an unfinished transaction needs ``cudafix recover``."""
+    """Another run holds the lock, or an unfinished transaction needs ``cudafix recover``, or a
+    rollback could not restore every path (each is named)."""
 
 
 class CudafixError(Exception):

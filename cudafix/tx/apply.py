@@ -136,7 +136,9 @@ def _touched(
     site = EnvPath(plan.target.site_packages[0]) if plan.target.site_packages else EnvPath("")
     named = {p for i in plan.install for p in i.paths}
     named |= {p for w in wheels if w is not None for p in written_paths(w, site)}
-    installed = {p for p in named if check_path(prefix, p) is None}
+    if unsafe := sorted({why for p in named if (why := check_path(prefix, p)) is not None}):
+        raise PlanRefused("a wheel to install writes paths cudafix will not act on", context=unsafe)
+    installed = named
     paths |= installed
     rewritten |= {p for p in installed if (prefix / p).is_file() and not (prefix / p).is_symlink()}
     for r in plan.reinstall:
@@ -189,9 +191,8 @@ class _Apply:
         if local:
             scratch = str(next(w for w in copies if w is not None).parent)
             python = interpreter(self.ctx.prefix, self.plan.target.python)
-            private = make_backend(
-                self.plan.options.backend, python, Sources(offline=True, find_links=(scratch,))
-            )
+            only = Sources(offline=True, find_links=(scratch,))
+            private = make_backend(self.plan.options.backend, python, only, fresh=True)
             calls.append((private, local))
         if rest:
             calls.append((backend, rest))
@@ -246,6 +247,25 @@ class _Apply:
                 with ctx.backend_runs():
                     done = chosen.reinstall(group)
                 ctx.backend_step(tx, f"{plan.options.backend} reinstall", done)
+                self._held(group, "reinstall")
+
+    def _held(self, pins: Sequence[str], what: str) -> None:
+        """:class:`StepFailed` when the backend wrote a path the snapshot does not hold (its
+        wheel is not the one planned on: an index serving another build under the version),
+        naming each: the rollback cannot put those back and must not claim it did."""
+        prefix = self.ctx.prefix
+        written: list[str] = []
+        for pin in pins:
+            name, _, version = pin.partition("==")
+            info = files.dist_info(prefix, self.plan, name, version)
+            if info is not None:
+                written += files.record_paths(prefix, info, through_symlinks=True)
+        if stray := restore.unheld(prefix, self.manifest, written):
+            raise StepFailed(
+                f"{self.plan.options.backend} {what} wrote {len(stray)} path(s) beyond the "
+                "snapshot (the wheel is not the one planned on)",
+                unheld=stray,
+            )
 
     def _install(self, backend: Backend) -> None:
         """Install the exact pins (after verify: they may re-create paths the removal deleted)."""
@@ -257,6 +277,7 @@ class _Apply:
             with ctx.backend_runs():
                 done = chosen.reinstall(group)
             ctx.backend_step(tx, f"{plan.options.backend} install", done)
+            self._held(group, "install")
         problems = install_mismatches(plan)
         if problems:
             more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""

@@ -46,16 +46,23 @@ class StepFailed(Exception):
     """A step of the apply phase failed; the transaction rolls back.
 
     ``restore`` narrows what the rollback restores (entries whose snapshot is no longer the
-    old content are left out); None restores the whole snapshot.
+    old content are left out); None restores the whole snapshot. ``unheld`` names paths the
+    step wrote that no snapshot holds: the rollback cannot restore them, and says so.
     """
 
     def __init__(
-        self, message: str, restore: Manifest | None = None, status: int | None = None
+        self,
+        message: str,
+        restore: Manifest | None = None,
+        status: int | None = None,
+        unheld: Sequence[str] = (),
     ) -> None:
         super().__init__(message)
         self.restore = restore
         self.status = status
         """The exit status ``run`` returns: its command's, when the command itself failed."""
+        self.unheld = tuple(unheld)
+        """Paths written that were never snapshotted: a rollback cannot restore them."""
 
 
 class Unchanged(Exception):
@@ -199,8 +206,9 @@ class RunContext:
             return cast(T, same.value)
         except BaseException as exc:
             narrowed = exc.restore if isinstance(exc, StepFailed) else None
+            unheld = exc.unheld if isinstance(exc, StepFailed) else ()
             with interrupts_held():
-                self._fail(tx, _reason(exc), exc, narrowed or manifest)
+                self._fail(tx, _reason(exc), exc, narrowed or manifest, unheld)
         with contextlib.suppress(OSError, CudafixError):
             gc(self.prefix, keep=DEFAULT_KEEP, wait=False)
         return done
@@ -228,13 +236,27 @@ class RunContext:
         changed = tuple(distribution_changes(manifest, after))
         journal.append(tx.journal, steps.Commit(changed=changed))
 
-    def _fail(self, tx: TxDir, reason: str, exc: BaseException, manifest: Manifest) -> NoReturn:
+    def _fail(
+        self,
+        tx: TxDir,
+        reason: str,
+        exc: BaseException,
+        manifest: Manifest,
+        unheld: Sequence[str] = (),
+    ) -> NoReturn:
         self.on_event(RunEvent("progress", f"rolling back transaction {tx.txid}"))
         outcome = rollback(self.prefix, tx, reason, manifest, self.on_event)
+        if unheld and not outcome.left:
+            raise RollbackIncomplete(
+                f"{reason}; rolled back {outcome.entries} snapshotted paths, but "
+                f"{len(unheld)} path(s) written were never snapshotted and were not restored",
+                context=[*unheld, *outcome.journal],
+                hint="check them with " + cudafix_line("doctor", target=venv_flags(self.prefix)),
+            ) from exc
         if outcome.left:
             raise RollbackIncomplete(
                 f"{reason}; the rollback did not finish: {len(outcome.left)} path(s) differ",
-                context=[*outcome.left, *outcome.journal],
+                context=[*outcome.left, *unheld, *outcome.journal],
                 hint=cudafix_line("recover", target=venv_flags(self.prefix)),
             ) from exc
         self.on_event(RunEvent("info", f"rolled back transaction {tx.txid}"))

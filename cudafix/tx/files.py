@@ -29,15 +29,18 @@ def dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
     return find_dist_info(prefix, plan.target.site_packages, name, version)
 
 
-def record_paths(prefix: Path, info: str) -> list[str]:
-    """RECORD paths of an installed dist, as EnvPaths; unsafe ones left out (never touched)."""
+def record_paths(prefix: Path, info: str, *, through_symlinks: bool = False) -> list[str]:
+    """RECORD paths of an installed dist, as EnvPaths; unsafe ones left out (never touched),
+    but paths through a symlinked directory kept with ``through_symlinks`` (what an
+    installer wrote, wherever that led)."""
     record = prefix / info / "RECORD"
     if not record.is_file() or record.is_symlink():
         return []
     site = EnvPath(posixpath.dirname(info))
     rows = parse_record(record.read_text(encoding="utf-8")).entries
     resolved = (resolve_record_path(site, row.path) for row in rows)
-    return [p for p in resolved if not isinstance(p, Refusal) and check_path(prefix, p) is None]
+    paths: list[str] = [p for p in resolved if not isinstance(p, Refusal)]
+    return paths if through_symlinks else [p for p in paths if check_path(prefix, p) is None]
 
 
 _COMPILE = """\

@@ -345,6 +345,32 @@ def _explained(d: Difference, failed: Mapping[str, str]) -> bool:
     return d.kind == "missing-names" and all(f"{d.path}/{n}" in failed for n in d.names)
 
 
+def unheld(prefix: Path, manifest: Manifest, written: Iterable[str]) -> list[str]:
+    """Paths among ``written`` (what a backend wrote) that a rollback of ``manifest`` cannot
+    put back, each with why: neither snapshotted nor new in a snapshotted directory (its old
+    bytes were never held), or reached through a symlinked directory (written wherever that
+    leads, perhaps outside the environment). Bytecode is derived data and left out."""
+    held = {e.path for e in manifest.entries}
+    out = []
+    for path in dict.fromkeys(written):
+        if (why := check_path(prefix, path)) is not None:
+            out.append(f"{why}: written wherever that leads, where nothing was snapshotted")
+        elif not (path in held or is_bytecode(path) or _new(manifest, path)):
+            out.append(f"{path!r}: was never snapshotted; it keeps the bytes the backend wrote")
+    return out
+
+
+def _new(manifest: Manifest, path: str) -> bool:
+    """Whether ``path`` or a directory above it is a name that appeared in a snapshotted
+    directory: a rollback removes it, whatever the backend wrote there."""
+    while path:
+        parent, name = os.path.split(path)
+        if parent in manifest.listings and name not in manifest.listings[parent]:
+            return True
+        path = parent
+    return False
+
+
 def put_back(prefix: Path, tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> None:
     """Restore ``paths`` (``--keep-shared``) and the directories above them."""
     entries = manifest.by_path()
