@@ -307,7 +307,8 @@ class _Binder:
     ) -> list[tuple[Soname, EnvPath | None, RuntimeLoad, bool]]:
         """Per provided name of ``group``: the file, the row saying what brings it, and
         whether a requirement does; with none provided, the first name an unmet
-        requirement is named after (no file)."""
+        requirement is named after, or names the distribution that provided it at the last
+        reading (no file)."""
         brings = self.wants.brings(owner)
         out: list[tuple[Soname, EnvPath | None, RuntimeLoad, bool]] = []
         for name in group:
@@ -328,8 +329,9 @@ class _Binder:
         if out:
             return out
         for name in group:
+            went = {s.distribution for s in self.remembered.get(name, ())}
             for dist, extra, req in brings.unmet:
-                if named_after(req.name, name):
+                if named_after(req.name, name) or normalize_name(req.name) in went:
                     return [(name, None, self._row(owner, (dist, extra), name, where), True)]
         return []
 

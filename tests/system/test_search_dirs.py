@@ -1,12 +1,14 @@
-"""A framework that dlopen()s libraries by a name it builds, through its own RUNPATH.
+"""Frameworks that load libraries by a name they build at run time, with no row naming them.
 
 TensorFlow's shape: ``fw/libfw.so`` has ``$ORIGIN/../nvidia/rt/lib`` and
 ``$ORIGIN/../nvidia/old/lib`` on its RUNPATH, no DT_NEEDED into either, and no library name
 in its data: it builds ``"lib" + "fwrt" + ".so." + "12"`` when it runs. Its extra ``gpu``
 brings ``nvidia-rt-cu12`` (and ``nvidia-blas-cu12``); ``nvidia-old-cu12`` is a leftover
 no requirement brings. The oracle is the object's own ``dlopen()`` of the built name (ld.so
-searches its RUNPATH), in the venv's interpreter. Run with the run-time table emptied: no
-row describes ``fw``.
+searches its RUNPATH), in the venv's interpreter. ``pyfw`` is onnxruntime's shape: its
+Python loads the wheel's file by a path whose version it formats
+(``f"libfwrt.so.{MAJOR}"``); the oracle is ``import pyfw``. Run with the run-time table
+emptied: no row describes either.
 """
 
 from __future__ import annotations
@@ -64,9 +66,24 @@ lib = [{ path = "fw/libfw.so", loader = true, runpath = [
     "$ORIGIN/../nvidia/rt/lib", "$ORIGIN/../nvidia/blas/lib", "$ORIGIN/../nvidia/old/lib",
 ] }]
 
+[[dist]]
+name = "pyfw"
+version = "1.0"
+requires = ['nvidia-rt-cu12>=1.0; extra == "gpu"', 'nvidia-blas-cu12>=1.0; extra == "gpu"']
+[dist.files]
+"pyfw/__init__.py" = '''
+import ctypes, os
+MAJOR = "12"
+_here = os.path.dirname(os.path.abspath(__file__))
+ctypes.CDLL(os.path.join(_here, "..", "nvidia", "rt", "lib", f"libfwrt.so.{MAJOR}"))
+'''
+
 [[steps]]
 action = "install"
-packages = ["fw==1.0", "nvidia-rt-cu12==1.0", "nvidia-blas-cu12==1.0", "nvidia-old-cu12==1.0"]
+packages = [
+    "fw==1.0", "pyfw==1.0", "nvidia-rt-cu12==1.0", "nvidia-blas-cu12==1.0",
+    "nvidia-old-cu12==1.0",
+]
 """
 
 
@@ -109,10 +126,8 @@ def test_a_built_name_through_the_search_path_is_protected_diagnosed_and_repaire
 
     code, plan = _remove(built, "nvidia-rt-cu12", no_table)
     assert (code, plan["verdict"]) == (3, "refused")
-    assert [(x["consumer"].split("site-packages/")[1], x["need"]) for x in plan["lost"]] == [
-        (FW, "libfwrt.so.12")
-    ]
-    assert plan["lost"][0]["run_time_load"] == "fw[gpu]"
+    lost = {(x["consumer"].split("site-packages/")[1], x["need"]): x for x in plan["lost"]}
+    assert lost[(FW, "libfwrt.so.12")]["run_time_load"] == "fw[gpu]"
     # the leftover no requirement brings: on the search path, and still no load of fw's
     code, plan = _remove(built, "nvidia-old-cu12", no_table)
     assert (code, plan["verdict"]) == (0, "pass"), plan
@@ -122,8 +137,9 @@ def test_a_built_name_through_the_search_path_is_protected_diagnosed_and_repaire
     broken = cudafix("doctor", "--json", "--venv", built.venv, env=no_table)
     assert broken.returncode == 1, broken.stdout
     report = as_json(broken)
-    [finding] = [f for f in report["findings"] if f["severity"] == "error"]
-    assert finding["need"] == "libfwrt.so.12" and finding["consumer"].endswith(FW)
+    errors = {(f["consumer"].split("site-packages/")[1], f["need"]) for f in report["findings"]
+              if f["severity"] == "error"}  # fmt: skip
+    assert (FW, "libfwrt.so.12") in errors
     # what went, at the version that went: not the newest release its range allows (1.1)
     assert list(report["install"]) == ["nvidia-rt-cu12==1.0"]
 
@@ -136,3 +152,43 @@ def test_a_built_name_through_the_search_path_is_protected_diagnosed_and_repaire
     assert cudafix("doctor", "--venv", built.venv, env=no_table).returncode == 0
     [site] = built.venv.glob("lib/python3*/site-packages")
     assert (site / "nvidia_rt_cu12-1.0.dist-info").is_dir()
+
+
+def _imports(built: BuiltScenario) -> bool:
+    proc = subprocess.run(
+        [str(built.python), "-c", "import pyfw"], capture_output=True, check=False
+    )
+    return proc.returncode == 0
+
+
+def test_a_name_whose_version_python_formats_is_protected_diagnosed_and_repaired(
+    tmp_path: Path, no_table: dict[str, str]
+) -> None:
+    built = _build(tmp_path / "venv")
+    assert _imports(built)
+    assert cudafix("doctor", "--venv", built.venv, env=no_table).returncode == 0
+
+    code, plan = _remove(built, "nvidia-rt-cu12", no_table)
+    assert (code, plan["verdict"]) == (3, "refused")
+    consumers = {x["consumer"].split("site-packages/")[1] for x in plan["lost"]}
+    assert "pyfw/__init__.py" in consumers
+
+    uv_uninstall(built.python, "nvidia-rt-cu12")
+    assert not _imports(built)  # the break is real
+    broken = cudafix("doctor", "--json", "--venv", built.venv, env=no_table)
+    assert broken.returncode == 1, broken.stdout
+    report = as_json(broken)
+    named = {
+        (f["consumer"].split("site-packages/")[1], f["need"])
+        for f in report["findings"]
+        if f["severity"] == "error"
+    }
+    assert ("pyfw/__init__.py", "libfwrt.so.12") in named
+    assert list(report["install"]) == ["nvidia-rt-cu12==1.0"]
+
+    done = cudafix(
+        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse,
+        env=no_table,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _imports(built)
