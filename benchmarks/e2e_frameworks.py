@@ -54,6 +54,9 @@ class Framework:
     """The framework object the refusal and doctor must name (site-packages relative)."""
     oracle: str
     """Python that exits 0 only when the framework's own loader finds the library (no GPU)."""
+    gone_as: str = ""
+    """What doctor may name instead of ``soname`` after the plain uninstall when nothing
+    remembers the library: the wheel's directory an object searches (TensorFlow, no row)."""
 
 
 FRAMEWORKS = (
@@ -262,9 +265,12 @@ def framework(run: Run, root: Path, work: Path, fw: Framework, python3: str) -> 
     run.check(f"{fw.venv}: the framework's loader fails after the plain uninstall",
               not oracle(run, f"{fw.venv}: oracle after uninstall", venv, fw))  # fmt: skip
     broken = cudafix(run, f"{fw.venv}: cudafix doctor (broken)", "doctor", "--venv", venv)
-    named = [ln for ln in broken.stdout.splitlines() if fw.soname in ln and fw.consumer in ln]
+    names = [n for n in (fw.soname, fw.gone_as) if n]
+    named = [
+        ln for ln in broken.stdout.splitlines() if any(n in ln for n in names) and fw.consumer in ln
+    ]
     run.check(
-        f"{fw.venv}: doctor exits 1 naming {fw.soname} and {fw.consumer}",
+        f"{fw.venv}: doctor exits 1 naming {' or '.join(names)} and {fw.consumer}",
         broken.returncode == 1 and bool(named),
         named[0][:160] if named else problems(broken),
     )

@@ -143,6 +143,10 @@ NO_TABLE_CONSUMER = {
 """With no row, what the refusal and doctor must name: the object a row names need not be the
 one a literal names (``jax_plugins/xla_cuda12/__init__.py`` for ``_versions.so``), so the
 framework's packages (``jax_cuda12_plugin``, ``jax_plugins``) or its distribution."""
+NO_TABLE_GONE_AS = {"tf12": "nvidia/cuda_runtime/lib"}
+"""With no row and no earlier reading of the copy (the pristine reading was of the cached
+venv), TensorFlow's loss is seen as the wheel's directory its objects search: it builds the
+soname at run time, so no name of it is written anywhere cudafix reads."""
 
 
 def build_stub(root: Path) -> Path:
@@ -228,7 +232,11 @@ def empty_table(run: Run, root: Path, work: Path, only: list[str] | None, python
         before = len(run.checks)
         for framework in fw.FRAMEWORKS:
             if not only or framework.venv in only:
-                loader = replace(framework, consumer=NO_TABLE_CONSUMER[framework.venv])
+                loader = replace(
+                    framework,
+                    consumer=NO_TABLE_CONSUMER[framework.venv],
+                    gone_as=NO_TABLE_GONE_AS.get(framework.venv, ""),
+                )
                 fw.framework(run, root, work, loader, python3)
         run.checks[before:] = [(f"[no table] {w}", ok, d) for w, ok, d in run.checks[before:]]
     finally:

@@ -48,7 +48,7 @@ from cudafix.linker.elf import ElfInfo
 from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.loader import SearchConfig, expand_entry
 from cudafix.linker.runtime import BoundLoads, RuntimeLoad
-from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
+from cudafix.model.names import DistName, EnvPath, Soname, normalize_name, site_relative
 from cudafix.plan.wants import Brings, Wants
 
 GLIBC = frozenset(
@@ -90,6 +90,20 @@ def named_after(dist: str, soname: str) -> bool:
         and (i + 1 == len(words) or words[i + 1][:1] == base[len(w) : len(w) + 1])
         for i, w in enumerate(words)
     )
+
+
+def dir_named_after(dist: str, directory: str) -> bool:
+    """Whether a distribution's name names a wheel's library directory, as the nvidia wheels
+    lay them out (``nvidia-cuda-runtime-cu12`` and ``nvidia/cuda_runtime/lib``; not the
+    shared ``nvidia/cu13/lib``, which names no one wheel)."""
+    parts = directory.rstrip("/").split("/")
+    if len(parts) < 3 or parts[-1] != "lib" or parts[-3] != "nvidia":
+        return False
+    name = parts[-2]
+    if _NOISE_TOKENS.match(name):
+        return False
+    words = [w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w)]
+    return bool(words) and words == re.split(r"[-_.]+", name.lower())
 
 
 def bind_literals(
@@ -206,7 +220,8 @@ class _Binder:
         """Loads by a built name through the directories of ``rel``'s search path that no
         name it links or spells resolves into, its own aside (``$ORIGIN``: where its siblings are):
         their libraries its own requirements bring, and those the last reading saw there
-        whose distribution such a requirement names and is gone."""
+        whose distribution such a requirement names and is gone; where no reading saw the
+        wheel's directory, the directory itself, when an unmet requirement names it."""
         owner = self._owner(rel)
         if owner is None:
             return
@@ -216,7 +231,7 @@ class _Binder:
         if not dirs:
             return
         brings = self.wants.own(owner)
-        where = f"the search path of {rel}"
+        where = f"the search path of {site_relative(rel, self.inv.site_packages)}"
         for d in dirs:
             for name, path in self.in_dir.get(d, ()):
                 if name in info.needed or self._ships(owner, name):
@@ -231,11 +246,27 @@ class _Binder:
                 )
                 if by is not None:
                     self._add([(rel, name, self._dir_row(owner, by, d, where))])
-            for name, seen in self._gone_from(d):
+            gone = list(self._gone_from(d))
+            for name, seen in gone:
                 for dist, extra, req in brings.unmet:
                     if normalize_name(req.name) == seen.distribution:
                         self._add([(rel, name, self._dir_row(owner, (dist, extra), d, where))])
                         break
+            if gone or d in self.in_dir or not self._wheel_dir(d):
+                continue
+            for dist, extra, req in brings.unmet:  # no reading saw it: the directory itself
+                spelled = any(named_after(req.name, n) for n in info.literals)
+                if dir_named_after(req.name, d) and not spelled:  # (a name it spells says more)
+                    need = f"{self.prefix}/{d}"
+                    self._add([(rel, need, self._dir_row(owner, (dist, extra), d, where))])
+                    break
+
+    def _wheel_dir(self, d: str) -> bool:
+        """``<site-packages>/nvidia/NAME/lib``: where an nvidia wheel puts its libraries."""
+        return any(
+            d.startswith(f"{site}/nvidia/") and d.count("/") == site.count("/") + 3
+            for site in self.inv.site_packages
+        ) and d.endswith("/lib")
 
     def _gone_from(self, d: str) -> Iterable[tuple[Soname, Seen]]:
         """Libraries the last reading saw in ``d`` that nothing provides now, from a
@@ -255,7 +286,7 @@ class _Binder:
             provider=by[0],
             extra=by[1],
             objects=(),
-            source=f"{where}, which names {d}",
+            source=f"{where}, which names {site_relative(d, self.inv.site_packages)}",
         )
 
     # --- choosing -----------------------------------------------------------------------

@@ -23,7 +23,7 @@ from cudafix.model.names import DistName, Soname
 from cudafix.model.plan import Options
 from cudafix.plan.doctor import diagnose
 from cudafix.plan.facts import Facts
-from cudafix.plan.literals import bind_literals
+from cudafix.plan.literals import bind_literals, dir_named_after
 from cudafix.plan.planner import Request, build_plan
 from tests.support.facts import PREFIX, Dist, Lib, env, facts
 
@@ -158,11 +158,22 @@ def test_a_searched_library_gone_since_the_last_reading_is_an_error_repaired_exa
     assert list(diagnose(f).install) == ["nvidia-rt-cu12==1.0"]
 
 
-def test_a_searched_directory_without_a_memory_says_nothing() -> None:
-    """No reading saw what was there: the rule has no name to give (the requirement's own
-    finding speaks for it)."""
+def test_a_searched_wheel_directory_gone_without_a_memory_is_named_as_the_directory() -> None:
+    """No reading saw what was there: the object searches the wheel's directory that an
+    unmet requirement of its extra names, so the directory itself is what it loads."""
     f = _fw(OLD_DIST)
-    assert f.runtime.objects == frozenset()
+    assert _errors(f) == [(env(FW), _abs("nvidia/rt/lib"))]
+    assert list(diagnose(f).install) == ["nvidia-rt-cu12>=1"]
+
+
+def test_a_directory_no_requirement_names_is_no_load() -> None:
+    """The leftover's directory, or one the extra does not name: nothing to say."""
+    f = _fw(RT_DIST)  # nvidia-old-cu12 is not installed, and no requirement brings it
+    assert [n for n in f.runtime.sonames.get(_abs(FW), ())] == ["libfwrt.so.12"]
+    assert f.runtime.paths.get(_abs(FW), ()) == ()
+    assert not dir_named_after("nvidia-cublas", "lib/python3.12/site-packages/nvidia/cu13/lib")
+    assert dir_named_after("nvidia-cuda-runtime-cu12", "x/nvidia/cuda_runtime/lib")
+    assert not dir_named_after("nvidia-cuda-nvrtc-cu12", "x/nvidia/cuda_runtime/lib")
 
 
 def test_the_objects_own_directory_is_not_evidence() -> None:
