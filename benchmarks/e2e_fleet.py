@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,14 +79,23 @@ def ansible_env(work: Path) -> dict[str, str]:
 
 
 def inventory(path: Path, ansible: Path, hosts: dict[str, dict[str, Any]]) -> Path:
-    """A YAML inventory written as JSON (YAML's subset): every host is this machine."""
-    common = {
-        "ansible_connection": "local",
-        "ansible_python_interpreter": str(ansible / "bin" / "python"),
-        "cudafix_command": cudafix_argv(),
-    }
-    value = {"all": {"children": {"gpu_nodes": {"hosts": hosts, "vars": common}}}}
-    path.write_text(json.dumps(value, indent=2) + "\n")
+    """An INI inventory in the form docs/fleet.md shows: vars on each host's line (there a
+    list is a Python literal; under ``[gpu_nodes:vars]`` it would be a string). Every host is
+    this machine."""
+    lines = ["[gpu_nodes]"]
+    for name, own in hosts.items():
+        values = {
+            **own,
+            "ansible_connection": "local",
+            "ansible_python_interpreter": str(ansible / "bin" / "python"),
+            "cudafix_command": cudafix_argv(),
+        }
+        words = [
+            f"{k}='{json.dumps(v)}'" if isinstance(v, list) else f"{k}={v}"
+            for k, v in values.items()
+        ]
+        lines.append(" ".join([name, *words]))
+    path.write_text("\n".join(lines) + "\n")
     return path
 
 
@@ -170,7 +180,7 @@ def doctor_repair(run: Run, ansible: Path, work: Path) -> None:
     txid = kill_mid_transaction(run, venvs["pending"])
     hosts: dict[str, dict[str, Any]] = {name: {"cudafix_venv": str(v)} for name, v in venvs.items()}
     hosts["broken"]["cudafix_options"] = ["--offline", "--find-links", str(broken.wheelhouse)]
-    inv = inventory(work / "inventory.json", ansible, hosts)
+    inv = inventory(work / "inventory.ini", ansible, hosts)
     out = work / "results"
     before = {name: fingerprint(v) for name, v in venvs.items()}
     run.check("broken: doctor exits 1 before the play", doctor_exit(venvs["broken"]) == 1)
@@ -288,7 +298,7 @@ def apply_plan(run: Run, ansible: Path, work: Path) -> None:
     )
     run.check("node-b changed by hand (nvidia-nvtx-cu13 uninstalled)", changed.returncode == 0)
     inv = inventory(
-        work / "nodes.json", ansible, {n: {"cudafix_venv": str(v)} for n, v in nodes.items()}
+        work / "nodes.ini", ansible, {n: {"cudafix_venv": str(v)} for n, v in nodes.items()}
     )
     before = fingerprint(nodes["node-b"])
     lines = work / "results.jsonl"
@@ -316,6 +326,22 @@ def apply_plan(run: Run, ansible: Path, work: Path) -> None:
     )
     run.check("node-b: untouched", not diff_fingerprints(before, fingerprint(nodes["node-b"])))
     run.check("node-a: doctor exits 0 after the plan", doctor_exit(nodes["node-a"]) == 0)
+    jq = shutil.which("jq")
+    if jq is None:
+        run.notes.append("jq not found: the doc's jq aggregation was not run")
+        return
+    table = subprocess.run(
+        [jq, "-r", "[.host, .exit, .result.state] | @tsv", lines], capture_output=True, text=True
+    )
+    replan = subprocess.run(
+        [jq, "-r", "select(.exit == 3) | .host", lines], capture_output=True, text=True
+    )
+    run.check(
+        "the doc's jq lines: a table by host, node-b on the re-plan list",
+        table.stdout.splitlines() == ["node-a\t0\tcommitted", "node-b\t3\tstale"]
+        and replan.stdout == "node-b\n",
+        table.stdout + table.stderr + replan.stdout,
+    )
 
 
 def report(run: Run, seconds: float) -> bool:
