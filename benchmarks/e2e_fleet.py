@@ -7,14 +7,16 @@
 - ``examples/fleet/site.yml`` (the ``cudafix`` role: doctor, repair dry run, repair, doctor):
   ``healthy`` (``clean``), ``broken`` (``incident-mirror`` after its plain ``uv pip
   uninstall``), ``pending`` (``clean`` with a ``cudafix run -- sleep 60`` killed by SIGKILL
-  mid-transaction). First ``--limit healthy,broken``: the play passes, ``healthy`` is untouched
+  mid-transaction). First ``--limit broken -e cudafix_repair=false``: a plan, no change. Then
+  ``--limit healthy,broken``: the play passes, ``healthy`` is untouched
   (fingerprint, no transaction), ``broken`` is repaired (``doctor`` exits 0 afterwards), and
   each host's JSON file parses. Then every host: the play fails (exit 2) naming ``pending``
   and ``cudafix recover``, ``pending`` is left as it was, the others change nothing.
 - ``examples/fleet/apply-plan.yml``: one plan saved from ``examples/seed-cleanup.toml`` on an
   ``incident`` venv, applied to two copies of it, one changed by hand first (``nvidia-nvtx-cu13``
   uninstalled): ``node-a`` commits, ``node-b`` is refused as stale and untouched, the play
-  passes, and ``results.jsonl`` holds one line per node.
+  passes in two waves (``cudafix_serial=50%``), ``results.jsonl`` holds one line per node, and
+  the doc's ``jq`` lines read it.
 
 Prints Markdown; writes ``bench-out/e2e-fleet.json``. Exit 0 only when every check holds.
 """
@@ -185,6 +187,21 @@ def doctor_repair(run: Run, ansible: Path, work: Path) -> None:
     before = {name: fingerprint(v) for name, v in venvs.items()}
     run.check("broken: doctor exits 1 before the play", doctor_exit(venvs["broken"]) == 1)
 
+    planned = playbook(
+        run, "site.yml --limit broken -e cudafix_repair=false", ansible, work, inv, "site.yml",
+        "--limit", "broken", "-e", "cudafix_repair=false", "-e", f"cudafix_results_dir={out}",
+    )  # fmt: skip
+    only = results(out).get("broken", {})
+    run.check(
+        "cudafix_repair=false: the play passes, the plan is kept, nothing changes",
+        planned.returncode == 0
+        and only.get("plan", {}).get("exit") == 0
+        and "repair" not in only
+        and not diff_fingerprints(before["broken"], fingerprint(venvs["broken"])),
+        f"exit {planned.returncode}; {sorted(only)}",
+    )
+    (out / "broken.json").unlink(missing_ok=True)
+
     first = playbook(
         run, "site.yml --limit healthy,broken", ansible, work, inv, "site.yml",
         "--limit", "healthy,broken", "-e", f"cudafix_results_dir={out}",
@@ -305,9 +322,13 @@ def apply_plan(run: Run, ansible: Path, work: Path) -> None:
     done = playbook(
         run, "apply-plan.yml on node-a, node-b", ansible, work, inv, "apply-plan.yml",
         "-e", f"cudafix_plan={plan}", "-e", f"cudafix_plan_dest={work / 'plan-copy.json'}",
-        "-e", f"cudafix_results={lines}",
+        "-e", f"cudafix_results={lines}", "-e", "cudafix_serial=50%",
     )  # fmt: skip
     run.check("apply-plan.yml: the play passes (exit 0)", done.returncode == 0, done.stdout[-600:])
+    run.check(
+        "cudafix_serial=50%: two waves of one node",
+        done.stdout.count("PLAY [Apply the reviewed cudafix plan]") == 2,
+    )
     rows = (
         [json.loads(ln) for ln in lines.read_text().splitlines() if ln.strip()]
         if lines.exists()
