@@ -13,6 +13,7 @@ import pytest
 
 from cudafix.env.target import locate_target
 from cudafix.gather import gather
+from cudafix.model.names import is_so_name
 from scenarios import load_scenario
 from scenarios.catalog import scenario_names
 from scenarios.fingerprint import diff_fingerprints, fingerprint
@@ -49,9 +50,7 @@ def test_doctor_matches_expectations(
     kinds: dict[str, list[str]] = {}
     for f in report["findings"]:
         kinds.setdefault(f["kind"], []).append(f["message"] + "\n" + "\n".join(f["details"]))
-    unresolved = {
-        f["need"].rsplit("/", 1)[-1] for f in report["findings"] if f["kind"] == "unresolved"
-    }
+    unresolved = {_need(f["need"]) for f in report["findings"] if f["kind"] == "unresolved"}
     assert unresolved == set(want.unresolved), kinds.get("unresolved")
     shared_text = "\n".join(kinds.get("clobbered", []) + kinds.get("shared", []))
     for path in want.shared:
@@ -93,7 +92,7 @@ def test_remove_dry_run_matches_expectations(
     if want.removes is not None:
         assert {d["name"] for d in plan["remove"]} == set(want.removes)
     # a by-path run-time load's need is the library's EnvPath; the scenario names its file
-    assert {x["need"].rsplit("/", 1)[-1] for x in plan["lost"]} == set(want.lost)
+    assert {_need(x["need"]) for x in plan["lost"]} == set(want.lost)
     assert {x["need"] for x in plan["switches"]} == set(want.switches)
     assert {x["distribution"] for x in plan["requirement_breaks"]} == set(want.requirement_breaks)
     assert {x["name"] for x in plan["reinstall"]} == set(want.reinstall)
@@ -141,3 +140,11 @@ def test_second_scan_parses_nothing_that_did_not_change(scenario: ScenarioFactor
     lib = next(built.venv.glob("lib/python3*/site-packages/torch/lib/libtorch_cuda.so"))
     lib.write_bytes(lib.read_bytes())  # same bytes, new mtime: re-parsed, nothing else
     assert gather(target).elf.parsed == 1
+
+
+def _need(need: str) -> str:
+    """A need as the expectations spell it: a library by its file name, a wheel's directory
+    an object searches (``.../site-packages/nvidia/cuda_nvrtc/lib``) site-relative."""
+    if is_so_name(need):
+        return need.rsplit("/", 1)[-1]
+    return need.split("site-packages/", 1)[-1]
