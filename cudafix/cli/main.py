@@ -8,10 +8,13 @@ not restore every path (each is named).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from importlib import resources
+from importlib.abc import Traversable
 from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 import click
@@ -364,6 +367,37 @@ def gc(target: app.TargetArgs, keep: int) -> None:
     """Delete old snapshots, keeping the newest KEEP committed ones."""
     gone, freed = app.gc(target, keep)
     click.echo(f"Deleted {len(gone)} snapshot(s), freeing {size_text(freed)}.")
+
+
+# -- schema -----------------------------------------------------------------------------------
+
+
+@cli.command(epilog=EXIT_CODES_HELP)
+@click.argument("name", required=False)
+@output_options
+def schema(name: str | None) -> None:
+    """Print the JSON Schema of a --json output; without NAME, list them with their versions.
+
+    NAME is doctor, plan, result, run, undo, undo-preview, history, show or error
+    (docs/json.md says which command prints which). The same files ship in the package,
+    under cudafix/data/schemas/.
+    """
+    found = {p.name.removesuffix(".schema.json"): p for p in _schema_files()}
+    if name is None:
+        for each, path in sorted(found.items()):
+            version = json.loads(path.read_text(encoding="utf-8"))["version"]
+            click.echo(f"{each}\t{version}")
+        return
+    if name not in found:
+        raise UsageError(
+            f"no JSON schema named {name!r}", hint=f"one of: {', '.join(sorted(found))}"
+        )
+    click.echo(found[name].read_text(encoding="utf-8"), nl=False)
+
+
+def _schema_files() -> list[Traversable]:
+    folder = resources.files("cudafix").joinpath("data/schemas")
+    return [p for p in folder.iterdir() if p.name.endswith(".schema.json")]
 
 
 def _undo_refusal(preview: UndoPreview, accept: bool, listed: bool) -> CudafixError | None:

@@ -2,7 +2,9 @@
 
 One function per shape, so a field is named once; :func:`cudafix.cli.output.echo_json`
 writes them. A plan and a doctor report are pydantic models with their own JSON; the
-outcomes around them are shaped here.
+outcomes around them are shaped here. Each shape is described in :mod:`cudafix.cli.schemas`
+(shipped as ``cudafix/data/schemas/*.schema.json``): a field added or removed here is added
+or removed there, with its schema's version raised.
 """
 
 from __future__ import annotations
@@ -90,13 +92,13 @@ def detail_json(detail: TransactionDetail) -> dict[str, Any]:
 
 
 def run_json(result: GuardedRun) -> dict[str, Any]:
-    """``run --json``: the committed run, as a fleet controller aggregates it (``unchanged``,
-    with no transaction, when the command changed nothing)."""
+    """``run --json``: the committed run, as a fleet controller aggregates it (a command
+    that changed nothing is :func:`unchanged_json`'s)."""
     return {
-        "state": "committed" if result.committed else "unchanged",
+        "state": "committed",
         "exit_code": int(ExitCode.OK),
         "target": str(result.prefix),
-        "transaction": result.txid if result.committed else None,
+        "transaction": result.txid,
         "changed": list(result.changed),
         "argv": list(result.completed.argv),
         "returncode": result.completed.returncode,

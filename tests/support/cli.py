@@ -11,7 +11,9 @@ from typing import Any
 
 import uv
 
+from cudafix.cli.schemas import ERROR_STATES
 from scenarios import BuiltScenario
+from tests.support.schemacheck import validate_output
 
 
 def cudafix(
@@ -60,8 +62,37 @@ def repair_pa(
 
 
 def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    """The one JSON value a ``--json`` command printed, checked against its shipped schema
+    (``cudafix/data/schemas/``; :func:`output_schema` picks which)."""
     assert proc.stdout.strip(), proc.stderr
-    return json.loads(proc.stdout)
+    value = json.loads(proc.stdout)
+    name = output_schema(proc.args, value)
+    if name is not None:
+        validate_output(proc.stdout, name)
+    return value
+
+
+_PLANNING = ("remove", "uninstall", "repair", "install", "apply")
+
+
+def output_schema(argv: object, value: object) -> str | None:
+    """The schema that describes what ``argv`` (a :func:`cudafix` command line) printed:
+    ``error`` for a failure, else the command's (None: not a cudafix ``--json`` command)."""
+    if not isinstance(argv, list) or argv[1:3] != ["-m", "cudafix"]:
+        return None
+    args = [str(a) for a in argv[3:]]
+    args = args[: args.index("--")] if "--" in args else args
+    if isinstance(value, dict) and "error" in value and value.get("state") in ERROR_STATES:
+        return "error"
+    command = next(
+        (a for a in args if a in {*_PLANNING, "doctor", "run", "undo", "history", "show"}), None
+    )
+    dry = "--dry-run" in args
+    if command in _PLANNING:
+        return "plan" if dry else "result"
+    if command == "undo":
+        return "undo-preview" if dry else "undo"
+    return command
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
@@ -76,7 +107,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *wo
 
 def one_json_error(proc: subprocess.CompletedProcess[str], code: int) -> dict[str, object]:
     """A failure under ``--json``: stdout is exactly one object carrying the exit code."""
-    value = json.loads(proc.stdout)
+    value = validate_output(proc.stdout, "error")
     assert isinstance(value, dict) and value["exit_code"] == code, proc.stdout
     return value
 
