@@ -9,8 +9,10 @@ every layer that has such a point can call them without importing the transactio
   points such as ``snapshot-file``, ``trash-moved`` or ``write-half``), only for a subject
   (a path) matching ``<glob>`` when one is given.
 * ``CUDAFIX_TEST_FAIL=<op>[@<glob>]:<ERRNO>[,...]``: raise ``OSError(errno.<ERRNO>)`` at
-  operation ``<op>`` (``snapshot``, ``restore``, ``keep``, ``journal``, ``commit``), only for
-  paths or journal events matching ``<glob>`` when one is given, to simulate ENOSPC/EPERM.
+  operation ``<op>`` (``snapshot``, ``restore``, ``keep``, ``journal``, ``commit``, ``trash``
+  (moving a snapshot into the trash), ``write`` (half-way through a state or cache file's
+  write)), only for paths or journal events matching ``<glob>`` when one is given, to
+  simulate ENOSPC/EPERM.
 * ``CUDAFIX_TEST_FILL_AT=<step>:<file>``: at ``<step>``, fill the file system holding
   ``<file>`` by writing it until ENOSPC (a real full disk from then on).
 """

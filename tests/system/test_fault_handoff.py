@@ -134,6 +134,18 @@ def test_gc_stopped_after_the_move_is_finished_by_recover(tmp_path: Path, how: s
     _healthy(prefix)
 
 
+def test_gc_killed_while_it_waits_for_the_deletion_leaves_it_running(tmp_path: Path) -> None:
+    prefix, _ = _committed(tmp_path)
+    before = fingerprint(prefix)
+    proc = cudafix("gc", "--venv", prefix, "--keep", "0", env={CRASH_ENV: "trash-emptying"})
+    assert proc.returncode == -signal.SIGKILL, _quiet(proc)
+    assert _until(lambda: _held(prefix) == []), _held(prefix)  # a session of its own
+    assert _snapshots(prefix) == [False] and not diff_fingerprints(before, fingerprint(prefix))
+    done = cudafix("recover", "--venv", prefix)
+    assert done.returncode == 0 and "No unfinished transaction" in done.stdout, _quiet(done)
+    _healthy(prefix)
+
+
 def test_a_commit_after_an_interrupted_hand_off_deletes_what_it_left(tmp_path: Path) -> None:
     prefix, _ = _committed(tmp_path)
     killed = cudafix("gc", "--venv", prefix, "--keep", "0", env={CRASH_ENV: "trash-moved"})
