@@ -260,7 +260,7 @@ def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
     report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_event)
     if not report.transactions:
         click.echo(f"No unfinished transaction in {shown(str(report.prefix))}.")
-    for action in report.actions:
+    for action in report.actions if report.transactions else ():
         click.echo(("would: " if dry_run else "done: ") + shown(action))
     if report.trash:
         what = f"the {len(report.trash)} old snapshot(s) an interrupted deletion left"
