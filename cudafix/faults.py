@@ -4,12 +4,15 @@ The transaction and staging call these at each point worth breaking; nothing fir
 test sets the variables (never set them outside tests). They sit on the lowest floor so that
 every layer that has such a point can call them without importing the transaction.
 
-* ``CUDAFIX_TEST_CRASH_AFTER=<step>[:SIGNAL]``: SIGKILL (or send ``SIGNAL``, e.g.
-  ``SIGTERM``) this process right after ``<step>`` is journaled (or reached, for per-file
-  points such as ``snapshot-file``/``restore-file``).
+* ``CUDAFIX_TEST_CRASH_AFTER=<step>[@<glob>][:SIGNAL]``: SIGKILL (or send ``SIGNAL``, e.g.
+  ``SIGTERM``, ``SIGSTOP``) this process right after ``<step>`` is journaled (or reached, for
+  points such as ``snapshot-file``, ``trash-moved`` or ``write-half``), only for a subject
+  (a path) matching ``<glob>`` when one is given.
 * ``CUDAFIX_TEST_FAIL=<op>[@<glob>]:<ERRNO>[,...]``: raise ``OSError(errno.<ERRNO>)`` at
-  operation ``<op>`` (``snapshot``, ``restore``, ``keep``, ``journal``, ``commit``), only for
-  paths or journal events matching ``<glob>`` when one is given, to simulate ENOSPC/EPERM.
+  operation ``<op>`` (``snapshot``, ``restore``, ``keep``, ``journal``, ``commit``, ``trash``
+  (moving a snapshot into the trash), ``write`` (half-way through a state or cache file's
+  write)), only for paths or journal events matching ``<glob>`` when one is given, to
+  simulate ENOSPC/EPERM.
 * ``CUDAFIX_TEST_FILL_AT=<step>:<file>``: at ``<step>``, fill the file system holding
   ``<file>`` by writing it until ENOSPC (a real full disk from then on).
 """
@@ -32,10 +35,12 @@ def hooks_armed() -> bool:
     return any(os.environ.get(name) for name in (CRASH_ENV, FAIL_ENV, FILL_ENV))
 
 
-def crash_point(step: str) -> None:
-    """Test hook: SIGKILL ourselves at ``step`` when asked to (simulates a power cut)."""
-    want, _, how = os.environ.get(CRASH_ENV, "").partition(":")
-    if want == step:
+def crash_point(step: str, subject: str = "") -> None:
+    """Test hook: SIGKILL ourselves at ``step`` (for ``subject`` matching the glob) when
+    asked to (simulates a power cut)."""
+    target, _, how = os.environ.get(CRASH_ENV, "").partition(":")
+    want, _, glob = target.partition("@")
+    if want == step and (not glob or fnmatch.fnmatchcase(subject, glob)):
         os.kill(os.getpid(), getattr(signal, how or "SIGKILL"))
     _fill_point(step)
 

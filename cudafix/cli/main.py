@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from importlib import resources
 from importlib.abc import Traversable
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 import click
@@ -73,6 +74,7 @@ from cudafix.cli.shapes import (
     undone_json,
 )
 from cudafix.cli.wording import listing_hint
+from cudafix.model.commands import cudafix_line, venv_flags
 from cudafix.model.errors import (
     CudafixError,
     EnvironmentFault,
@@ -261,9 +263,23 @@ def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
     report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_event)
     if not report.transactions:
         click.echo(f"No unfinished transaction in {shown(str(report.prefix))}.")
-        return
-    for action in report.actions:
+    for action in report.actions if report.transactions else ():
         click.echo(("would: " if dry_run else "done: ") + shown(action))
+    if report.trash:
+        what = f"the {len(report.trash)} old snapshot(s) an interrupted deletion left"
+        click.echo(f"would: delete {what}" if dry_run else f"done: deleted {what}")
+    if report.trash_left:
+        raise _not_deleted(report.prefix, len(report.trash_left))
+
+
+def _not_deleted(prefix: Path, count: int) -> EnvironmentFault:
+    """Old snapshots set aside for deletion that are still there after it."""
+    trash = shown(str(prefix / ".cudafix" / "trash"))
+    return EnvironmentFault(
+        f"{count} old snapshot(s) set aside in {trash} could not be deleted",
+        hint="check the file system and permissions there, then "
+        + cudafix_line("gc", target=venv_flags(prefix)),
+    )
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -363,10 +379,13 @@ def undo(
     show_default=True,
     help="How many committed transactions keep their snapshot (for undo).",
 )
-def gc(target: app.TargetArgs, keep: int) -> None:
+@lock_timeout_option()
+def gc(target: app.TargetArgs, keep: int, lock_timeout: float) -> None:
     """Delete old snapshots, keeping the newest KEEP committed ones."""
-    gone, freed = app.gc(target, keep)
+    gone, freed, left = app.gc(target, keep, lock_timeout)
     click.echo(f"Deleted {len(gone)} snapshot(s), freeing {size_text(freed)}.")
+    if left:
+        raise _not_deleted(left[0].parents[2], len(left))
 
 
 # -- schema -----------------------------------------------------------------------------------

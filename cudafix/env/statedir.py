@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudafix.faults import crash_point, fail_point, hooks_armed
 from cudafix.model.errors import UnsafeState
 
 STATE_DIR_NAME = ".cudafix"
@@ -321,6 +322,8 @@ def write_atomic(path: Path, text: str) -> None:
         fd = os.open(tmp, flags, mode, dir_fd=dfd)
         try:
             try:
+                if hooks_armed():
+                    data = _half_written(fd, data, path)
                 write_durably(fd, data)
             finally:
                 os.close(fd)
@@ -330,6 +333,16 @@ def write_atomic(path: Path, text: str) -> None:
                 os.unlink(tmp, dir_fd=dfd)
             raise
         os.fsync(dfd)
+
+
+def _half_written(fd: int, data: bytes, path: Path) -> bytes:
+    """Test hook: write the first half of ``data``, then fail or crash there (a full disk,
+    a power cut mid-write); the half still to write."""
+    half = len(data) // 2
+    write_durably(fd, data[:half])
+    fail_point("write", str(path))
+    crash_point("write-half", str(path))
+    return data[half:]
 
 
 def save_cache_file(path: Path, text: str) -> bool:

@@ -19,6 +19,7 @@ from cudafix.model.names import DistName
 from cudafix.model.plan import Options
 from cudafix.model.reasons import NeedLost
 from cudafix.model.transaction import (
+    DEFAULT_LOCK_TIMEOUT,
     HistoryEntry,
     OnEvent,
     RecoveryReport,
@@ -125,9 +126,10 @@ def undo(
     )
 
 
-def gc(target: TargetArgs, keep: int) -> tuple[Sequence[str], int]:
+def gc(
+    target: TargetArgs, keep: int, lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+) -> tuple[Sequence[str], int, Sequence[Path]]:
     """Delete old snapshots, keeping the newest ``keep`` committed ones; with the bytes
-    that freed (snapshot files no longer linked from the environment)."""
-    prefix = locate(target).prefix
-    freed = tx_history.freeable(prefix, tx_history.collectable(prefix, keep))
-    return tx_history.gc(prefix, keep), freed
+    that freed (snapshot files no longer linked from the environment), and what the trash
+    still holds after (a deletion that did not finish)."""
+    return tx_history.collect(locate(target).prefix, keep, lock_timeout)

@@ -49,6 +49,11 @@ class RecoveryReport:
     dry_run: bool
     transactions: tuple[str, ...]
     actions: tuple[str, ...]
+    trash: tuple[str, ...] = ()
+    """Transactions whose snapshot an interrupted deletion left set aside, deleted now (or,
+    with ``dry_run``, to delete)."""
+    trash_left: tuple[str, ...] = ()
+    """Of those, the ones still set aside after (a deletion that did not finish)."""
 
 
 @dataclass(frozen=True)

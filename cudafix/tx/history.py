@@ -17,10 +17,11 @@ from types import MappingProxyType
 
 from cudafix.env.statedir import StateDir, TxDir
 from cudafix.model.commands import cudafix_line, subcommand, venv_flags
-from cudafix.model.errors import UsageError
+from cudafix.model.errors import LockedError, UsageError
 from cudafix.model.transaction import DEFAULT_KEEP, HistoryEntry, TransactionDetail
 from cudafix.tx import journal, trash
 from cudafix.tx.journal import Record
+from cudafix.tx.lock import Lock
 from cudafix.tx.manifest import Manifest
 from cudafix.tx.manifest import load as load_manifest
 from cudafix.tx.steps import Event, RollbackBegin
@@ -247,28 +248,61 @@ def _history_hint(prefix: Path) -> str:
 
 def gc(prefix: Path, keep: int = DEFAULT_KEEP, *, wait: bool = True) -> list[str]:
     """Delete snapshots of all but the newest ``keep`` committed transactions (journals
-    stay), and those an interrupted deletion left; their ids. ``wait=False`` (after a
-    commit): they leave the log at once and are deleted by a process nobody waits for."""
+    stay), and those an interrupted deletion left; the ids of those deleted. ``wait=False``
+    (after a commit): they leave the log at once and are deleted by a process nobody waits
+    for (so all the ids set aside are returned), what an interrupted hand-off left with them."""
     state = StateDir(Path(prefix))
-    left = [p.name.rpartition("-")[0] for p in trash.held(state)] if wait else []
+    left = [trash.txid_of(p) for p in trash.held(state)]
     doomed = trash.discard(state, collectable(prefix, keep))
-    if doomed or wait:
+    if doomed or left or wait:
         trash.empty(state, wait=wait)
-    return left + doomed
+    if not wait:
+        return doomed
+    still = {trash.txid_of(p) for p in trash.held(state)}
+    return [txid for txid in left + doomed if txid not in still]
+
+
+def collect(prefix: Path, keep: int, lock_timeout: float) -> tuple[list[str], int, list[Path]]:
+    """``cudafix gc``: :func:`gc` under cudafix's lock (never while a transaction, an undo
+    reading an old snapshot included, is under way); the ids deleted, the bytes that freed,
+    and what the trash still holds after (a deletion that did not finish)."""
+    state = StateDir(Path(prefix))
+    if not state.root.is_dir():
+        return [], 0, []  # cudafix never changed this environment: nothing to write
+    lock = Lock(state.lock)
+    if not lock.acquire(lock_timeout):
+        raise LockedError(
+            f"another cudafix run holds {prefix}",
+            context=[f"lock file: {state.lock}", f"waited {lock_timeout:g} s"],
+            hint="wait for it to finish, then retry",
+        )
+    try:
+        sizes = {t: freeable(prefix, [t]) for t in collectable(prefix, keep)}
+        left = trash.held(state)
+        sizes.update({trash.txid_of(p): _freeable_under(p) for p in left})
+        doomed = trash.discard(state, collectable(prefix, keep))
+    finally:
+        lock.release()  # what the trash holds is out of the log: emptying it needs no lock
+    trash.empty(state, wait=True)
+    still = {trash.txid_of(p) for p in trash.held(state)}
+    gone = [t for t in [*map(trash.txid_of, left), *doomed] if t not in still]
+    return gone, sum(sizes.get(t, 0) for t in gone), trash.held(state)
 
 
 def freeable(prefix: Path, txids: Iterable[str]) -> int:
-    """Bytes :func:`gc` frees deleting these snapshots and what the trash holds: files
-    whose only link is there (a hard link to a file the environment still holds frees
-    nothing)."""
+    """Bytes deleting these transactions' snapshots frees: files whose only link is there
+    (a hard link to a file the environment still holds frees nothing)."""
     state = StateDir(Path(prefix))
+    return sum(_freeable_under(state.tx(txid).snapshot) for txid in txids)
+
+
+def _freeable_under(top: Path) -> int:
     total = 0
-    for top in [*(state.tx(txid).snapshot for txid in txids), *trash.held(state)]:
-        for root, _dirs, files in os.walk(top):
-            for name in files:
-                with contextlib.suppress(OSError):
-                    st = (Path(root) / name).lstat()
-                    total += st.st_size if st.st_nlink == 1 else 0
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = (Path(root) / name).lstat()
+                total += st.st_size if st.st_nlink == 1 else 0
     return total
 
 

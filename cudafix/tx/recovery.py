@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cudafix.env.statedir import StateDir, TxDir, ensure_dir
@@ -23,7 +23,7 @@ from cudafix.model.transaction import (
     quiet,
 )
 from cudafix.process import group_members
-from cudafix.tx import journal, restore, steps
+from cudafix.tx import journal, restore, steps, trash
 from cudafix.tx.history import loaded
 from cudafix.tx.journal import BEFORE_CHANGES
 from cudafix.tx.lock import hold, is_held
@@ -194,9 +194,22 @@ def recover(
     actions = tuple(_describe(prefix, state.tx(t)) for t in pending)
     hidden = unreadable_transactions(prefix)
     actions += tuple(f"{t}: this user cannot read it; its owner can recover it" for t in hidden)
-    report = RecoveryReport(prefix=prefix, dry_run=dry_run, transactions=pending, actions=actions)
-    if dry_run or not pending:
+    aside = tuple(trash.txid_of(p) for p in trash.held(state))
+    report = RecoveryReport(prefix, dry_run, pending, actions, trash=aside)
+    if dry_run:
         return report
+    if pending:
+        _roll_back_pending(prefix, lock_timeout, on_event)
+    if not aside:
+        return report
+    trash.empty(state, wait=True)  # a hand-off to the trash that was interrupted
+    still = {trash.txid_of(p) for p in trash.held(state)}
+    done = tuple(t for t in aside if t not in still)
+    return replace(report, trash=done, trash_left=tuple(t for t in aside if t in still))
+
+
+def _roll_back_pending(prefix: Path, lock_timeout: float, on_event: OnEvent) -> None:
+    state = StateDir(prefix)
     ensure_dir(state.transactions)
     with hold(prefix, state.lock, lock_timeout, on_event):
         for txid in pending_transactions(prefix):
@@ -210,7 +223,6 @@ def recover(
                         "warning", f"{path} was rewritten in place by the command; it stays so"
                     )
                 )
-    return report
 
 
 def live_processes(tx: TxDir) -> list[tuple[int, str]]:

@@ -17,17 +17,22 @@ from pathlib import Path
 
 from cudafix import process
 from cudafix.env.statedir import StateDir, open_dir
+from cudafix.faults import crash_point, fail_point
 from cudafix.model.errors import UnsafeState
 
 _EMPTY = r"""
-import os, sys
+import os, signal, sys
 fd = int(sys.argv[1])
+crash, _, how = os.environ.get("CUDAFIX_TEST_CRASH_AFTER", "").partition(":")
 for _, dirs, files, at in os.fwalk(".", topdown=False, dir_fd=fd):
     for name in files:
         try:
             os.unlink(name, dir_fd=at)
         except OSError:
             pass
+        if crash == "trash-unlink":
+            crash = ""
+            os.kill(os.getpid(), getattr(signal, how or "SIGKILL"))
     for name in dirs:
         try:
             os.rmdir(name, dir_fd=at)
@@ -40,7 +45,9 @@ for _, dirs, files, at in os.fwalk(".", topdown=False, dir_fd=fd):
             pass
 """
 """Delete everything below the directory open as fd ``argv[1]``, never following a symlink
-(``fwalk`` does not descend into one; a link listed among directories is unlinked)."""
+(``fwalk`` does not descend into one; a link listed among directories is unlinked).
+``CUDAFIX_TEST_CRASH_AFTER=trash-unlink[:SIGNAL]`` (:mod:`cudafix.faults`, tests only) kills
+it, or sends it ``SIGNAL``, after its first unlink."""
 
 
 def discard(state: StateDir, txids: Iterable[str]) -> list[str]:
@@ -53,8 +60,10 @@ def discard(state: StateDir, txids: Iterable[str]) -> list[str]:
         for txid in doomed:
             with contextlib.suppress(OSError, UnsafeState), open_dir(state.tx(txid).root) as at:
                 aside = f"{txid}-{secrets.token_hex(3)}"
+                fail_point("trash", txid)
                 os.rename("snapshot", aside, src_dir_fd=at, dst_dir_fd=into)
                 moved.append(txid)
+                crash_point("trash-moved", txid)
     return moved
 
 
@@ -65,6 +74,7 @@ def empty(state: StateDir, *, wait: bool) -> None:
             pid = process.spawn_detached(_EMPTY, fd)
     except FileNotFoundError:
         return  # no trash: nothing was ever set aside
+    crash_point("trash-emptying")
     if wait:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
@@ -77,3 +87,8 @@ def held(state: StateDir) -> list[Path]:
             return [state.trash / e.name for e in it if e.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
         return []
+
+
+def txid_of(path: Path) -> str:
+    """The transaction id of a snapshot in the trash (``<id>-<random>``)."""
+    return path.name.rpartition("-")[0]
