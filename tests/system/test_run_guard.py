@@ -663,3 +663,68 @@ def test_a_snapshot_larger_than_the_open_file_limit_still_commits(
     assert done.returncode == 0, done.stderr
     assert "Too many open files" not in done.stderr
     assert done.stdout.splitlines()[0] == "hi"
+
+
+_ESCAPE = r"""
+import os, sys, time
+how, path = sys.argv[1], sys.argv[2]
+group, up = os.getpgrp(), os.getppid()
+while os.getpgid(up) == group:  # the first process above the command's group: cudafix
+    stat = open(f"/proc/{up}/stat").read()
+    up = int(stat[stat.rindex(")") + 2 :].split()[1])
+if os.fork():
+    os._exit(0)
+if how == "setsid":
+    os.setsid()
+else:
+    os.setpgid(0, os.getpgid(up))  # joins cudafix's own process group
+if os.fork():
+    os._exit(0)  # twice: the writer is nobody's child but the subreaper's
+n = 0
+while True:
+    n += 1
+    with open(path, "w") as fh:
+        fh.write(f"N = {n}\n")
+    time.sleep(0.02)
+"""
+"""A daemon that leaves the command's process group (``setsid``, or into cudafix's own) by a
+double fork and keeps rewriting ``path`` under site-packages."""
+
+
+def _escaping(how: str, late: Path, code: int) -> list[str]:
+    wait = f"while [ ! -s {late} ]; do sleep 0.02; done"
+    py = shlex.quote(sys.executable)
+    return ["sh", "-c", f"{py} -c {shlex.quote(_ESCAPE)} {how} {late}; {wait}; exit {code}"]
+
+
+@pytest.mark.parametrize("how", ["setsid", "join"])
+@pytest.mark.parametrize("cell", ["cgroup", "tree"])
+def test_an_escaped_writer_is_stopped_before_the_verdict_and_rolled_back(
+    venv: Path, how: str, cell: str
+) -> None:
+    """Whatever group or session a descendant moved to, it is stopped before the run is
+    judged (through the command's cgroup, or the process tree cudafix is subreaper of):
+    the rollback is final, and nothing writes into the environment after it."""
+    before = fingerprint(venv)
+    late = site_dir(venv) / "late_mod.py"
+    env = {"CUDAFIX_TEST_NO_CGROUP": "1"} if cell == "tree" else {}
+    done = cudafix("run", "--venv", venv, "--", *_escaping(how, late, 3), env=env)
+    assert done.returncode == 3, done.stderr
+    assert "rolled back" in done.stderr
+    time.sleep(0.5)
+    assert not late.exists()
+    assert not diff_fingerprints(before, fingerprint(venv))
+
+
+@pytest.mark.parametrize("cell", ["cgroup", "tree"])
+def test_an_escaped_writer_does_not_write_after_the_commit(venv: Path, cell: str) -> None:
+    before = fingerprint(venv)
+    late = site_dir(venv) / "late_mod.py"
+    env = {"CUDAFIX_TEST_NO_CGROUP": "1"} if cell == "tree" else {}
+    done = cudafix("run", "--venv", venv, "--no-probe", "--", *_escaping("join", late, 0), env=env)
+    assert done.returncode == 0, done.stderr
+    written = late.read_bytes()
+    time.sleep(0.5)
+    assert late.read_bytes() == written
+    assert cudafix("undo", "last", "--venv", venv, "--yes").returncode == 0
+    assert not diff_fingerprints(before, fingerprint(venv))
