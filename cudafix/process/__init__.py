@@ -466,6 +466,7 @@ def run_live(
         with _spawned(args, channels, env, cwd) as proc:
             for c in channels:
                 os.close(c.child)
+                c.child = -1  # its number may be another file's from now on
             if on_start is not None:
                 on_start(proc.pid)
             timed_out = _wait(proc, channels, timeout, watch)
@@ -476,8 +477,9 @@ def run_live(
         for c in outputs:
             with contextlib.suppress(OSError):
                 os.close(c.parent)
-            with contextlib.suppress(OSError):
-                os.close(c.child)
+            if c.child >= 0:  # the command never started
+                with contextlib.suppress(OSError):
+                    os.close(c.child)
     return Completed(args, code, outputs[0].tail.text(), outputs[1].tail.text(), timed_out)
 
 

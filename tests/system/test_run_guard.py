@@ -728,3 +728,79 @@ def test_an_escaped_writer_does_not_write_after_the_commit(venv: Path, cell: str
     assert late.read_bytes() == written
     assert cudafix("undo", "last", "--venv", venv, "--yes").returncode == 0
     assert not diff_fingerprints(before, fingerprint(venv))
+
+
+# -- other writers ---------------------------------------------------------------------------
+
+
+def _until(mark: Path) -> str:
+    return f"while [ ! -e {mark} ]; do sleep 0.05; done"
+
+
+def test_an_outside_uv_install_waits_for_the_run(tmp_path: Path) -> None:
+    """uv's lock is held for the whole run and lent only to the command's own processes: a
+    ``uv pip install`` from outside waits until the run has rolled back, so its install is
+    neither done inside the transaction nor undone by the rollback."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
+    make_wheel(wheels, "pb", "1.0", {"pb_mod.py": b"B = 1\n"})
+    venv = venv_with(tmp_path / "venv", wheels, "pa==1.0")
+    sp, go = site_dir(venv), tmp_path / "go"
+    script = f"echo ready; {_until(go)}; echo X = 1 > {sp}/mine_mod.py; exit 1"
+    ours = _spawn("run", "--venv", venv, "--", "sh", "-c", script)
+    list(_lines_until(ours, "ready"))
+    install = [UV, "pip", "install", "--offline", "--no-index", "--find-links", wheels]
+    outside = subprocess.Popen(
+        [*install, "--python", venv / "bin" / "python", "pb==1.0"],
+        env=uv_env(tmp_path / "uv-cache"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2)
+    assert outside.poll() is None, "the outside install did not wait for the run"
+    go.touch()
+    _, err = ours.communicate(timeout=300)
+    assert ours.returncode == 1, err
+    assert "rolled back" in err and "outside this transaction" not in err, err
+    _, uv_err = outside.communicate(timeout=300)
+    assert outside.returncode == 0, uv_err
+    assert (sp / "pb_mod.py").exists() and not (sp / "mine_mod.py").exists()
+    assert list(sp.glob("pb-1.0.dist-info"))
+
+
+_HOLDS_OPEN = (
+    "import sys, time\n"
+    "f = open(sys.argv[1], 'w')\n"
+    "f.write('F = 1\\n')\n"
+    "f.flush()\n"
+    "print('open', flush=True)\n"
+    "time.sleep(1.5)\n"
+    "f.close()\n"
+)
+"""A writer that takes no lock (as pip takes none), holding its file open a while."""
+
+
+@pytest.mark.parametrize("code", [1, 0], ids=["rolled-back", "committed-then-undone"])
+def test_a_change_by_a_writer_outside_the_run_is_named_and_kept(venv: Path, code: int) -> None:
+    before = fingerprint(venv)
+    sp, go = site_dir(venv), venv.parent / "go"
+    foreign = sp / "foreign_mod.py"
+    script = f"echo ready; {_until(go)}; echo X = 1 > {sp}/mine_mod.py; exit {code}"
+    ours = _spawn("run", "--venv", venv, "--no-probe", "--", "sh", "-c", script)
+    list(_lines_until(ours, "ready"))
+    writer = subprocess.run(
+        [sys.executable, "-c", _HOLDS_OPEN, foreign], capture_output=True, text=True, check=True
+    )
+    assert "open" in writer.stdout
+    go.touch()
+    _, err = ours.communicate(timeout=300)
+    assert ours.returncode == code, err
+    assert "outside this transaction" in err and "foreign_mod.py" in err, err
+    if code == 0:
+        undone = cudafix("undo", "last", "--venv", venv, "--yes")
+        assert undone.returncode == 0, undone.stderr
+    assert foreign.read_text() == "F = 1\n"
+    assert not (sp / "mine_mod.py").exists()
+    diff = diff_fingerprints(before, fingerprint(venv))
+    assert len(diff) == 1 and "foreign_mod.py" in diff[0], diff
