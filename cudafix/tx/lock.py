@@ -306,7 +306,7 @@ class EnvLocks:
         own processes waits for it, taken back once it is free, so an outside ``uv pip``
         waits for the whole transaction; and writers outside it are watched for.
 
-        A process outside the transaction queued on the lock would get it at the hand-over
+        A process outside the transaction queued on the lock would get it at a hand-over
         and change the environment inside the transaction: then nothing is handed over
         (:class:`LockIntrusion`; the transaction rolls back and leaves the environment to
         it). One that takes the lock while the transaction's command has it is named
@@ -316,13 +316,13 @@ class EnvLocks:
             yield Handover(None, prefix=prefix)
             return
         path = self.installer.path
-        if waiting := outsiders(path):
+        lend = prefix is not None  # lent, not handed: one queued outside simply waits on
+        if not lend and (waiting := outsiders(path)):
             raise LockIntrusion(
                 f"another process is {waiting[0].describe()} (uv's lock {path}); handing the "
                 "lock over would let it change the environment inside this transaction, so "
                 "it was not handed over"
             )
-        lend = prefix is not None
         hand = Handover(path, lent=self.installer if lend else None, prefix=prefix)
         if not lend:
             self.installer.release()
