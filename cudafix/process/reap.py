@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import itertools
 import logging
 import os
@@ -109,8 +110,13 @@ def _kill_checked(p: Proc, root: int) -> None:
     start time) and it is still below ``root``."""
     try:
         fd = os.pidfd_open(p.pid)
-    except OSError:
-        return  # gone
+    except OSError as exc:
+        if exc.errno == errno.ENOSYS:  # a kernel before 5.3: checked, then signalled by pid
+            now = read_proc(p.pid)
+            if now is not None and now.start == p.start and _below(now, root):
+                with contextlib.suppress(OSError):
+                    os.kill(p.pid, signal.SIGKILL)
+        return  # else gone
     try:
         now = read_proc(p.pid)
         if now is None or now.start != p.start or not _below(now, root):
