@@ -283,8 +283,15 @@ class Handover:
             return
         users = lock_users(self.path)
         me = os.getpid()
-        if any(u.waiting and u.pid != me and _descends_from_me(u.pid) for u in users):
-            self.lent.release()  # a waiter outside gets it only in a race: then it is seen
+        if not any(u.waiting and u.pid != me and _descends_from_me(u.pid) for u in users):
+            return
+        if waiting := [u for u in outsiders(self.path, self.groups) if u.waiting]:
+            raise LockIntrusion(
+                f"the command waits for uv's lock {self.path}, and so does a process outside "
+                f"this transaction ({waiting[0].describe()}): lending the lock would let it "
+                "change the environment inside this transaction, so it was not lent"
+            )
+        self.lent.release()  # one outside that queues from now may get it next: it is seen
 
     def started(self, pgid: int) -> None:
         self.groups.add(pgid)

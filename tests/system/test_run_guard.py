@@ -810,3 +810,48 @@ def test_a_change_by_a_writer_outside_the_run_is_named_and_kept(venv: Path, code
     assert not (sp / "mine_mod.py").exists()
     diff = diff_fingerprints(before, fingerprint(venv))
     assert len(diff) == 1 and "foreign_mod.py" in diff[0], diff
+
+
+def test_the_lock_is_not_lent_while_an_outside_uv_waits_for_it(tmp_path: Path) -> None:
+    """The command's own uv and an outside one both wait for uv's lock: lending it would
+    let either in, so the run stops and rolls back, naming the other; the outside install
+    then runs after it, and stays."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
+    make_wheel(wheels, "pb", "1.0", {"pb_mod.py": b"B = 1\n"})
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
+    venv = venv_with(tmp_path / "venv", wheels, "pa==1.0")
+    sp, go, lock = site_dir(venv), tmp_path / "go", venv / ".lock"
+    install = [UV, "pip", "install", "--offline", "--no-index", "--find-links", wheels]
+    python = ["--python", venv / "bin" / "python"]
+    ours_uv = shlex.join(map(str, [*install, *python, "pc==1.0"]))
+    script = f"echo X = 1 > {sp}/mine_mod.py; echo ready; {_until(go)}; {ours_uv}"
+    env = uv_env(tmp_path / "uv-cache")
+    ours = subprocess.Popen(
+        [sys.executable, "-m", "cudafix", "run", "--venv", venv, "--", "sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    list(_lines_until(ours, "ready"))
+    outside = subprocess.Popen(
+        [*install, *python, "pb==1.0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    from cudafix.tx.lock import lock_users
+
+    deadline = time.monotonic() + 60
+    try:
+        while not any(u.pid == outside.pid and u.waiting for u in lock_users(lock)):
+            assert outside.poll() is None and time.monotonic() < deadline, "uv did not wait"
+            time.sleep(0.01)
+    finally:
+        go.touch()
+    _, err = ours.communicate(timeout=300)
+    assert ours.returncode == 1, err
+    assert f"pid {outside.pid}" in err and "not lent" in err and "rolled back" in err, err
+    _, uv_err = outside.communicate(timeout=300)
+    assert outside.returncode == 0, uv_err
+    assert (sp / "pb_mod.py").exists()
+    assert not (sp / "pc_mod.py").exists() and not (sp / "mine_mod.py").exists()
