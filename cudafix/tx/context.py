@@ -94,11 +94,13 @@ class RunContext:
             yield cls(prefix, state, locks, on_event)
 
     @contextlib.contextmanager
-    def backend_runs(self) -> Iterator[Handover]:
+    def backend_runs(self, watched: bool = False) -> Iterator[Handover]:
         """Around our own backend call or command: it gets uv's lock, the run takes it back
-        after; a process outside the transaction that would get in fails the step."""
+        after; a process outside the transaction that would get in fails the step.
+        ``watched``: a user's command, which is lent the lock only while it waits for it,
+        with the writers outside the transaction watched (:meth:`EnvLocks.backend_runs`)."""
         try:
-            with self.locks.backend_runs() as hand:
+            with self.locks.backend_runs(self.prefix if watched else None) as hand:
                 yield hand
         except LockIntrusion as exc:
             raise StepFailed(str(exc)) from exc

@@ -14,7 +14,7 @@ import contextlib
 import os
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from cudafix.model.transaction import (
 from cudafix.process import Completed, activated, resolve_command, run_live
 from cudafix.tx import hold, journal, restore, steps
 from cudafix.tx.context import RunContext, StepFailed, Unchanged
+from cudafix.tx.lock import Writer
 from cudafix.tx.manifest import Manifest
 from cudafix.tx.recovery import boot_id
 
@@ -176,18 +177,46 @@ class _Guarded:
     args: GuardArgs
 
     def step(self) -> GuardedRun:
-        ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
+        ctx, tx, args = self.ctx, self.tx, self.args
         journal.append(tx.journal, steps.RunBegin(argv=args.argv))
         ctx.on_event(RunEvent("progress", f"running {shlex.join(args.argv)}"))
         held = hold.hold_state(tx, self.manifest)
         try:
             args.ready()
-            done, intrusion = self._run()
+            done, intrusion, foreign = self._run()
             taken = self._state_taken(held)
         finally:
             held.close()
         if taken is not None:
             raise taken
+        if not foreign:
+            return self._conclude(done, intrusion)
+        kept = replace(self, manifest=self._keep_out(foreign))
+        try:
+            return kept._conclude(done, intrusion)
+        except StepFailed as failed:
+            if failed.restore is None:  # the rollback leaves the other writer's files too
+                failed.restore = kept.manifest
+            raise
+
+    def _keep_out(self, foreign: Mapping[str, Writer]) -> Manifest:
+        """Name what processes outside the transaction wrote into the environment while the
+        command ran, and keep it out of the rollback and of any later undo."""
+        said = "; ".join(w.describe() for w in list(foreign.values())[:10])
+        more = f" and {len(foreign) - 10} more" if len(foreign) > 10 else ""
+        self.ctx.on_event(
+            RunEvent(
+                "warning",
+                f"a process outside this transaction changed the environment while the command "
+                f"ran ({said}{more}): its files are left as it wrote them, neither rolled back "
+                f"nor undone with this transaction",
+            )
+        )
+        return restore.adopt(self.tx, self.manifest, foreign)
+
+    def _conclude(self, done: Completed, intrusion: StepFailed | None) -> GuardedRun:
+        """Judge the command's changes: drop, commit or fail the transaction."""
+        ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
         found = restore.changes(prefix, self.manifest, in_place=True)
         if not done.timed_out and intrusion is None and found.derived_only():
             raise Unchanged(GuardedRun(tx.txid, prefix, done, (), (), (), committed=False))
@@ -217,13 +246,15 @@ class _Guarded:
             in_place=tuple(in_place),
         )
 
-    def _run(self) -> tuple[Completed, StepFailed | None]:
-        """Run the command with uv's lock handed to it; returns what it did, and the
-        failure of the hand-over when a process outside the transaction used the lock."""
+    def _run(self) -> tuple[Completed, StepFailed | None, dict[str, Writer]]:
+        """Run the command with uv's lock lent to it; returns what it did, the failure of
+        the hand-over when a process outside the transaction used the lock, and the files
+        processes outside the transaction were seen writing."""
         ctx, tx, args = self.ctx, self.tx, self.args
         done: Completed | None = None
+        hand = None
         try:
-            with ctx.backend_runs() as hand:
+            with ctx.backend_runs(watched=True) as hand:
 
                 def started(pgid: int) -> None:
                     hand.started(pgid)
@@ -240,9 +271,9 @@ class _Guarded:
         except StepFailed as failed:
             if done is None:
                 raise  # refused before the command ran
-            return done, failed
-        assert done is not None
-        return done, None
+            return done, failed, hand.written if hand is not None else {}
+        assert done is not None and hand is not None
+        return done, None, hand.written
 
     def _judge(self, done: Completed, intrusion: StepFailed | None) -> Judged:
         """Journal what the command did; fail on its exit, time, an intrusion or findings."""

@@ -42,6 +42,8 @@ class Lock:
 
         A user who may not write the lock file may not change the environment: that is
         said in one line (:class:`UnsafeState`, exit 2), not as a machine error."""
+        if self._fd is not None:
+            return True
         try:
             fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
         except PermissionError as exc:
@@ -191,21 +193,105 @@ class LockIntrusion(Exception):
     while the transaction's own command had it."""
 
 
+@dataclass(frozen=True)
+class Writer:
+    """A process outside the transaction seen with a file of the environment open for
+    writing: a writer that takes no lock (pip), or one that got uv's lock past cudafix."""
+
+    pid: int
+    command: str
+    path: str
+    """The file, relative to the environment's root."""
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.command[:80] or '?'}) wrote {self.path}"
+
+
+_UNWATCHED = (".lock", ".cudafix/")
+"""Paths whose writers are no intrusion: the locks, cudafix's own state."""
+
+
+def writers(prefix: Path, ours: Collection[int] = ()) -> list[Writer]:
+    """Processes outside this one's tree (the transaction's command is in it: cudafix is
+    its subreaper) and outside process groups ``ours`` holding a file below ``prefix`` open
+    for writing now, read from ``/proc/PID/fd``: a sample, so a write opened and closed
+    between two looks is not seen."""
+    root = os.path.realpath(prefix) + "/"
+    me, found = os.getpid(), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid, paths = int(entry.name), []
+        with contextlib.suppress(OSError):
+            for link in Path(entry.path, "fd").iterdir():
+                with contextlib.suppress(OSError, ValueError):
+                    target = str(link.readlink())
+                    rel = target[len(root) :]
+                    if not target.startswith(root) or rel.startswith(_UNWATCHED):
+                        continue
+                    info = Path(entry.path, "fdinfo", link.name).read_text().split()
+                    flags = int(info[info.index("flags:") + 1], 8)
+                    if flags & os.O_ACCMODE != os.O_RDONLY and not rel.endswith(" (deleted)"):
+                        paths.append(rel)
+        if paths and _group(pid) not in ours and not _descends_from_me(pid):
+            command = _command(pid)
+            found += [Writer(pid, command, rel) for rel in paths]
+    return found
+
+
+SCAN_EVERY = 4
+"""Handover.watch looks for writers on every this many calls (each reads all of /proc)."""
+
+
 @dataclass
 class Handover:
-    """uv's lock while the transaction's own command has it: who else was seen using it."""
+    """uv's lock while the transaction's own command has it: who else was seen using it,
+    and who was seen writing into the environment without it."""
 
     path: Path | None
     groups: set[int] = field(default_factory=set)
     """Process groups of the transaction's own commands."""
     seen: dict[int, str] = field(default_factory=dict)
+    lent: Lock | None = None
+    """uv's lock, held by the transaction and lent only to its own command's processes
+    while one of them waits for it (None: handed over for the whole call)."""
+    prefix: Path | None = None
+    """The environment whose writers are watched (None: none are)."""
+    written: dict[str, Writer] = field(default_factory=dict)
+    """Files written by processes outside the transaction, by path."""
+    _calls: int = 0
 
     def watch(self) -> None:
         """Note every process outside the transaction that holds the lock (one waiting for
-        it is blocked until the transaction ends, unless it gets it: then it is noted)."""
+        it is blocked until the transaction ends, unless it gets it: then it is noted);
+        lend the lock to the command's own process that waits for it, take it back once it
+        is free; note who outside the transaction writes into the environment."""
         if self.path is not None:
             users = outsiders(self.path, self.groups)
             self.seen.update((u.pid, u.describe()) for u in users if not u.waiting)
+            if self.lent is not None:
+                self._lend()
+        if self.prefix is not None and self._calls % SCAN_EVERY == 0:
+            for w in writers(self.prefix, self.groups):
+                self.written.setdefault(w.path, w)
+        self._calls += 1
+
+    def _lend(self) -> None:
+        assert self.lent is not None and self.path is not None
+        if not self.lent.held:
+            self.lent.try_acquire()  # back as soon as the command's process let go
+            return
+        users = lock_users(self.path)
+        me = os.getpid()
+        if not any(u.waiting and u.pid != me and _descends_from_me(u.pid) for u in users):
+            return
+        if waiting := [u for u in outsiders(self.path, self.groups) if u.waiting]:
+            raise LockIntrusion(
+                f"the command waits for uv's lock {self.path}, and so does a process outside "
+                f"this transaction ({waiting[0].describe()}): lending the lock would let it "
+                "change the environment inside this transaction, so it was not lent"
+            )
+        self.lent.release()  # one outside that queues from now may get it next: it is seen
 
     def started(self, pgid: int) -> None:
         self.groups.add(pgid)
@@ -219,27 +305,34 @@ class EnvLocks:
     installer: Lock
 
     @contextlib.contextmanager
-    def backend_runs(self) -> Iterator[Handover]:
+    def backend_runs(self, prefix: Path | None = None) -> Iterator[Handover]:
         """Hand uv's lock to our own backend call or command (uv waits for it), take it back.
 
-        A process outside the transaction queued on the lock would get it at the hand-over
+        With ``prefix`` (a user's command, which calls :meth:`Handover.watch` while it
+        runs), the lock is only lent: held all along, released while one of the command's
+        own processes waits for it, taken back once it is free, so an outside ``uv pip``
+        waits for the whole transaction; and writers outside it are watched for.
+
+        A process outside the transaction queued on the lock would get it at a hand-over
         and change the environment inside the transaction: then nothing is handed over
         (:class:`LockIntrusion`; the transaction rolls back and leaves the environment to
         it). One that takes the lock while the transaction's command has it is named
-        (:class:`LockIntrusion` after the command), so the rollback says its changes went.
+        (:class:`LockIntrusion` after the command).
         """
         if not self.installer.held:
-            yield Handover(None)
+            yield Handover(None, prefix=prefix)
             return
         path = self.installer.path
-        if waiting := outsiders(path):
+        lend = prefix is not None  # lent, not handed: one queued outside simply waits on
+        if not lend and (waiting := outsiders(path)):
             raise LockIntrusion(
                 f"another process is {waiting[0].describe()} (uv's lock {path}); handing the "
                 "lock over would let it change the environment inside this transaction, so "
                 "it was not handed over"
             )
-        hand = Handover(path)
-        self.installer.release()
+        hand = Handover(path, lent=self.installer if lend else None, prefix=prefix)
+        if not lend:
+            self.installer.release()
         try:
             yield hand
         finally:
@@ -250,7 +343,8 @@ class EnvLocks:
             raise LockIntrusion(
                 f"a process outside this transaction used uv's lock {path} while the "
                 f"transaction's own command had it ({'; '.join(hand.seen.values())}): what it "
-                "changed is rolled back with the rest; run it again once this is over"
+                "changed is rolled back with the rest, but the files it was seen writing; "
+                "run it again once this is over"
             )
 
     def retake_own(self) -> None:

@@ -389,3 +389,30 @@ def forget(tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> Manifest:
     narrowed = Manifest(tuple(e for e in manifest.entries if e.path not in gone), manifest.listings)
     write_json(tx.manifest, narrowed.to_json())  # what recover would restore
     return narrowed
+
+
+def adopt(tx: TxDir, manifest: Manifest, paths: Iterable[str]) -> Manifest:
+    """Leave ``paths`` (files another writer changed during the transaction) as that writer
+    left them: their entries, and those below them, leave the manifest, and a new one's name
+    (or that of its first new ancestor) joins its directory's listing, so neither the
+    rollback nor an undo of the transaction touches them."""
+    keep = set(paths)
+    entries = tuple(
+        e
+        for e in manifest.entries
+        if not any(e.path == k or e.path.startswith(k + "/") for k in keep)
+    )
+    listings = {d: tuple(names) for d, names in manifest.listings.items()}
+    for path in keep:
+        child = path
+        while child:
+            parent = posixpath.dirname(child)
+            if parent in listings:
+                name = posixpath.basename(child)
+                if name not in listings[parent]:
+                    listings[parent] = tuple(sorted((*listings[parent], name)))
+                break
+            child = parent
+    adopted = Manifest(entries, listings)
+    write_json(tx.manifest, adopted.to_json())  # what recover would restore
+    return adopted

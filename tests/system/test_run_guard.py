@@ -375,9 +375,11 @@ if mark != "-":
 print("holding", flush=True)
 while not os.path.exists(until):
     time.sleep(0.02)
+time.sleep(0.5)
 """
 """Takes ``<venv>/.lock`` as uv does (an exclusive flock), writes ``mark``, holds it until
-the file ``until`` exists: a ``uv pip install`` whose install takes a while."""
+the file ``until`` exists and half a second more: a ``uv pip install`` whose install takes a
+while (cudafix looks for holders of the lock every 50 ms, and as it takes the lock back)."""
 
 
 def test_an_outside_process_that_gets_uvs_lock_inside_the_run_is_named(
@@ -400,7 +402,11 @@ def test_an_outside_process_that_gets_uvs_lock_inside_the_run_is_named(
     assert outside.stdout is not None and "holding" in outside.stdout.readline()
     done_mark.touch()
     outside.communicate(timeout=300)
-    _, err = ours.communicate(timeout=300)
+    out, err = ours.communicate(timeout=300)
+    if ours.returncode == 0:  # cudafix took the lock back first: the outsider waited for the run
+        assert "Nothing changed" in out + err, err
+        assert intruder_file.exists()  # written after the run, and kept
+        return
     assert ours.returncode == 1, err
     assert f"pid {outside.pid}" in err and "rolled back" in err, err
     assert not intruder_file.exists()  # rolled away, and the message says so
@@ -663,3 +669,189 @@ def test_a_snapshot_larger_than_the_open_file_limit_still_commits(
     assert done.returncode == 0, done.stderr
     assert "Too many open files" not in done.stderr
     assert done.stdout.splitlines()[0] == "hi"
+
+
+_ESCAPE = r"""
+import os, sys, time
+how, path = sys.argv[1], sys.argv[2]
+group, up = os.getpgrp(), os.getppid()
+while os.getpgid(up) == group:  # the first process above the command's group: cudafix
+    stat = open(f"/proc/{up}/stat").read()
+    up = int(stat[stat.rindex(")") + 2 :].split()[1])
+if os.fork():
+    os._exit(0)
+if how == "setsid":
+    os.setsid()
+else:
+    os.setpgid(0, os.getpgid(up))  # joins cudafix's own process group
+if os.fork():
+    os._exit(0)  # twice: the writer is nobody's child but the subreaper's
+n = 0
+while True:
+    n += 1
+    with open(path, "w") as fh:
+        fh.write(f"N = {n}\n")
+    time.sleep(0.02)
+"""
+"""A daemon that leaves the command's process group (``setsid``, or into cudafix's own) by a
+double fork and keeps rewriting ``path`` under site-packages."""
+
+
+def _escaping(how: str, late: Path, code: int) -> list[str]:
+    wait = f"while [ ! -s {late} ]; do sleep 0.02; done"
+    py = shlex.quote(sys.executable)
+    return ["sh", "-c", f"{py} -c {shlex.quote(_ESCAPE)} {how} {late}; {wait}; exit {code}"]
+
+
+@pytest.mark.parametrize("how", ["setsid", "join"])
+@pytest.mark.parametrize("cell", ["cgroup", "tree"])
+def test_an_escaped_writer_is_stopped_before_the_verdict_and_rolled_back(
+    venv: Path, how: str, cell: str
+) -> None:
+    """Whatever group or session a descendant moved to, it is stopped before the run is
+    judged (through the command's cgroup, or the process tree cudafix is subreaper of):
+    the rollback is final, and nothing writes into the environment after it."""
+    before = fingerprint(venv)
+    late = site_dir(venv) / "late_mod.py"
+    env = {"CUDAFIX_TEST_NO_CGROUP": "1"} if cell == "tree" else {}
+    done = cudafix("run", "--venv", venv, "--", *_escaping(how, late, 3), env=env)
+    assert done.returncode == 3, done.stderr
+    assert "rolled back" in done.stderr
+    time.sleep(0.5)
+    assert not late.exists()
+    assert not diff_fingerprints(before, fingerprint(venv))
+
+
+@pytest.mark.parametrize("cell", ["cgroup", "tree"])
+def test_an_escaped_writer_does_not_write_after_the_commit(venv: Path, cell: str) -> None:
+    before = fingerprint(venv)
+    late = site_dir(venv) / "late_mod.py"
+    env = {"CUDAFIX_TEST_NO_CGROUP": "1"} if cell == "tree" else {}
+    done = cudafix("run", "--venv", venv, "--no-probe", "--", *_escaping("join", late, 0), env=env)
+    assert done.returncode == 0, done.stderr
+    written = late.read_bytes()
+    time.sleep(0.5)
+    assert late.read_bytes() == written
+    assert cudafix("undo", "last", "--venv", venv, "--yes").returncode == 0
+    assert not diff_fingerprints(before, fingerprint(venv))
+
+
+# -- other writers ---------------------------------------------------------------------------
+
+
+def _until(mark: Path) -> str:
+    return f"while [ ! -e {mark} ]; do sleep 0.05; done"
+
+
+def test_an_outside_uv_install_waits_for_the_run(tmp_path: Path) -> None:
+    """uv's lock is held for the whole run and lent only to the command's own processes: a
+    ``uv pip install`` from outside waits until the run has rolled back, so its install is
+    neither done inside the transaction nor undone by the rollback."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
+    make_wheel(wheels, "pb", "1.0", {"pb_mod.py": b"B = 1\n"})
+    venv = venv_with(tmp_path / "venv", wheels, "pa==1.0")
+    sp, go = site_dir(venv), tmp_path / "go"
+    script = f"echo ready; {_until(go)}; echo X = 1 > {sp}/mine_mod.py; exit 1"
+    ours = _spawn("run", "--venv", venv, "--", "sh", "-c", script)
+    list(_lines_until(ours, "ready"))
+    install = [UV, "pip", "install", "--offline", "--no-index", "--find-links", wheels]
+    outside = subprocess.Popen(
+        [*install, "--python", venv / "bin" / "python", "pb==1.0"],
+        env=uv_env(tmp_path / "uv-cache"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2)
+    assert outside.poll() is None, "the outside install did not wait for the run"
+    go.touch()
+    _, err = ours.communicate(timeout=300)
+    assert ours.returncode == 1, err
+    assert "rolled back" in err and "outside this transaction" not in err, err
+    _, uv_err = outside.communicate(timeout=300)
+    assert outside.returncode == 0, uv_err
+    assert (sp / "pb_mod.py").exists() and not (sp / "mine_mod.py").exists()
+    assert list(sp.glob("pb-1.0.dist-info"))
+
+
+_HOLDS_OPEN = (
+    "import sys, time\n"
+    "f = open(sys.argv[1], 'w')\n"
+    "f.write('F = 1\\n')\n"
+    "f.flush()\n"
+    "print('open', flush=True)\n"
+    "time.sleep(1.5)\n"
+    "f.close()\n"
+)
+"""A writer that takes no lock (as pip takes none), holding its file open a while."""
+
+
+@pytest.mark.parametrize("code", [1, 0], ids=["rolled-back", "committed-then-undone"])
+def test_a_change_by_a_writer_outside_the_run_is_named_and_kept(venv: Path, code: int) -> None:
+    before = fingerprint(venv)
+    sp, go = site_dir(venv), venv.parent / "go"
+    foreign = sp / "foreign_mod.py"
+    script = f"echo ready; {_until(go)}; echo X = 1 > {sp}/mine_mod.py; exit {code}"
+    ours = _spawn("run", "--venv", venv, "--no-probe", "--", "sh", "-c", script)
+    list(_lines_until(ours, "ready"))
+    writer = subprocess.run(
+        [sys.executable, "-c", _HOLDS_OPEN, foreign], capture_output=True, text=True, check=True
+    )
+    assert "open" in writer.stdout
+    go.touch()
+    _, err = ours.communicate(timeout=300)
+    assert ours.returncode == code, err
+    assert "outside this transaction" in err and "foreign_mod.py" in err, err
+    if code == 0:
+        undone = cudafix("undo", "last", "--venv", venv, "--yes")
+        assert undone.returncode == 0, undone.stderr
+    assert foreign.read_text() == "F = 1\n"
+    assert not (sp / "mine_mod.py").exists()
+    diff = diff_fingerprints(before, fingerprint(venv))
+    assert len(diff) == 1 and "foreign_mod.py" in diff[0], diff
+
+
+def test_the_lock_is_not_lent_while_an_outside_uv_waits_for_it(tmp_path: Path) -> None:
+    """The command's own uv and an outside one both wait for uv's lock: lending it would
+    let either in, so the run stops and rolls back, naming the other; the outside install
+    then runs after it, and stays."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
+    make_wheel(wheels, "pb", "1.0", {"pb_mod.py": b"B = 1\n"})
+    make_wheel(wheels, "pc", "1.0", {"pc_mod.py": b"C = 1\n"})
+    venv = venv_with(tmp_path / "venv", wheels, "pa==1.0")
+    sp, go, lock = site_dir(venv), tmp_path / "go", venv / ".lock"
+    install = [UV, "pip", "install", "--offline", "--no-index", "--find-links", wheels]
+    python = ["--python", venv / "bin" / "python"]
+    ours_uv = shlex.join(map(str, [*install, *python, "pc==1.0"]))
+    script = f"echo X = 1 > {sp}/mine_mod.py; echo ready; {_until(go)}; {ours_uv}"
+    env = uv_env(tmp_path / "uv-cache")
+    ours = subprocess.Popen(
+        [sys.executable, "-m", "cudafix", "run", "--venv", venv, "--", "sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    list(_lines_until(ours, "ready"))
+    outside = subprocess.Popen(
+        [*install, *python, "pb==1.0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    from cudafix.tx.lock import lock_users
+
+    deadline = time.monotonic() + 60
+    try:
+        while not any(u.pid == outside.pid and u.waiting for u in lock_users(lock)):
+            assert outside.poll() is None and time.monotonic() < deadline, "uv did not wait"
+            time.sleep(0.01)
+    finally:
+        go.touch()
+    _, err = ours.communicate(timeout=300)
+    assert ours.returncode == 1, err
+    assert f"pid {outside.pid}" in err and "not lent" in err and "rolled back" in err, err
+    _, uv_err = outside.communicate(timeout=300)
+    assert outside.returncode == 0, uv_err
+    assert (sp / "pb_mod.py").exists()
+    assert not (sp / "pc_mod.py").exists() and not (sp / "mine_mod.py").exists()

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from cudafix.process import reap
+
 log = logging.getLogger("cudafix.process")
 
 TAIL_BYTES = 64 * 1024
@@ -92,7 +94,7 @@ def _own_group() -> None:  # runs in the child between fork and exec
 
 
 _detached: set[int] = set()
-"""Pids :func:`spawn_detached` started: not orphans of a command (:func:`stop_orphans`)."""
+"""Pids :func:`spawn_detached` started: not orphans of a command (:func:`stop_everything`)."""
 
 
 def spawn_detached(code: str, fd: int) -> int:
@@ -156,20 +158,32 @@ def run(
 
 _WRAPPER = r"""
 import ctypes, os, signal, sys, time
-parent, argv = int(sys.argv[1]), sys.argv[2:]
+parent, cell, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 me, group = os.getpid(), os.getpgrp()
 def others():
-    found = []
+    kids, mine = {}, []
     for d in os.listdir("/proc"):
         try:
             st = open(f"/proc/{d}/stat").read()
             f = st[st.rindex(")") + 2 :].split()
-            if int(d) != me and f[0] != "Z" and (int(f[1]) == me or int(f[2]) == group):
-                found.append(int(d))
+            kids.setdefault(int(f[1]), []).append(int(d))
+            if int(d) != me and f[0] != "Z" and int(f[2]) == group:
+                mine.append(int(d))
         except (OSError, ValueError, IndexError):
             pass
-    return found
+    todo = [me]
+    while todo:
+        for p in kids.get(todo.pop(), []):
+            mine.append(p)
+            todo.append(p)
+    return [p for p in set(mine) if p != me]
 def stop(*_):
+    if cell:
+        try:
+            with open(cell + "/cgroup.kill", "w") as fh:
+                fh.write("1")
+        except OSError:
+            pass
     for _ in range(200):
         left = others()
         if not left:
@@ -217,8 +231,9 @@ os._exit(code)
 """
 """The command's parent: it dies (killing the group) when cudafix dies, even by SIGKILL
 (``PR_SET_PDEATHSIG`` reaches only a direct child, not the command's own children). It is
-the subreaper of what the command starts, so a process that left the group (``setsid``)
-and lost its parent is its child, and is stopped with the group."""
+the subreaper of what the command starts, so a process that left the group (``setsid``,
+or joined cudafix's own) and lost its parent is its child; dying, it kills its cell
+(``cgroup.kill``, when it has one) and every process below it, then its group."""
 
 
 class _Tail:
@@ -363,58 +378,59 @@ def _spawned(
     env: Env | None,
     cwd: Path | None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """The wrapped command in its own process group; on leaving, the group is stopped, and
-    so is whatever left it (``setsid``) and was handed to cudafix as its subreaper."""
-    wrapper = [sys.executable, "-I", "-S", "-c", _WRAPPER, str(os.getpid()), *args]
-    _become_subreaper()
-    proc = subprocess.Popen(
-        wrapper,
-        stdin=subprocess.DEVNULL,
-        stdout=channels[0].child,
-        stderr=channels[1].child,
-        env=merged_env(env),
-        cwd=cwd,
-        preexec_fn=_own_group,
-    )
+    """The wrapped command in its own process group, and in a cgroup of its own where the
+    host offers one; on leaving, the group is stopped, then every process the command
+    started, whatever group or session it moved to (:mod:`cudafix.process.reap`)."""
+    reap.become_subreaper()
+    before = reap.identities(os.getpid())
+    cell = reap.open_cell()
+    wrapper = [sys.executable, "-I", "-S", "-c", _WRAPPER, str(os.getpid())]
+    wrapper += [str(cell.path) if cell else "", *args]
+
+    def setup() -> None:  # runs in the child between fork and exec
+        _own_group()
+        if cell is not None:
+            with contextlib.suppress(OSError):  # checked below: the tree is used instead
+                cell.join()
+
+    try:
+        proc = subprocess.Popen(
+            wrapper,
+            stdin=subprocess.DEVNULL,
+            stdout=channels[0].child,
+            stderr=channels[1].child,
+            env=merged_env(env),
+            cwd=cwd,
+            preexec_fn=setup,
+        )
+    except BaseException:
+        if cell is not None:
+            cell.remove()
+        raise
+    if cell is not None and proc.pid not in cell.pids():
+        cell.remove()
+        cell = None
     try:
         yield proc
     finally:
         stop_group(proc, grace=GRACE if proc.poll() is None else 0.0)
-        proc.wait()
-        stop_orphans()
+        stop_everything(proc, cell, before)
 
 
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def _become_subreaper() -> None:
-    """Make this process the subreaper of what it starts (prctl(2)): a descendant that
-    leaves the command's process group (``setsid``, a double fork) and outlives its parent
-    is then reparented here rather than to init, so :func:`stop_orphans` can find it."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-def stop_orphans(rounds: int = 50) -> None:
-    """SIGKILL and reap the children of this process outside its own process group: what a
-    command left running when it exited, which would otherwise go on changing the
-    environment after the transaction is judged. Killing one may hand over its own
-    children, hence the rounds."""
-    me, mine = os.getpid(), os.getpgrp()
-    for _ in range(rounds):
-        orphans = [
-            pid
-            for pid, _, ppid, pgid in _processes()
-            if ppid == me and pgid != mine and pid not in _detached
-        ]
-        if not orphans:
-            return
-        for pid in orphans:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in orphans:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+def stop_everything(
+    proc: subprocess.Popen[bytes], cell: reap.Cell | None, before: frozenset[reap.Identity]
+) -> None:
+    """Stop what is left of the command: its cell at once, then whatever the process tree
+    still holds below this process (the subreaper), but work it started on purpose
+    (:func:`spawn_detached`)."""
+    if cell is not None:
+        if not cell.kill():
+            log.warning("processes of the command outlived cgroup.kill: %s", cell.pids())
+        cell.remove()
+    proc.wait()
+    left = reap.stop_descendants(before, skip=_detached)
+    if left:
+        log.warning("processes of the command could not be stopped: %s", left)
 
 
 def run_live(
@@ -450,6 +466,7 @@ def run_live(
         with _spawned(args, channels, env, cwd) as proc:
             for c in channels:
                 os.close(c.child)
+                c.child = -1  # its number may be another file's from now on
             if on_start is not None:
                 on_start(proc.pid)
             timed_out = _wait(proc, channels, timeout, watch)
@@ -460,8 +477,9 @@ def run_live(
         for c in outputs:
             with contextlib.suppress(OSError):
                 os.close(c.parent)
-            with contextlib.suppress(OSError):
-                os.close(c.child)
+            if c.child >= 0:  # the command never started
+                with contextlib.suppress(OSError):
+                    os.close(c.child)
     return Completed(args, code, outputs[0].tail.text(), outputs[1].tail.text(), timed_out)
 
 
