@@ -11,6 +11,7 @@ of each cell is asserted, and the counts are summarised in BENCHMARKS.md.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -261,7 +262,11 @@ def _cell(
         errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
         assert len(errors) == 1 or (command == "run" and errors), proc.stderr
         assert "rolled back" in errors[-1] or "nothing was changed" in errors[-1], errors
-        assert proc.returncode in (1, 4), said
+        status = re.search(r"the command failed \(exit status (\d+)", errors[-1])
+        if command == "run" and status is not None:  # run returns its command's own status
+            assert proc.returncode == int(status[1]), said
+        else:
+            assert proc.returncode in (1, 4), said
     pending = pending_transactions(prefix)
     if pending or proc.returncode in (-9, 4):
         if proc.returncode != -9:
