@@ -135,7 +135,7 @@ def test_second_scan_parses_nothing_that_did_not_change(scenario: ScenarioFactor
     built = scenario("incident")
     assert cudafix("doctor", "--venv", built.venv).returncode in (0, 1)
     cache = built.venv / ".cudafix" / "cache"
-    assert (cache / "elf-cache.json").is_file() and (cache / "hash-cache.json").is_file()
+    assert (cache / "index.sqlite").is_file()
     target = locate_target(None, str(built.venv), {}, Path.cwd())
     assert gather(target).elf.parsed == 0
     lib = next(built.venv.glob("lib/python3*/site-packages/torch/lib/libtorch_cuda.so"))

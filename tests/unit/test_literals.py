@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cudafix.env.inventory import FileStat
+from cudafix.env.memo.index import FactIndex
 from cudafix.env.pysources import python_literals, source_literals
 from cudafix.fetch.staging import Staging
 from cudafix.linker.elf import ElfInfo, read_elf
@@ -94,10 +95,11 @@ def test_the_elf_index_caches_the_literals_with_the_rest(tmp_path: Path) -> None
             "file", st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns
         )
     }
-    cache = prefix / ".cudafix/cache/elf-cache.json"
     arch = HostView(None).arch()
-    cold = index_environment(prefix, files, cache, expected=arch)
-    warm = index_environment(prefix, files, cache, expected=arch)
+    with FactIndex.open(prefix) as index:
+        cold = index_environment(prefix, files, index, expected=arch)
+    with FactIndex.open(prefix) as index:
+        warm = index_environment(prefix, files, index, expected=arch)
     assert (cold.parsed, warm.parsed) == (1, 0)
     assert warm.objects[EnvPath("lib/libloader.so")].literals == ("libfoo.so.1",)
 
@@ -135,10 +137,10 @@ def test_python_sources_are_read_once_per_content(tmp_path: Path) -> None:
     def scan() -> tuple[Soname, ...]:
         st = os.lstat(real)
         stat = FileStat("file", st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns)
-        found = python_literals(tmp_path, replace(inv, files={env(path): stat}), cache)
+        with FactIndex.open(tmp_path) as index:
+            found = python_literals(tmp_path, replace(inv, files={env(path): stat}), index)
         return found.get(env(path), ())
 
-    cache = tmp_path / ".cudafix/cache/pysources-cache.json"
     assert scan() == ("libaaa.so.1",)
     mtime = os.lstat(real).st_mtime_ns
     real.write_text('LIB = "libbbb.so.1"\n')  # same size, same inode
