@@ -10,7 +10,7 @@ from contextlib import closing
 from pathlib import Path
 
 from cudafix.env.inventory import FileStat
-from cudafix.env.memo.index import APPLICATION_ID, FactIndex
+from cudafix.env.memo.index import APPLICATION_ID, SCHEMA_VERSION, FactIndex
 from cudafix.linker.elf import ElfInfo, ElfProblem
 from cudafix.linker.elfindex import (
     ElfIndex,
@@ -90,10 +90,17 @@ def test_corrupt_or_foreign_index_is_rebuilt(tmp_path: Path) -> None:
     env = _env(tmp_path)
     db = env / ".cudafix" / "cache" / "index.sqlite"
     db.parent.mkdir(parents=True)
+    _indexed(env)
+    full = db.read_bytes()
     other = tmp_path / "other.sqlite"
     with closing(sqlite3.connect(other)) as conn, conn:  # an SQLite file, not cudafix's
         conn.execute("CREATE TABLE files (path TEXT)")
-    for junk in (b"not a database at all" * 100, b"", other.read_bytes()):
+    newer = tmp_path / "newer.sqlite"
+    newer.write_bytes(full)
+    with closing(sqlite3.connect(newer)) as conn, conn:  # cudafix's, another layout
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    torn = full[: len(full) // 2] + b"\xff" * (len(full) - len(full) // 2)
+    for junk in (b"not a database" * 100, b"", other.read_bytes(), newer.read_bytes(), torn):
         db.write_bytes(junk)
         counter = Counter()
         index = _indexed(env, read=counter)

@@ -63,6 +63,11 @@ _SCHEMA = (
         PRIMARY KEY (dev, ino, size, mtime_ns)
     ) WITHOUT ROWID""",
 )
+_COLUMNS = {
+    "files": ("path", "dev", "ino", "size", "mtime_ns", "elf_kind", "elf_body", "literals"),
+    "digests": ("dev", "ino", "size", "mtime_ns", "sha256", "ctime_ns"),
+}
+"""The layout :data:`_SCHEMA` makes: a file with other tables is another program's."""
 _PUT_ELF = """INSERT INTO files (path, dev, ino, size, mtime_ns, elf_kind, elf_body)
     VALUES (?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (path) DO UPDATE SET
@@ -85,8 +90,6 @@ _PUT_LITERALS = """INSERT INTO files (path, dev, ino, size, mtime_ns, literals)
         dev = excluded.dev, ino = excluded.ino, size = excluded.size,
         mtime_ns = excluded.mtime_ns, literals = excluded.literals"""
 """Store literals; the path's verdict stays only while its key is the one it was read at."""
-_CORRUPT = (11, 26)
-"""SQLITE_CORRUPT, SQLITE_NOTADB: the file is damaged or not a database; rebuild it."""
 
 
 def _i64(value: int) -> int:
@@ -125,10 +128,10 @@ class FactIndex:
             ensure_dir(path.parent)
             _remove_untrusted(path)
             conn = _connect(path)
-            if conn is None:
+            if conn is None:  # not this schema's index: built again
                 _remove(path)
                 conn = _connect(path)
-        except (OSError, UnsafeState, sqlite3.Error):
+        except (OSError, UnsafeState, sqlite3.Error):  # busy, read-only, unwritable
             return cls.none()
         return cls(conn, path) if conn is not None else cls.none()
 
@@ -224,11 +227,15 @@ class FactIndex:
         return True
 
     def _failed(self, exc: sqlite3.Error) -> None:
-        """A damaged file is removed (the next run builds it again); this run keeps nothing."""
-        if getattr(exc, "sqlite_errorcode", None) in _CORRUPT and self.path is not None:
-            with suppress(OSError, UnsafeState):
-                _remove(self.path)
+        """A damaged file is built again, empty (this read answers nothing); a busy or
+        read-only one only loses this read or write."""
+        if isinstance(exc, sqlite3.OperationalError):
+            return
         self.close()
+        if type(exc) is sqlite3.DatabaseError and self.path is not None:  # damaged, not ours
+            with suppress(OSError, UnsafeState, sqlite3.Error):
+                _remove(self.path)
+                self._conn = _connect(self.path)
 
 
 def _one(values: Iterable[str]) -> list[tuple[Any, ...]]:
@@ -237,13 +244,17 @@ def _one(values: Iterable[str]) -> list[tuple[Any, ...]]:
 
 def _connect(path: Path) -> sqlite3.Connection | None:
     """A connection to the index at ``path`` (a new one made); None when the file there is
-    not this schema's index."""
+    not this schema's index. Raises ``sqlite3.OperationalError`` when it cannot be used now
+    (busy, read-only): that is no reason to remove it."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_MS / 1000)
     try:
         if _ours(conn):
             conn.execute("PRAGMA synchronous = NORMAL")
             return conn
-    except sqlite3.Error:
+    except sqlite3.OperationalError:
+        conn.close()
+        raise
+    except sqlite3.Error:  # not a database, damaged
         pass
     conn.close()
     return None
@@ -255,29 +266,26 @@ def _ours(conn: sqlite3.Connection) -> bool:
     def pragma(name: str) -> int:
         return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
 
-    try:
-        if pragma("page_count") == 0:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if pragma("user_version") == 0:
-                    for ddl in _SCHEMA:
-                        conn.execute(ddl)
-                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                conn.execute("COMMIT")
-            except BaseException:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
-        if pragma("application_id") != APPLICATION_ID or pragma("user_version") != SCHEMA_VERSION:
-            return False
-        conn.execute("SELECT path, dev, ino, size, mtime_ns, elf_kind, elf_body, literals "
-                     "FROM files LIMIT 0")  # fmt: skip
-        conn.execute("SELECT dev, ino, size, mtime_ns, sha256, ctime_ns FROM digests LIMIT 0")
-    except sqlite3.Error:
+    if pragma("page_count") == 0:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if pragma("user_version") == 0:
+                for ddl in _SCHEMA:
+                    conn.execute(ddl)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+    if pragma("application_id") != APPLICATION_ID or pragma("user_version") != SCHEMA_VERSION:
         return False
-    return True
+    return all(
+        [row[1] for row in conn.execute(f"PRAGMA table_info({table})")] == list(columns)
+        for table, columns in _COLUMNS.items()
+    )
 
 
 _SIDE_FILES = ("", "-wal", "-shm", "-journal")
