@@ -88,6 +88,11 @@ class StateDir:
         return self.root / "cache"
 
     @property
+    def index(self) -> Path:
+        """The index of facts, one SQLite file (:mod:`cudafix.env.memo.index`)."""
+        return self.cache / "index.sqlite"
+
+    @property
     def tree_cache(self) -> Path:
         """Directory listings and parsed dist-infos (:mod:`cudafix.env.memo.treecache`)."""
         return self.cache / "tree-cache.json"

@@ -131,7 +131,7 @@ def test_another_users_index_is_never_read(reader: str, shared_venv: Path) -> No
     """root's index of facts is not read by another user (who keeps nothing), and an index
     another user owns is not read by root: it is built again, root's own."""
     assert cudafix("doctor", "--venv", shared_venv).returncode in (0, 1)
-    db = StateDir(shared_venv).cache / "index.sqlite"
+    db = StateDir(shared_venv).index
     with FactIndex.open(shared_venv) as index:
         assert index.kept and index.elf_rows()
     probe = (

@@ -36,7 +36,6 @@ SCHEMA_VERSION = 1
 too when what a reader stores changes (``linker.elf.verdict_to_json``, what
 ``linker.elf.read_elf`` or ``env.pysources.source_literals`` find), so no fact read by an
 older reader is given back."""
-NAME = "index.sqlite"
 BUSY_MS = 500
 """How long a write waits for another process's; past it the write is dropped."""
 PLAIN = "plain"
@@ -123,7 +122,7 @@ class FactIndex:
     def open(cls, prefix: Path) -> FactIndex:
         """The index of the environment at ``prefix``, built anew when untrusted; one that
         keeps nothing where cudafix may not write ``.cudafix/``."""
-        path = StateDir(prefix).cache / NAME
+        path = StateDir(prefix).index
         try:
             ensure_dir(path.parent)
             _remove_untrusted(path)
