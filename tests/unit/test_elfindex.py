@@ -201,3 +201,16 @@ def test_many_files_warm_scan_parses_nothing(tmp_path: Path) -> None:
     counter = Counter()
     _indexed(env, read=counter)
     assert counter.paths == [env / "m7.py"]
+
+
+def test_a_name_that_is_not_utf8_is_read_each_time(tmp_path: Path) -> None:
+    """A file name of bytes that are not UTF-8 (kept by the walk as surrogates) cannot be a
+    key of the index: that file is read every time, and the rest is remembered."""
+    env = _env(tmp_path)
+    odd = os.fsdecode(b"lib/libodd\xff.so.1")
+    os.link(env / "lib" / "libdep.so.1", env / odd)
+    first, second = Counter(), Counter()
+    one = _indexed(env, read=first)
+    two = _indexed(env, read=second)
+    assert one == two and EnvPath(odd) in two.objects
+    assert len(first.paths) == 5 and second.paths == [env / odd]

@@ -162,8 +162,9 @@ class FactIndex:
 
     def save_elf(self, fresh: Mapping[str, ElfRow], gone: Iterable[str] = ()) -> bool:
         """Store the verdicts just read; forget every fact of the paths ``gone``."""
-        rows = [(p, *key, kind, body) for p, (key, kind, body) in fresh.items()]
-        return self._write([(_PUT_ELF, rows), ("DELETE FROM files WHERE path = ?", _one(gone))])
+        rows = [(p, *key, kind, body) for p, (key, kind, body) in fresh.items() if _storable(p)]
+        forget = [(p,) for p in gone if _storable(p)]
+        return self._write([(_PUT_ELF, rows), ("DELETE FROM files WHERE path = ?", forget)])
 
     # --- Python sources -----------------------------------------------------------------
 
@@ -175,7 +176,7 @@ class FactIndex:
         return {r[0]: ((r[1], r[2], r[3], r[4]), r[5]) for r in rows}
 
     def save_literals(self, fresh: Mapping[str, tuple[StatKey, str]]) -> bool:
-        rows = [(p, *key, names) for p, (key, names) in fresh.items()]
+        rows = [(p, *key, names) for p, (key, names) in fresh.items() if _storable(p)]
         return self._write([(_PUT_LITERALS, rows)])
 
     # --- digests ------------------------------------------------------------------------
@@ -237,8 +238,14 @@ class FactIndex:
                 self._conn = _connect(self.path)
 
 
-def _one(values: Iterable[str]) -> list[tuple[Any, ...]]:
-    return [(v,) for v in values]
+def _storable(path: str) -> bool:
+    """Whether ``path`` can be a key: a name of bytes that are not UTF-8 (which the walk
+    keeps as surrogates) cannot, and its file is read every time."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _connect(path: Path) -> sqlite3.Connection | None:
