@@ -21,7 +21,7 @@ from cudafix.linker.elfindex import (
 )
 from cudafix.linker.hostview import HostView
 from cudafix.model.names import EnvPath
-from tests.support.loadertree import ARCH, lib, scan
+from tests.support.loadertree import ARCH, backdate, lib, scan
 
 
 class Counter:
@@ -53,7 +53,7 @@ def _env(tmp: Path) -> Path:
     (env / "lib" / "libdep.so").symlink_to("libdep.so.1")
     for c in env.rglob("*.c"):
         c.unlink()
-    return env
+    return backdate(env)
 
 
 def test_classifies_elf_linker_scripts_and_ignores_plain_files(tmp_path: Path) -> None:
@@ -195,7 +195,7 @@ def test_many_files_warm_scan_parses_nothing(tmp_path: Path) -> None:
     env.mkdir()
     for i in range(500):
         (env / f"m{i}.py").write_text("x\n")
-    files = scan(env)
+    files = scan(backdate(env))
     _indexed(env, files)
     os.utime(env / "m7.py", ns=(1, 1))
     counter = Counter()
@@ -214,3 +214,29 @@ def test_a_name_that_is_not_utf8_is_read_each_time(tmp_path: Path) -> None:
     two = _indexed(env, read=second)
     assert one == two and EnvPath(odd) in two.objects
     assert len(first.paths) == 5 and second.paths == [env / odd]
+
+
+def test_a_file_written_just_now_is_read_again(tmp_path: Path) -> None:
+    """A second write in the clock tick of the first, of the same size, leaves the stat key
+    as it was: the verdict of a file that changed within the racy window is not kept."""
+    env = _env(tmp_path)
+    dep = env / "lib" / "libdep.so.1"
+    lib(dep, soname="libdep.so.A")  # just written
+    before = os.stat(dep)
+    assert _indexed(env).objects[EnvPath("lib/libdep.so.1")].soname == "libdep.so.A"
+    lib(env / "new.so", soname="libdep.so.B")
+    with open(dep, "r+b") as fh:  # in place, same size, the same mtime: the same key
+        fh.write((env / "new.so").read_bytes())
+    os.utime(dep, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(dep).st_ino == before.st_ino and os.stat(dep).st_size == before.st_size
+    files = {k: v for k, v in scan(env).items() if k != "new.so"}
+    again = Counter()
+    assert _indexed(env, files, read=again).objects[EnvPath("lib/libdep.so.1")].soname == (
+        "libdep.so.B"
+    )
+    assert again.paths == [dep]
+    backdate(env)
+    _indexed(env)
+    settled = Counter()
+    _indexed(env, read=settled)
+    assert settled.paths == []  # settled: kept

@@ -23,6 +23,7 @@ from cudafix.env.record import (
 )
 from cudafix.model.names import EnvPath
 from cudafix.tx.manifest import path_syntax
+from tests.support.loadertree import backdate
 from tests.support.wheels import record_hash
 
 SP = EnvPath("lib/python3.11/site-packages")
@@ -114,7 +115,7 @@ def _digest(prefix: Path, path: str) -> tuple[str | None, int]:
 
 def test_hash_cache_roundtrip_planted_and_unwritable(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"abc")
-    digest, read = _digest(tmp_path, "f")
+    digest, read = _digest(backdate(tmp_path), "f")
     assert digest == hash_bytes(b"abc") and read == 1
     assert _digest(tmp_path, "f") == (digest, 0)
     # the index answers without reading: prove it by planting a wrong value
@@ -125,6 +126,8 @@ def test_hash_cache_roundtrip_planted_and_unwritable(tmp_path: Path) -> None:
     db.write_text("{not a database")
     assert _digest(tmp_path, "f") == (digest, 1)
     assert _digest(tmp_path, "f") == (digest, 0)  # built again
+    (tmp_path / "g").write_bytes(b"just now")  # within the racy window: read, not kept
+    assert _digest(tmp_path, "g")[1] == _digest(tmp_path, "g")[1] == 1
     blocked = tmp_path / "blocked"
     (blocked / ".cudafix").mkdir(parents=True)
     (blocked / ".cudafix" / "cache").write_text("a file, not a dir")
@@ -140,7 +143,7 @@ def test_hash_cache_reads_no_bytes_when_only_ctime_moved(tmp_path: Path) -> None
     moves mtime or size is read again."""
     lib = tmp_path / "lib.so"
     lib.write_bytes(b"A" * 4096)
-    first = HashCache(tmp_path, FactIndex.open(tmp_path))
+    first = HashCache(backdate(tmp_path), FactIndex.open(tmp_path))
     digest = first(EnvPath("lib.so"))
     assert first.save()
     before = lib.stat().st_ctime_ns

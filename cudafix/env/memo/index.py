@@ -8,6 +8,9 @@ facts were read at (device, inode, size, mtime) and what was read: the ELF verdi
 (:mod:`cudafix.env.pysources`). Per stat key, the sha256 of the bytes and the ctime they
 were read at (:class:`cudafix.env.hashing.HashCache`). A fact is given back only while its
 file's key is the one it was read at; a path whose key moved loses every fact read before.
+A fact of a file whose mtime lies within ``RACY_NS`` of the index's opening is not kept
+(git's "racy clean" rule, as the tree cache applies it): file times come from a coarse
+clock, so a second write in the same tick, of the same size, would leave the key as it was.
 
 Only ever a speed-up, never trusted: a file that is not a regular file this user owns
 (a symlink, another user's), that is not an SQLite database, or that another program or
@@ -21,11 +24,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cudafix.env.memo.treecache import RACY_NS
 from cudafix.env.statedir import StateDir, ensure_dir, open_dir
 from cudafix.model.errors import UnsafeState
 
@@ -112,6 +117,9 @@ class FactIndex:
         self._conn = conn
         self.path = path
         """The file, or None when nothing is kept between runs."""
+        self.settled_before = time.time_ns() - RACY_NS
+        """Facts of files with an mtime from here on are not kept: read before any of them,
+        this instant's clock tick may still bring a write their key would not show."""
 
     @classmethod
     def none(cls) -> FactIndex:
@@ -162,7 +170,9 @@ class FactIndex:
 
     def save_elf(self, fresh: Mapping[str, ElfRow], gone: Iterable[str] = ()) -> bool:
         """Store the verdicts just read; forget every fact of the paths ``gone``."""
-        rows = [(p, *key, kind, body) for p, (key, kind, body) in fresh.items() if _storable(p)]
+        rows = [
+            (p, *key, kind, body) for p, (key, kind, body) in fresh.items() if self._keeps(p, key)
+        ]
         forget = [(p,) for p in gone if _storable(p)]
         return self._write([(_PUT_ELF, rows), ("DELETE FROM files WHERE path = ?", forget)])
 
@@ -176,7 +186,7 @@ class FactIndex:
         return {r[0]: ((r[1], r[2], r[3], r[4]), r[5]) for r in rows}
 
     def save_literals(self, fresh: Mapping[str, tuple[StatKey, str]]) -> bool:
-        rows = [(p, *key, names) for p, (key, names) in fresh.items() if _storable(p)]
+        rows = [(p, *key, names) for p, (key, names) in fresh.items() if self._keeps(p, key)]
         return self._write([(_PUT_LITERALS, rows)])
 
     # --- digests ------------------------------------------------------------------------
@@ -189,11 +199,16 @@ class FactIndex:
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
 
     def save_digests(self, fresh: Mapping[StatKey, tuple[str, int]]) -> bool:
-        rows = [(*key, digest, ctime) for key, (digest, ctime) in fresh.items()]
+        rows = [(*k, digest, ctime) for k, (digest, ctime) in fresh.items() if self._keeps("", k)]
         put = "INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?)"
         return self._write([(put, rows)])
 
     # --- plumbing -----------------------------------------------------------------------
+
+    def _keeps(self, path: str, key: StatKey) -> bool:
+        """Whether a fact read under ``key`` may be kept: its file settled (mtime) before
+        the index was opened, and its path can be a key."""
+        return key[3] < self.settled_before and _storable(path)
 
     def _read(self, query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         if self._conn is None:
