@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from cudafix.env.memo.treecache import RACY_NS
 from cudafix.env.statedir import StateDir, ensure_dir, open_dir
@@ -50,7 +50,6 @@ StatKey = tuple[int, int, int, int]
 """(device, inode, size, mtime_ns), each as SQLite stores it (:func:`stat_key`)."""
 ElfRow = tuple[StatKey, str, str | None]
 """(key, kind, body): ``kind`` is :data:`PLAIN`, ``elf`` or ``problem``; ``body`` JSON text."""
-T = TypeVar("T")
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS files (
