@@ -1,4 +1,4 @@
-"""Goal 4 of ``make bench-real`` for two cudafix checkouts side by side, in one run.
+"""Goals of ``make bench-real`` for two cudafix checkouts side by side, in one run.
 
 ``run -- python -c pass`` over the bare command is an absolute target, so a change to it is
 only seen against the code before it measured on the same machine at the same moment. Per
@@ -12,6 +12,15 @@ five untimed runs on each copy, so the timed one is a commit past the five snaps
 (it deletes the oldest): the steady state of a user who runs often.
 
     python -m benchmarks.versus --base /path/to/other/checkout --runs 6 [--kept 5]
+
+``--what doctor`` measures, per run and checkout in the same alternation, what a changed
+environment costs ``doctor`` (its remembered answer deleted, so each computes): a first
+``doctor`` on the fresh copy, a warm one, and one after a single shared library was
+replaced (a new file renamed over it, as an installer writes), each beside the walk+sniff
+baseline process of the same copy. ``--scenario`` runs on ``make bench``'s synthetic
+``large`` venv (built once under ``--work``) where the real venv is not at hand:
+
+    python -m benchmarks.versus --base CHECKOUT --what doctor --scenario --runs 5
 """
 
 from __future__ import annotations
@@ -44,6 +53,64 @@ def _overhead(tree: Path, venv: Path) -> float:
     return _cli(tree, "run", "--venv", venv, "--", py, "-c", "pass").seconds - bare
 
 
+DOCTOR_STEPS = ("first", "warm", "changed")
+"""``--what doctor``'s timed ``doctor`` runs, in order: first on the copy, warm (its answer
+deleted), after one library was replaced."""
+
+
+def _replace_one_library(venv: Path) -> None:
+    """Rename a fresh copy of the largest shared library over it: a new inode, new mtime."""
+    lib = max((p for p in venv.rglob("*.so*") if p.is_file() and not p.is_symlink()),
+              key=lambda p: (p.stat().st_size, str(p)))  # fmt: skip
+    tmp = lib.with_name(lib.name + ".new")
+    shutil.copyfile(lib, tmp)
+    tmp.rename(lib)
+
+
+def _doctor_side_by_side(
+    trees: dict[str, Path], venv: Path, work: Path, runs: int
+) -> dict[str, dict[str, list[float]]]:
+    """Per checkout and step of :data:`DOCTOR_STEPS`, seconds of ``doctor``; and the walk."""
+    got: dict[str, dict[str, list[float]]] = {
+        k: {s: [] for s in (*DOCTOR_STEPS, "walk")} for k in trees
+    }
+    for i in range(runs):
+        for name in list(trees) if i % 2 == 0 else list(reversed(trees)):
+            copy = fixtures.link_copy(venv, work / name)
+            sections.settle()
+            steps = got[name]
+            steps["walk"].append(sections.inproc("walk", copy)[0].seconds)
+            steps["first"].append(_cli(trees[name], "doctor", "--venv", copy, ok=(0, 1)).seconds)
+            sections.settle()
+            fixtures.forget_answers(copy)
+            steps["warm"].append(_cli(trees[name], "doctor", "--venv", copy, ok=(0, 1)).seconds)
+            _replace_one_library(copy)
+            sections.settle()
+            fixtures.forget_answers(copy)
+            done = _cli(trees[name], "doctor", "--venv", copy, ok=(0, 1))
+            steps["changed"].append(done.seconds)
+    return got
+
+
+def _print_doctor(trees: dict[str, Path], got: dict[str, dict[str, list[float]]]) -> None:
+    labels = {
+        "first": "first doctor on a cp -al copy",
+        "warm": "warm doctor computing its answer",
+        "changed": "doctor after one library replaced",
+    }
+    rows = []
+    for step in DOCTOR_STEPS:
+        for name in trees:
+            walk = median(got[name]["walk"])
+            cell = f"{spread(got[name][step])}, {median(got[name][step]) / walk:.2f}x the walk"
+            rows.append([labels[step], f"{name} ({trees[name]})", cell])
+        ratio = median(got["this"][step]) / median(got["base"][step])
+        rows.append([labels[step], "this / base", f"{ratio:.2f}x"])
+    walks = [w for name in trees for w in got[name]["walk"]]
+    print(table(["measure", "checkout", "seconds (median, min-max), ratio to the walk"], rows))
+    print(f"\nwalk+sniff of the same copies: {spread(walks)}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.versus", description=__doc__)
     p.add_argument("--base", type=Path, required=True, help="the other checkout")
@@ -51,12 +118,25 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=None, help="where copies go (default: beside it)")
     p.add_argument("--runs", type=int, default=6)
     p.add_argument("--kept", type=int, default=0, help="untimed runs committed first")
+    p.add_argument("--what", choices=("run", "doctor"), default="run", help="what is measured")
+    p.add_argument("--scenario", action="store_true", help="the synthetic large venv instead")
+    p.add_argument("--files", type=int, default=20000, help="--scenario: files in the venv")
     args = p.parse_args()
     trees = {"base": args.base.resolve(), "this": REPO}
     work = args.work or args.venv.parent / "versus-work"
+    if args.scenario:
+        params = {"files": args.files, "elves": 150, "sparse_mib": 8, "sparse_libs": 3}
+        args.venv = fixtures.pristine(work / "pristine", params)
     got: dict[str, list[float]] = {k: [] for k in trees}
     for tree in trees.values():
         fixtures.byte_compile(tree)
+    if args.what == "doctor":
+        try:
+            _print_doctor(trees, _doctor_side_by_side(trees, args.venv, work, args.runs))
+        finally:
+            for name in trees:
+                shutil.rmtree(work / name, ignore_errors=True)
+        return 0
     try:
         for i in range(args.runs):
             order = list(trees) if i % 2 == 0 else list(reversed(trees))
@@ -72,7 +152,8 @@ def main() -> int:
                 subprocess.run(["sync"], check=True)
                 got[name].append(_overhead(trees[name], copy))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for name in trees:
+            shutil.rmtree(work / name, ignore_errors=True)
     rows = [[f"{k} ({trees[k]})", spread(v)] for k, v in got.items()]
     ratio = median(got["this"]) / median(got["base"])
     print(table(["checkout", "run -- python -c pass, over the bare command (s)"], rows))

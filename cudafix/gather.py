@@ -1,10 +1,11 @@
 """Read everything the planner and doctor need, once, into their facts (``plan.facts.Facts``).
 
 The one read-side orchestration above ``env/`` and ``linker/``, so ``plan/`` stays pure:
-the target's interpreter is asked once, the tree is walked once, ELF objects and hashes
-come from caches under ``.cudafix/`` when unchanged, and the host is read through one view
-per target (``Facts.host``). What a plan needs besides (hashes for preconditions,
-what staging found, the live state under the lock) is read here too, and handed over as data.
+the target's interpreter is asked once, the tree is walked once, ELF objects, literals and
+hashes come from the index of facts under ``.cudafix/`` when unchanged, and the host is
+read through one view per target (``Facts.host``). What a plan needs besides (hashes for
+preconditions, what staging found, the live state under the lock) is read here too, and
+handed over as data.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cudafix.env import lastseen
 from cudafix.env.distinfo import direct_url
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Inventory, changed_since_record
+from cudafix.env.memo.index import FactIndex
 from cudafix.env.memo.treecache import TreeCache
 from cudafix.env.pysources import python_literals
 from cudafix.env.reading import (
@@ -63,18 +65,20 @@ def gather(
     state = StateDir(target.prefix)
     host = host if host is not None else HostView(state.host_cache)
     info = query_interpreter(target)
-    hashes = HashCache.load(target.prefix, state.hash_cache)
+    index = FactIndex.open(target.prefix)
+    hashes = HashCache(target.prefix, index)
     tree = TreeCache.load(state.tree_cache)
     inventory = read_inventory(
         target.prefix, info.site_packages, target.python, hasher=hashes, cache=tree
     )
-    elf = index_environment(target.prefix, inventory.files, state.elf_cache, expected=host.arch())
-    python = python_literals(target.prefix, inventory, state.pysources_cache)
+    elf = index_environment(target.prefix, inventory.files, index, expected=host.arch())
+    python = python_literals(target.prefix, inventory, index)
     tree.watch([*elf.objects, *elf.problems, *python])  # in-place overwrites keep dir mtimes
     tree.save(state.tree_cache)
     suspects = changed_since_record(inventory, elf_providers(inventory, elf))
     path_hashes = {p: hashes(p) for p in [*(s.path for s in inventory.shared), *suspects]}
-    hashes.save(state.hash_cache)
+    hashes.save()
+    index.close()
     table, runtime = DlopenTable.default(), runtime_table()
     for extra in dlopen_tables:
         table = table.merged(DlopenTable.load(extra))
@@ -154,10 +158,11 @@ def with_hashes(facts: Facts, paths: Iterable[EnvPath]) -> Facts:
     if not wanted:
         return facts
     prefix = facts.inventory.prefix
-    cache = StateDir(prefix).hash_cache
-    hashes = HashCache.load(prefix, cache)
+    index = FactIndex.open(prefix)
+    hashes = HashCache(prefix, index)
     known = {**facts.path_hashes, **{p: hashes(p) for p in wanted}}
-    hashes.save(cache)
+    hashes.save()
+    index.close()
     return replace(facts, path_hashes=known)
 
 
@@ -204,9 +209,13 @@ def live_differences(plan: Plan) -> list[str]:
     the transaction lock, just before applying)."""
     prefix = Path(plan.target.prefix)
     sites = [EnvPath(s) for s in plan.target.site_packages]
-    hashes = HashCache.load(prefix, StateDir(prefix).hash_cache, strict=True)
+    index = FactIndex.open(prefix)
+    hashes = HashCache(prefix, index, strict=True)
     records = {n: _live_record_digest(prefix, plan, n) for n in plan.preconditions.records}
-    return quick_differences(plan, installed_versions(prefix, sites), hashes, records)
+    try:
+        return quick_differences(plan, installed_versions(prefix, sites), hashes, records)
+    finally:
+        index.close()
 
 
 def _live_record_digest(prefix: Path, plan: Plan, name: str) -> str | None:

@@ -1,9 +1,15 @@
-"""RECORD-style sha256 of files in the environment, with a stat-keyed cache.
+"""RECORD-style sha256 of files in the environment, remembered by stat key.
 
 CUDA libraries are hundreds of megabytes each, so a file is hashed in chunks and only
-once per (dev, ino, size, mtime_ns); the cache survives runs in
-``<prefix>/.cudafix/hash-cache.json``. A symlink is followed only when its target stays
+once per (dev, ino, size, mtime_ns); the digests survive runs in the environment's index of
+facts (:mod:`cudafix.env.memo.index`). A symlink is followed only when its target stays
 inside the environment.
+
+ctime is not in the key but kept beside the digest. A hard link (``cp -al``, a
+transaction's snapshot) or a chmod moves it without touching a byte, and with it in the key
+every run after a snapshot or on a linked copy re-read gigabytes. Installers write new
+inodes or move mtime; a write in place that puts size and mtime back moves only ctime, so
+the check under the lock (``strict``) still re-reads a file whose ctime moved.
 """
 
 from __future__ import annotations
@@ -13,22 +19,13 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
+from cudafix.env.memo.index import FactIndex, StatKey, stat_key
 from cudafix.env.record import is_inside
-from cudafix.env.statedir import load_cache, save_cache
 from cudafix.model.names import EnvPath
 
 CHUNK = 1 << 20
-CACHE_FORMAT = "cudafix-hash-cache"
-CACHE_VERSION = 3
-"""3: ctime left the key and went into the entry. A hard link (``cp -al``, a transaction's
-snapshot) or a chmod moves it without touching a byte, and with it in the key every run
-after a snapshot or on a linked copy re-read gigabytes. Installers write new inodes or move
-mtime; a write in place that puts size and mtime back moves only ctime, so the check under
-the lock (``strict``) still re-reads a file whose ctime moved."""
 
-StatKey = tuple[int, int, int, int]
 Known = tuple[str, int]
 """(digest, ctime_ns when the bytes were read)."""
 
@@ -64,7 +61,7 @@ def hash_path(path: Path) -> str | None:
 
 
 def _key(st: os.stat_result) -> StatKey:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return stat_key(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class HashCache:
@@ -74,17 +71,20 @@ class HashCache:
     """
 
     def __init__(
-        self, prefix: Path, entries: dict[StatKey, Known] | None = None, *, strict: bool = False
+        self, prefix: Path, index: FactIndex | None = None, *, strict: bool = False
     ) -> None:
         self.prefix = prefix
+        self.index = index
+        """Where digests are looked up and :meth:`save` keeps the new ones (None: nowhere)."""
         self.strict = strict
         """Trust an entry only while the file's ctime is the one it was read at: for the
         check under the lock, which must see a write in place that restored size and mtime.
         Otherwise (doctor, planning) a ctime-only change reuses the digest; the plan it
         leads to is checked strictly before anything changes."""
         self._real_prefix = Path(os.path.realpath(prefix))
-        self._entries: dict[StatKey, Known] = dict(entries or {})
-        self._learnt = False
+        self._entries: dict[StatKey, Known | None] = {}
+        """Digests asked of the index this run (None: it had none), and those read now."""
+        self._learnt: dict[StatKey, Known] = {}
         self.hashed = 0
         """Files whose bytes this cache read (cache misses of non-empty files)."""
 
@@ -102,12 +102,11 @@ class HashCache:
             if not stat.S_ISREG(st.st_mode):
                 return None
             key = _key(st)
-            known = self._entries.get(key)
+            known = self._known(key)
             if known is not None and (not self.strict or known[1] == st.st_ctime_ns):
                 return known[0]  # a ctime-only hit leaves the entry as read, never vouched for
             digest = hash_fd(fd)
-            self._entries[key] = (digest, st.st_ctime_ns)
-            self._learnt = True
+            self._entries[key] = self._learnt[key] = (digest, st.st_ctime_ns)
             self.hashed += st.st_size > 0
             return digest
         except OSError:
@@ -126,35 +125,23 @@ class HashCache:
         real = Path(os.path.realpath(full))
         return real if is_inside(self._real_prefix, real) else None
 
+    def _known(self, key: StatKey) -> Known | None:
+        if key not in self._entries:
+            self._entries[key] = self.index.digest(key) if self.index is not None else None
+        return self._entries[key]
+
     def __len__(self) -> int:
-        return len(self._entries)
+        """Digests known to this run."""
+        return sum(known is not None for known in self._entries.values())
 
-    @classmethod
-    def load(cls, prefix: Path, cache_file: Path, *, strict: bool = False) -> HashCache:
-        """Read a saved cache; a missing or corrupt file gives an empty cache."""
-        try:
-            entries = _decode_entries(load_cache(cache_file, CACHE_FORMAT, CACHE_VERSION))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            entries = {}
-        return cls(prefix, entries, strict=strict)
-
-    def save(self, cache_file: Path) -> bool:
-        """Write the cache atomically (temp file + replace); False if the location is unwritable.
+    def save(self) -> bool:
+        """Keep the digests read this run in the index; False where they could not be kept.
 
         Nothing is written when this run hashed nothing new (a warm run must not fsync).
         """
-        if not self._learnt and cache_file.is_file():
+        if not self._learnt:
             return True
-        entries = {":".join(map(str, k)): list(v) for k, v in self._entries.items()}
-        return save_cache(cache_file, CACHE_FORMAT, CACHE_VERSION, {"entries": entries})
-
-
-def _decode_entries(data: dict[str, Any] | None) -> dict[StatKey, Known]:
-    if data is None:
-        return {}
-    out: dict[StatKey, Known] = {}
-    for k, v in data["entries"].items():
-        dev, ino, size, mtime = (int(x) for x in k.split(":"))
-        if isinstance(v, list) and len(v) == 2 and isinstance(v[0], str):
-            out[(dev, ino, size, mtime)] = (v[0], int(v[1]))
-    return out
+        if self.index is None or not self.index.save_digests(self._learnt):
+            return False
+        self._learnt = {}
+        return True

@@ -6,7 +6,8 @@ build the version at run time (``f"libcufft.so.{cufft_version}"``, ``"libcudart.
 such a template is kept as ``libcufft.so.*``, any version of that library. A cheap regex over
 each ``.py`` file a RECORD lists finds those names; which of them count is decided
 elsewhere (:mod:`cudafix.plan.literals`). Each file is read at most once per
-content: the names found are cached by its stat key, like the ELF facts.
+content: the names found are kept in the index of facts by its stat key, like the ELF facts
+(:mod:`cudafix.env.memo.index`).
 """
 
 from __future__ import annotations
@@ -16,16 +17,13 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from cudafix.env.inventory import Inventory
-from cudafix.env.statedir import load_cache, save_cache
+from cudafix.env.memo.index import FactIndex, StatKey, stat_key
 from cudafix.model.names import SONAME_LITERAL, EnvPath, Soname
 
 log = logging.getLogger("cudafix.env.pysources")
 
-CACHE_FORMAT = "cudafix-pysources-cache"
-CACHE_VERSION = 2
 MAX_READ = 1 << 20
 """Bytes read per source file: a module that spells a library name does so near its top, or
 in a table well under this."""
@@ -51,32 +49,35 @@ def source_literals(data: bytes) -> tuple[Soname, ...]:
     return tuple(found)
 
 
-def python_literals(prefix: Path, inventory: Inventory, cache_path: Path | None) -> Literals:
+def python_literals(prefix: Path, inventory: Inventory, index: FactIndex | None) -> Literals:
     """The soname literals of every ``.py`` file a RECORD lists and the tree holds.
 
-    An unchanged file (same device, inode, size and mtime) is answered from the cache
-    without being opened; the cache is rewritten only when something changed.
+    An unchanged file (same device, inode, size and mtime) is answered from ``index``
+    without being opened; only what was read now is written.
     """
-    cached = _load(cache_path) if cache_path is not None else {}
+    stored = index.literal_rows() if index is not None else {}
     base = str(prefix)  # a str join: pathlib's costs more than the read of a small file
-    rows: dict[str, list[Any]] = {}
-    read = 0
+    found: dict[EnvPath, tuple[Soname, ...]] = {}
+    fresh: dict[str, tuple[StatKey, str]] = {}
     for dist in inventory.distributions.values():
         for entry in dist.files:
             stat = inventory.files.get(entry.path)
             if not entry.path.endswith(".py") or stat is None or stat.kind != "file":
                 continue
-            key = [stat.dev, stat.ino, stat.size, stat.mtime_ns]
-            row = cached.get(entry.path)
-            if row is not None and row[:4] == key and isinstance(row[4], list):
-                rows[entry.path] = row
-                continue
-            rows[entry.path] = [*key, list(_read(f"{base}/{entry.path}") if stat.size else [])]
-            read += 1
-    changed = read or rows.keys() != cached.keys()
-    if cache_path is not None and changed and not _save(cache_path, rows):
-        log.debug("could not write the Python sources cache %s", cache_path)
-    return {EnvPath(p): tuple(Soname(str(n)) for n in row[4]) for p, row in rows.items() if row[4]}
+            if entry.path in found or entry.path in fresh:
+                continue  # listed by two RECORDs
+            key = stat_key(stat.dev, stat.ino, stat.size, stat.mtime_ns)
+            row = stored.get(entry.path)
+            if row is not None and row[0] == key:
+                names = tuple(Soname(n) for n in row[1].split("\n") if n)
+            else:
+                names = _read(f"{base}/{entry.path}") if stat.size else ()
+                fresh[entry.path] = (key, "\n".join(names))
+            if names:
+                found[entry.path] = names
+    if index is not None and fresh and not index.save_literals(fresh):
+        log.debug("could not write the Python sources' literals to the index")
+    return found
 
 
 def _read(path: str) -> tuple[Soname, ...]:
@@ -91,16 +92,3 @@ def _read(path: str) -> tuple[Soname, ...]:
         return ()
     finally:
         os.close(fd)
-
-
-def _save(path: Path, rows: Mapping[str, list[Any]]) -> bool:
-    return save_cache(path, CACHE_FORMAT, CACHE_VERSION, {"files": rows})
-
-
-def _load(path: Path) -> dict[str, list[Any]]:
-    """A corrupt, foreign-version or unreadable cache is an empty one."""
-    data = load_cache(path, CACHE_FORMAT, CACHE_VERSION) or {}
-    files = data.get("files")
-    if not isinstance(files, dict):
-        return {}
-    return {k: v for k, v in files.items() if isinstance(v, list) and len(v) == 5}

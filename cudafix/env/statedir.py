@@ -7,7 +7,8 @@
     .cudafix/transactions/<id>/manifest.json   what the snapshot holds, and how to verify it
     .cudafix/transactions/<id>/snapshot/<EnvPath>  hard links (or copies) of the pre-state
     .cudafix/transactions/<id>/post.json       post-state of touched paths at commit (for undo)
-    .cudafix/cache/                        caches other layers may keep (tree, ELF, hashes)
+    .cudafix/cache/                        caches other layers may keep (tree, answers, host)
+    .cudafix/cache/index.sqlite            the index of facts (ELF verdicts, literals, hashes)
     .cudafix/trash/<id>-<random>           old snapshots moved aside, being deleted
 """
 
@@ -88,19 +89,9 @@ class StateDir:
         return self.root / "cache"
 
     @property
-    def hash_cache(self) -> Path:
-        """sha256 of files by stat key (:class:`cudafix.env.hashing.HashCache`)."""
-        return self.cache / "hash-cache.json"
-
-    @property
-    def elf_cache(self) -> Path:
-        """Parsed ELF dynamic sections by stat key (:mod:`cudafix.linker.elfindex`)."""
-        return self.cache / "elf-cache.json"
-
-    @property
-    def pysources_cache(self) -> Path:
-        """Soname literals of Python sources by stat key (:mod:`cudafix.env.pysources`)."""
-        return self.cache / "pysources-cache.json"
+    def index(self) -> Path:
+        """The index of facts, one SQLite file (:mod:`cudafix.env.memo.index`)."""
+        return self.cache / "index.sqlite"
 
     @property
     def tree_cache(self) -> Path:

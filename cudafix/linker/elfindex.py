@@ -1,33 +1,31 @@
 """Which files of an environment are ELF objects, and what they need; plus a view for the loader.
 
-``index_environment`` parses every regular file once and remembers the verdict in a
-versioned JSON cache keyed on (st_dev, st_ino, size, mtime_ns), so a second scan opens
-nothing that did not change. ``EnvironmentView`` answers the resolver's file lookups from
-the index (optionally with some paths removed) without touching the environment again.
+``index_environment`` parses every regular file once and remembers the verdict in the
+environment's index of facts (:mod:`cudafix.env.memo.index`) under its stat key (st_dev,
+st_ino, size, mtime_ns), so a second scan opens nothing that did not change.
+``EnvironmentView`` answers the resolver's file lookups from the index (optionally with
+some paths removed) without touching the environment again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from cudafix.env.inventory import FileStat
-from cudafix.env.statedir import STATE_DIR_NAME, load_cache, save_cache
+from cudafix.env.memo.index import PLAIN, ElfRow, FactIndex, stat_key
+from cudafix.env.statedir import STATE_DIR_NAME
 from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf, verdict_from_json, verdict_to_json
 from cudafix.linker.hostview import HostView
 from cudafix.model.names import EnvPath, is_so_name
 
 log = logging.getLogger("cudafix.linker.elfindex")
 
-CACHE_FORMAT = "cudafix-elf-cache"
-CACHE_VERSION = 6  # 2: garbage dynamic tags are problems; non-ELF files as stat keys only;
-# 4: python_module (PyInit_ export); 5: own reader, section table unread (as by ld.so);
-# 6: soname literals of .rodata
 _NOT_ELF = ("not-elf", "linker-script")
 
 Reader = Callable[[str], "ElfInfo | ElfProblem"]
@@ -59,48 +57,62 @@ def read_elf_nofollow(path: str) -> ElfInfo | ElfProblem:
 def index_environment(
     prefix: Path,
     files: Mapping[EnvPath, FileStat],
-    cache_path: Path | None,
+    index: FactIndex | None,
     *,
     expected: tuple[int, str],
     read: Reader = read_elf_nofollow,
 ) -> ElfIndex:
-    """Classify every regular file in ``files``; reuse cached verdicts for unchanged ones.
+    """Classify every regular file in ``files``; reuse the verdicts ``index`` holds for
+    files whose stat key (device, inode, size, mtime) did not move.
 
     ``expected``: the (ELF class, machine) the environment's interpreter runs
     (:meth:`HostView.arch <cudafix.linker.hostview.HostView.arch>`); others are foreign.
 
-    Most files are not ELF: the cache keeps only their stat key, so a warm run compares
-    four integers per file and decodes nothing but the ELF objects.
+    Most files are not ELF: the index keeps only their stat key, so a warm run compares
+    four integers per file and decodes nothing but the ELF objects. Only the verdicts read
+    now are written, and the paths no longer there forgotten.
     """
-    cached = _load_cache(cache_path) if cache_path else _Cached({}, {})
-    plain: dict[str, list[int]] = {}
-    found: dict[str, tuple[list[int], Verdict]] = {}
-    parsed = 0
+    stored = index.elf_rows() if index is not None else {}
+    plain: list[str] = []
+    found: dict[str, Verdict] = {}
+    fresh: dict[str, ElfRow] = {}
+    seen: set[str] = set()
     for rel, stat in files.items():
         if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/"):
             continue
-        key = [stat.dev, stat.ino, stat.size, stat.mtime_ns]
-        if cached.plain.get(rel) == key:
-            plain[rel] = key
-            continue
-        row = cached.elf.get(rel)
-        hit = _decode(row) if row is not None and row[:4] == key else None
-        if hit is not None:
-            found[rel] = (key, hit)
-            continue
+        seen.add(rel)
+        key = stat_key(stat.dev, stat.ino, stat.size, stat.mtime_ns)
+        row = stored.get(rel)
+        if row is not None and row[0] == key:
+            if row[1] == PLAIN:
+                plain.append(rel)
+                continue
+            hit = _decode(row[1], row[2])
+            if hit is not None:
+                found[rel] = hit
+                continue
         verdict = read(f"{prefix}/{rel}")
-        parsed += 1
         if isinstance(verdict, ElfProblem) and verdict.reason == "not-elf":
-            plain[rel] = key
+            plain.append(rel)
+            fresh[rel] = (key, PLAIN, None)
         else:
-            found[rel] = (key, verdict)
-    if cache_path is not None and (
-        parsed or plain.keys() != cached.plain.keys() or found.keys() != cached.elf.keys()
-    ):
-        _save_cache(cache_path, plain, found)
-    index = _build(prefix, plain, found, expected, parsed)
+            found[rel] = verdict
+            kind, body = verdict_to_json(verdict)
+            fresh[rel] = (key, kind, json.dumps(body, separators=(",", ":")))
+    gone = stored.keys() - seen
+    if index is not None and (fresh or gone) and not index.save_elf(fresh, gone):
+        log.debug("could not write the ELF verdicts to the index")
+    built = _build(prefix, plain, found, expected, len(fresh))
     odd = _odd_libraries(files)
-    return replace(index, problems={**index.problems, **odd}) if odd else index
+    return replace(built, problems={**built.problems, **odd}) if odd else built
+
+
+def _decode(kind: str, body: str | None) -> Verdict | None:
+    """One stored verdict; None for a malformed one (the file is read again, never trusted)."""
+    try:
+        return verdict_from_json(kind, json.loads(body)) if body is not None else None
+    except ValueError:
+        return None
 
 
 def _odd_libraries(files: Mapping[EnvPath, FileStat]) -> dict[EnvPath, ElfProblem]:
@@ -145,14 +157,14 @@ def _loops(files: Mapping[EnvPath, FileStat], start: EnvPath) -> bool:
 
 def _build(
     prefix: Path,
-    plain: Mapping[str, object],
-    found: Mapping[str, tuple[list[int], Verdict]],
+    plain: Iterable[str],
+    found: Mapping[str, Verdict],
     expected: tuple[int, str],
     parsed: int,
 ) -> ElfIndex:
     objects: dict[EnvPath, ElfInfo] = {}
     problems: dict[EnvPath, ElfProblem] = {}
-    for rel, (_key, verdict) in found.items():
+    for rel, verdict in found.items():
         path = EnvPath(rel)
         if isinstance(verdict, ElfInfo):
             objects[path] = verdict
@@ -163,46 +175,6 @@ def _build(
             problems[EnvPath(rel)] = ElfProblem("not-elf", f"{prefix / rel}: no ELF magic")
     foreign = frozenset(p for p, i in objects.items() if (i.elf_class, i.machine) != expected)
     return ElfIndex(objects, problems, foreign, expected, parsed)
-
-
-# --- cache -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Cached:
-    """The cache file's rows: ``plain`` = stat keys of files without ELF magic, ``elf`` =
-    ``[dev, ino, size, mtime_ns, kind, body]`` of everything else (decoded on a hit)."""
-
-    plain: Mapping[str, list[int]]
-    elf: Mapping[str, list[Any]]
-
-
-def _load_cache(path: Path) -> _Cached:
-    """A corrupt, foreign-version or unreadable cache is an empty one (never fatal)."""
-    data = load_cache(path, CACHE_FORMAT, CACHE_VERSION) or {}
-    plain, elf = data.get("plain"), data.get("elf")
-    if not isinstance(plain, dict) or not isinstance(elf, dict):
-        log.debug("ignoring ELF cache %s", path)
-        return _Cached({}, {})
-    return _Cached(plain, elf)
-
-
-def _decode(row: list[Any]) -> Verdict | None:
-    """One ``elf`` row; None for a malformed one (the file is read again, never trusted)."""
-    return verdict_from_json(row[4], row[5]) if len(row) == 6 else None
-
-
-def _encode(key: list[int], verdict: Verdict) -> list[Any]:
-    return [*key, *verdict_to_json(verdict)]
-
-
-def _save_cache(
-    path: Path, plain: Mapping[str, list[int]], found: Mapping[str, tuple[list[int], Verdict]]
-) -> None:
-    """Only inside a real ``.cudafix/`` directory (``statedir.save_cache_file``)."""
-    rows = {rel: _encode(key, verdict) for rel, (key, verdict) in found.items()}
-    if not save_cache(path, CACHE_FORMAT, CACHE_VERSION, {"plain": plain, "elf": rows}):
-        log.debug("could not write ELF cache %s", path)
 
 
 # --- views -------------------------------------------------------------------------------

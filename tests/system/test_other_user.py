@@ -11,17 +11,21 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 import cudafix as cudafix_package
+from cudafix.env.memo.index import FactIndex
+from cudafix.env.statedir import StateDir
 from tests.support.cli import cudafix
-from tests.support.venvs import UV, install, uv_env
+from tests.support.venvs import UV, install, settle, uv_env
 from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
@@ -75,10 +79,13 @@ def shared_venv(reader: str) -> Iterator[Path]:
 
 
 def _as_reader(python: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    boot = (
-        f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(SITE)!r}]; sys.argv[0] = 'cudafix'; "
-        "from cudafix.cli.main import main; main()"
+    return _py_as_reader(
+        python, "sys.argv[0] = 'cudafix'; from cudafix.cli.main import main; main()", *args
     )
+
+
+def _py_as_reader(python: str, code: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    boot = f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(SITE)!r}]; {code}"
     return subprocess.run(
         ["runuser", "-u", USER, "--", python, "-c", boot, *map(str, args)],
         capture_output=True,
@@ -118,3 +125,27 @@ def test_mutating_commands_refuse_another_user_in_one_line(reader: str, shared_v
         assert done.returncode == 2, (args, done.stderr)
         assert len(errors) == 1 and "Traceback" not in done.stderr, (args, done.stderr)
         assert "as a user who can write" in done.stderr, (args, done.stderr)
+
+
+def test_another_users_index_is_never_read(reader: str, shared_venv: Path) -> None:
+    """root's index of facts is not read by another user (who keeps nothing), and an index
+    another user owns is not read by root: it is built again, root's own."""
+    settle()  # facts of files written within the racy window are not kept
+    assert cudafix("doctor", "--venv", shared_venv).returncode in (0, 1)
+    db = StateDir(shared_venv).index
+    with FactIndex.open(shared_venv) as index:
+        assert index.kept and index.elf_rows()
+    probe = (
+        "from pathlib import Path; from cudafix.env.memo.index import FactIndex; "
+        "index = FactIndex.open(Path(sys.argv[1])); print(index.kept, len(index.elf_rows()))"
+    )
+    done = _py_as_reader(reader, probe, shared_venv)
+    assert done.stdout.split() == ["False", "0"], done.stdout + done.stderr
+    assert db.stat().st_uid == os.geteuid()
+    with closing(sqlite3.connect(db)) as conn, conn:  # planted: every file "not ELF"
+        conn.execute("UPDATE files SET elf_kind = 'plain', elf_body = NULL")
+    uid = pwd.getpwnam(USER).pw_uid
+    os.chown(db, uid, -1)
+    with FactIndex.open(shared_venv) as index:
+        assert index.kept and index.elf_rows() == {}
+    assert db.stat().st_uid == os.geteuid()

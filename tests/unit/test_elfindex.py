@@ -1,21 +1,27 @@
-"""The ELF index: classification, the (dev, ino, size, mtime) cache, and the environment view."""
+"""The ELF index: classification, verdicts kept in the index of facts by (dev, ino, size,
+mtime), and the environment view."""
 
 from __future__ import annotations
 
-import json
 import os
+import sqlite3
+from collections.abc import Mapping
+from contextlib import closing
 from pathlib import Path
 
+from cudafix.env.inventory import FileStat
+from cudafix.env.memo.index import APPLICATION_ID, SCHEMA_VERSION, FactIndex
 from cudafix.linker.elf import ElfInfo, ElfProblem
 from cudafix.linker.elfindex import (
-    CACHE_VERSION,
+    ElfIndex,
     EnvironmentView,
+    Reader,
     index_environment,
     read_elf_nofollow,
 )
 from cudafix.linker.hostview import HostView
 from cudafix.model.names import EnvPath
-from tests.support.loadertree import ARCH, lib, scan
+from tests.support.loadertree import ARCH, backdate, lib, scan
 
 
 class Counter:
@@ -29,6 +35,15 @@ class Counter:
         return read_elf_nofollow(path)
 
 
+def _indexed(
+    env: Path, files: Mapping[EnvPath, FileStat] | None = None, *, read: Reader = read_elf_nofollow
+) -> ElfIndex:
+    """One run's scan with the environment's index of facts, closed after."""
+    with FactIndex.open(env) as facts:
+        return index_environment(env, scan(env) if files is None else files, facts,
+                                 read=read, expected=ARCH)  # fmt: skip
+
+
 def _env(tmp: Path) -> Path:
     env = tmp / "env"
     dep = lib(env / "lib" / "libdep.so.1")
@@ -38,7 +53,7 @@ def _env(tmp: Path) -> Path:
     (env / "lib" / "libdep.so").symlink_to("libdep.so.1")
     for c in env.rglob("*.c"):
         c.unlink()
-    return env
+    return backdate(env)
 
 
 def test_classifies_elf_linker_scripts_and_ignores_plain_files(tmp_path: Path) -> None:
@@ -52,65 +67,93 @@ def test_classifies_elf_linker_scripts_and_ignores_plain_files(tmp_path: Path) -
 
 def test_warm_scan_opens_nothing_and_changes_are_reparsed(tmp_path: Path) -> None:
     env = _env(tmp_path)
-    cache = env / ".cudafix" / "elf-cache.json"
     cold = Counter()
-    first = index_environment(env, scan(env), cache, read=cold, expected=ARCH)
+    first = _indexed(env, read=cold)
     assert len(cold.paths) == 4 and first.parsed == 4  # 2 ELF, 1 script, 1 .py (symlink: never)
     warm = Counter()
-    second = index_environment(env, scan(env), cache, read=warm, expected=ARCH)
+    second = _indexed(env, read=warm)
     assert warm.paths == [] and second.parsed == 0
     assert second == first
     lib(env / "lib" / "libdep.so.1", soname="libdep.so.2")
     changed = Counter()
-    third = index_environment(env, scan(env), cache, read=changed, expected=ARCH)
+    third = _indexed(env, read=changed)
     assert changed.paths == [env / "lib" / "libdep.so.1"]
     assert third.objects[EnvPath("lib/libdep.so.1")].soname == "libdep.so.2"
-    assert json.loads(cache.read_text())["version"] == CACHE_VERSION
-    assert [p.name for p in cache.parent.iterdir()] == ["elf-cache.json"]  # no temp left
+    db = env / ".cudafix" / "cache" / "index.sqlite"
+    with closing(sqlite3.connect(db)) as conn, conn:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT count(*) FROM files").fetchone()[0] == 4
 
 
-def test_corrupt_or_foreign_cache_is_ignored(tmp_path: Path) -> None:
+def test_corrupt_or_foreign_index_is_rebuilt(tmp_path: Path) -> None:
     env = _env(tmp_path)
-    cache = env / ".cudafix" / "elf-cache.json"
-    cache.parent.mkdir()
-    for junk in ("{not json", json.dumps({"format": "x", "version": 99}), "[]"):
-        cache.write_text(junk)
+    db = env / ".cudafix" / "cache" / "index.sqlite"
+    db.parent.mkdir(parents=True)
+    _indexed(env)
+    full = db.read_bytes()
+    other = tmp_path / "other.sqlite"
+    with closing(sqlite3.connect(other)) as conn, conn:  # an SQLite file, not cudafix's
+        conn.execute("CREATE TABLE files (path TEXT)")
+    newer = tmp_path / "newer.sqlite"
+    newer.write_bytes(full)
+    with closing(sqlite3.connect(newer)) as conn, conn:  # cudafix's, another layout
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    torn = full[: len(full) // 2] + b"\xff" * (len(full) - len(full) // 2)
+    for junk in (b"not a database" * 100, b"", other.read_bytes(), newer.read_bytes(), torn):
+        db.write_bytes(junk)
         counter = Counter()
-        index = index_environment(env, scan(env), cache, read=counter, expected=ARCH)
+        index = _indexed(env, read=counter)
         assert len(counter.paths) == 4 and len(index.objects) == 2
-    cache.write_text(json.dumps({"format": "cudafix-elf-cache", "version": 1, "entries": {"a": 1}}))
-    assert len(index_environment(env, scan(env), cache, expected=ARCH).objects) == 2
+        with closing(sqlite3.connect(db)) as conn, conn:  # built again: the next run reads nothing
+            assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        again = Counter()
+        _indexed(env, read=again)
+        assert again.paths == []
 
 
-def test_cache_written_only_inside_dot_cudafix(tmp_path: Path) -> None:
+def test_planted_verdicts_are_given_back_only_under_their_key(tmp_path: Path) -> None:
+    """The index answers for a file only while its stat key is the one stored; a row whose
+    key moved, or whose body is malformed, is read from the file again."""
     env = _env(tmp_path)
-    stray = tmp_path / "elsewhere" / "elf-cache.json"
-    index_environment(env, scan(env), stray, expected=ARCH)
-    assert not stray.exists()
+    _indexed(env)
+    db = env / ".cudafix" / "cache" / "index.sqlite"
+    with closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE files SET elf_body = '{broken' WHERE path = 'lib/libtop.so.1'")
+        conn.execute("UPDATE files SET mtime_ns = mtime_ns + 1 WHERE path = 'lib/libdep.so.1'")
+    counter = Counter()
+    index = _indexed(env, read=counter)
+    assert sorted(counter.paths) == [env / "lib/libdep.so.1", env / "lib/libtop.so.1"]
+    assert set(index.objects) == {"lib/libdep.so.1", "lib/libtop.so.1"}
+
+
+def test_index_never_read_or_written_through_a_symlink(tmp_path: Path) -> None:
+    env = _env(tmp_path)
     outside = tmp_path / "outside"
     outside.mkdir()
-    (env / ".cudafix").symlink_to(outside)  # never written through a symlink
-    index_environment(
-        env,
-        {k: v for k, v in scan(env).items() if "cudafix" not in k},
-        env / ".cudafix" / "elf-cache.json",
-        expected=ARCH,
-    )
+    (env / ".cudafix").symlink_to(outside)  # never written through a symlinked directory
+    files = {k: v for k, v in scan(env).items() if "cudafix" not in k}
+    assert not FactIndex.open(env).kept
+    assert len(_indexed(env, files).objects) == 2
     assert list(outside.iterdir()) == []
+    (env / ".cudafix").unlink()
+    (env / ".cudafix" / "cache").mkdir(parents=True)
+    planted = outside / "planted.sqlite"
+    (env / ".cudafix" / "cache" / "index.sqlite").symlink_to(planted)  # nor through a link
+    index = FactIndex.open(env)
+    assert index.kept and not planted.exists()
+    assert not (env / ".cudafix" / "cache" / "index.sqlite").is_symlink()
 
 
-def test_unwritable_cache_is_not_fatal(tmp_path: Path) -> None:
+def test_unwritable_index_is_not_fatal(tmp_path: Path) -> None:
     env = _env(tmp_path)
     (env / ".cudafix").write_text("a file where the directory should be")
     files = {k: v for k, v in scan(env).items() if k != ".cudafix"}
-    assert (
-        len(
-            index_environment(
-                env, files, env / ".cudafix" / "elf-cache.json", expected=ARCH
-            ).objects
-        )
-        == 2
-    )
+    assert not FactIndex.open(env).kept
+    for _ in range(2):  # nothing kept: every file read each time
+        counter = Counter()
+        index = _indexed(env, files, read=counter)
+        assert len(index.objects) == 2 and len(counter.paths) == 4
 
 
 def test_foreign_arch_reported(tmp_path: Path) -> None:
@@ -152,10 +195,48 @@ def test_many_files_warm_scan_parses_nothing(tmp_path: Path) -> None:
     env.mkdir()
     for i in range(500):
         (env / f"m{i}.py").write_text("x\n")
-    cache = env / ".cudafix" / "elf-cache.json"
-    files = scan(env)
-    index_environment(env, files, cache, expected=ARCH)
+    files = scan(backdate(env))
+    _indexed(env, files)
     os.utime(env / "m7.py", ns=(1, 1))
     counter = Counter()
-    index_environment(env, scan(env), cache, read=counter, expected=ARCH)
+    _indexed(env, read=counter)
     assert counter.paths == [env / "m7.py"]
+
+
+def test_a_name_that_is_not_utf8_is_read_each_time(tmp_path: Path) -> None:
+    """A file name of bytes that are not UTF-8 (kept by the walk as surrogates) cannot be a
+    key of the index: that file is read every time, and the rest is remembered."""
+    env = _env(tmp_path)
+    odd = os.fsdecode(b"lib/libodd\xff.so.1")
+    os.link(env / "lib" / "libdep.so.1", env / odd)
+    first, second = Counter(), Counter()
+    one = _indexed(env, read=first)
+    two = _indexed(env, read=second)
+    assert one == two and EnvPath(odd) in two.objects
+    assert len(first.paths) == 5 and second.paths == [env / odd]
+
+
+def test_a_file_written_just_now_is_read_again(tmp_path: Path) -> None:
+    """A second write in the clock tick of the first, of the same size, leaves the stat key
+    as it was: the verdict of a file that changed within the racy window is not kept."""
+    env = _env(tmp_path)
+    dep = env / "lib" / "libdep.so.1"
+    lib(dep, soname="libdep.so.A")  # just written
+    before = os.stat(dep)
+    assert _indexed(env).objects[EnvPath("lib/libdep.so.1")].soname == "libdep.so.A"
+    lib(env / "new.so", soname="libdep.so.B")
+    with open(dep, "r+b") as fh:  # in place, same size, the same mtime: the same key
+        fh.write((env / "new.so").read_bytes())
+    os.utime(dep, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(dep).st_ino == before.st_ino and os.stat(dep).st_size == before.st_size
+    files = {k: v for k, v in scan(env).items() if k != "new.so"}
+    again = Counter()
+    assert _indexed(env, files, read=again).objects[EnvPath("lib/libdep.so.1")].soname == (
+        "libdep.so.B"
+    )
+    assert again.paths == [dep]
+    backdate(env)
+    _indexed(env)
+    settled = Counter()
+    _indexed(env, read=settled)
+    assert settled.paths == []  # settled: kept

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import posixpath
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from cudafix.env.hashing import CACHE_FORMAT, CACHE_VERSION, HashCache
+from cudafix.env.hashing import HashCache, hash_bytes
 from cudafix.env.inventory import is_bytecode, pyc_source
+from cudafix.env.memo.index import FactIndex
 from cudafix.env.reading import walk_files
 from cudafix.env.record import (
     Refusal,
@@ -19,9 +21,9 @@ from cudafix.env.record import (
     resolve_record_path,
     without_entries,
 )
-from cudafix.env.statedir import save_cache
 from cudafix.model.names import EnvPath
 from cudafix.tx.manifest import path_syntax
+from tests.support.loadertree import backdate
 from tests.support.wheels import record_hash
 
 SP = EnvPath("lib/python3.11/site-packages")
@@ -102,29 +104,37 @@ def test_hash_follows_symlinks_only_inside(tmp_path: Path) -> None:
     assert cache(EnvPath("out")) is None
 
 
-def test_hash_cache_roundtrip_corrupt_and_unwritable(tmp_path: Path) -> None:
+def _digest(prefix: Path, path: str) -> tuple[str | None, int]:
+    """One run's digest of ``path`` with the environment's index, and the files it read."""
+    with FactIndex.open(prefix) as facts:
+        hashes = HashCache(prefix, facts)
+        digest = hashes(EnvPath(path))
+        hashes.save()
+        return digest, hashes.hashed
+
+
+def test_hash_cache_roundtrip_planted_and_unwritable(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"abc")
-    cache_file = tmp_path / ".cudafix" / "hash-cache.json"
-    first = HashCache(tmp_path)
-    digest = first(EnvPath("f"))
-    assert first.save(cache_file)
-    loaded = HashCache.load(tmp_path, cache_file)
-    assert len(loaded) == 1
-    # the loaded memo answers without reading: prove it by planting a wrong value
-    ((key, (_digest, ctime)),) = json.loads(cache_file.read_text())["entries"].items()
-    planted = {"entries": {key: ["planted", ctime]}}
-    assert save_cache(cache_file, CACHE_FORMAT, CACHE_VERSION, planted)
-    assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == "planted"
-    # a cache reached through a symlink is not read (it could be planted anywhere)
-    planted = tmp_path / "planted.json"
-    cache_file.rename(planted)
-    cache_file.symlink_to(planted)
-    assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest
-    cache_file.unlink()
-    cache_file.write_text("{not json")
-    assert HashCache.load(tmp_path, cache_file)(EnvPath("f")) == digest
-    (tmp_path / "blocker").write_text("a file, not a dir")
-    assert not first.save(tmp_path / "blocker" / "sub" / "hash-cache.json")
+    digest, read = _digest(backdate(tmp_path), "f")
+    assert digest == hash_bytes(b"abc") and read == 1
+    assert _digest(tmp_path, "f") == (digest, 0)
+    # the index answers without reading: prove it by planting a wrong value
+    db = tmp_path / ".cudafix" / "cache" / "index.sqlite"
+    with closing(sqlite3.connect(db)) as conn, conn:
+        assert conn.execute("UPDATE digests SET sha256 = 'planted'").rowcount == 1
+    assert _digest(tmp_path, "f") == ("planted", 0)
+    db.write_text("{not a database")
+    assert _digest(tmp_path, "f") == (digest, 1)
+    assert _digest(tmp_path, "f") == (digest, 0)  # built again
+    (tmp_path / "g").write_bytes(b"just now")  # within the racy window: read, not kept
+    assert _digest(tmp_path, "g")[1] == _digest(tmp_path, "g")[1] == 1
+    blocked = tmp_path / "blocked"
+    (blocked / ".cudafix").mkdir(parents=True)
+    (blocked / ".cudafix" / "cache").write_text("a file, not a dir")
+    (blocked / "f").write_bytes(b"abc")
+    unkept = HashCache(blocked, FactIndex.open(blocked))
+    assert unkept(EnvPath("f")) == digest and not unkept.save()
+    assert _digest(blocked, "f") == (digest, 1)
 
 
 def test_hash_cache_reads_no_bytes_when_only_ctime_moved(tmp_path: Path) -> None:
@@ -133,18 +143,17 @@ def test_hash_cache_reads_no_bytes_when_only_ctime_moved(tmp_path: Path) -> None
     moves mtime or size is read again."""
     lib = tmp_path / "lib.so"
     lib.write_bytes(b"A" * 4096)
-    cache_file = tmp_path / ".cudafix" / "hash-cache.json"
-    first = HashCache(tmp_path)
+    first = HashCache(backdate(tmp_path), FactIndex.open(tmp_path))
     digest = first(EnvPath("lib.so"))
-    assert first.save(cache_file)
+    assert first.save()
     before = lib.stat().st_ctime_ns
     os.link(lib, tmp_path / "copy.so")
     lib.chmod(0o600)
     assert lib.stat().st_ctime_ns != before
-    again = HashCache.load(tmp_path, cache_file)
+    again = HashCache(tmp_path, FactIndex.open(tmp_path))
     assert again(EnvPath("lib.so")) == digest
     assert again.hashed == 0
-    strict = HashCache.load(tmp_path, cache_file, strict=True)  # the check under the lock
+    strict = HashCache(tmp_path, FactIndex.open(tmp_path), strict=True)  # under the lock
     assert strict(EnvPath("lib.so")) == digest
     assert strict.hashed == 1
     st = lib.stat()

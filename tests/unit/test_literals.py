@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cudafix.env.inventory import FileStat
+from cudafix.env.memo.index import FactIndex
 from cudafix.env.pysources import python_literals, source_literals
 from cudafix.fetch.staging import Staging
 from cudafix.linker.elf import ElfInfo, read_elf
@@ -31,6 +32,7 @@ from cudafix.plan.literals import bind_literals, named_after, stem
 from cudafix.plan.planner import Request, build_plan
 from scenarios.cc import SharedObject, compile_shared
 from tests.support.facts import PREFIX, Dist, Lib, env, facts, wheel_of
+from tests.support.loadertree import backdate
 
 PLUGIN = "fw/_versions.so"
 FOO = "nvidia/foo/lib/libfoo.so.1"
@@ -88,16 +90,17 @@ def test_the_elf_index_caches_the_literals_with_the_rest(tmp_path: Path) -> None
     prefix = tmp_path / "venv"
     source = 'void *load(void) { return dlopen("libfoo.so.1", RTLD_NOW); }\n'
     compile_shared(SharedObject(output=prefix / "lib/libloader.so", source=source))
-    st = os.lstat(prefix / "lib/libloader.so")
+    st = os.lstat(backdate(prefix / "lib") / "libloader.so")
     files = {
         EnvPath("lib/libloader.so"): FileStat(
             "file", st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns
         )
     }
-    cache = prefix / ".cudafix/cache/elf-cache.json"
     arch = HostView(None).arch()
-    cold = index_environment(prefix, files, cache, expected=arch)
-    warm = index_environment(prefix, files, cache, expected=arch)
+    with FactIndex.open(prefix) as index:
+        cold = index_environment(prefix, files, index, expected=arch)
+    with FactIndex.open(prefix) as index:
+        warm = index_environment(prefix, files, index, expected=arch)
     assert (cold.parsed, warm.parsed) == (1, 0)
     assert warm.objects[EnvPath("lib/libloader.so")].literals == ("libfoo.so.1",)
 
@@ -125,20 +128,23 @@ msg = "cannot find libnvrtc.so.12 anywhere"
 
 
 def test_python_sources_are_read_once_per_content(tmp_path: Path) -> None:
-    """The cache answers by stat: same stat, the old answer; a new mtime, the file again."""
+    """The index answers by stat: same stat, the old answer; a new mtime, the file again
+    (for a file that settled before it was read: one changed within the racy window is read
+    again next time, as the first ``scan`` here would be)."""
     path = "pkg/__init__.py"
     real = tmp_path / env(path)
     real.parent.mkdir(parents=True)
     real.write_text('LIB = "libaaa.so.1"\n')
+    backdate(real.parent)
     inv = facts([Dist("pkg", "1.0", {path: "x"})]).inventory
 
     def scan() -> tuple[Soname, ...]:
         st = os.lstat(real)
         stat = FileStat("file", st.st_size, st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns)
-        found = python_literals(tmp_path, replace(inv, files={env(path): stat}), cache)
+        with FactIndex.open(tmp_path) as index:
+            found = python_literals(tmp_path, replace(inv, files={env(path): stat}), index)
         return found.get(env(path), ())
 
-    cache = tmp_path / ".cudafix/cache/pysources-cache.json"
     assert scan() == ("libaaa.so.1",)
     mtime = os.lstat(real).st_mtime_ns
     real.write_text('LIB = "libbbb.so.1"\n')  # same size, same inode
@@ -146,6 +152,12 @@ def test_python_sources_are_read_once_per_content(tmp_path: Path) -> None:
     assert scan() == ("libaaa.so.1",)  # unchanged stat: not opened again
     os.utime(real, ns=(mtime + 10**9, mtime + 10**9))
     assert scan() == ("libbbb.so.1",)
+    real.write_text('LIB = "libccc.so.1"\n')  # just now: read, and not kept
+    mtime = os.lstat(real).st_mtime_ns
+    assert scan() == ("libccc.so.1",)
+    real.write_text('LIB = "libddd.so.1"\n')  # the same tick, the same size
+    os.utime(real, ns=(mtime, mtime))
+    assert scan() == ("libddd.so.1",)
 
 
 def test_names_that_name_a_library() -> None:

@@ -1,7 +1,10 @@
-"""What cudafix remembers of an environment between runs: its tree, and commands' answers.
+"""What cudafix remembers of an environment between runs: its tree, facts, and answers.
 
 One home for every per-environment memory kept in ``<prefix>/.cudafix/cache/``:
 
+- :mod:`.index`: the index of facts, one SQLite file: per file its stat key and what was
+  read from it (ELF verdicts, soname literals of Python sources, sha256), so a reading
+  after a change reads only the files whose key moved;
 - :mod:`.treecache`: directory listings and parsed dist-infos, so a warm walk lists only
   what changed;
 - :mod:`.answers`: a read-only command's last answers, with the stamp of what they were
@@ -10,7 +13,7 @@ One home for every per-environment memory kept in ``<prefix>/.cudafix/cache/``:
   judges its command against;
 - :mod:`.warm`: the warm path itself, which must import nothing heavy.
 
-Nothing is imported here, so the warm path loads only the modules it uses. Each memory
-is a plain JSON file (``statedir.save_cache``); a missing, foreign or corrupt one is a
-cold start, never an error.
+Nothing is imported here, so the warm path loads only the modules it uses. The index is
+an SQLite database; each other memory is a plain JSON file (``statedir.save_cache``). A
+missing, foreign or corrupt one is a cold start, never an error.
 """
