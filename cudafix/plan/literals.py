@@ -255,8 +255,10 @@ class _Binder:
             if gone or d in self.in_dir or not self._wheel_dir(d):
                 continue
             for dist, extra, req in brings.unmet:  # no reading saw it: the directory itself
-                spelled = any(named_after(req.name, n) for n in info.literals)
-                if dir_named_after(req.name, d) and not spelled:  # (a name it spells says more)
+                spelled = any(named_after(req.name, n) for n in (*info.needed, *info.literals))
+                if (
+                    dir_named_after(req.name, d) and not spelled
+                ):  # (a name it links or spells says more)
                     need = f"{self.prefix}/{d}"
                     self._add([(rel, need, self._dir_row(owner, (dist, extra), d, where))])
                     break

@@ -88,8 +88,9 @@ def output_schema(argv: object, value: object) -> str | None:
         (a for a in args if a in {*_PLANNING, "doctor", "run", "undo", "history", "show"}), None
     )
     dry = "--dry-run" in args
+    nothing = isinstance(value, dict) and value.get("state") == "nothing-to-do"
     if command in _PLANNING:
-        return "plan" if dry else "result"
+        return "plan" if dry and not nothing else "result"
     if command == "undo":
         return "undo-preview" if dry else "undo"
     return command
