@@ -268,7 +268,9 @@ def test_gc_waits_for_an_undo_that_reads_the_snapshot(tmp_path: Path, stopped: l
 
 # -- remembered answers and caches ------------------------------------------------------------
 
-CACHES = ["answers.json", "last-seen.json", "tree-cache.json", "elf-cache.json"]
+CACHES = ["answers.json", "last-seen.json", "tree-cache.json"]
+"""The JSON files cudafix rewrites whole (the index of facts is SQLite's: its journal keeps it
+whole, and a damaged one is rebuilt, ``tests/unit/test_elfindex.py``)."""
 FAULTS = {
     "sigkill": lambda name: {CRASH_ENV: f"write-half@*/{name}"},
     "enospc": lambda name: {FAIL_ENV: f"write@*/{name}:ENOSPC"},
