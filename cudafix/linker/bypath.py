@@ -71,18 +71,7 @@ def partly_provided(
     was built for is installed. An object none of whose needs the environment provides is
     a plugin for a stack that is not installed: optional, not broken.
     """
-    base = inside.rstrip("/") + "/"
-    provided: set[str] = set()
-    missing: set[str] = set()
-    for e in edges:
-        if e.chains:
-            continue
-        if e.provider is None:
-            missing.add(e.requester)
-        elif e.provider.startswith(base):
-            mine = owner(e.requester)
-            if mine is None or owner(e.provider) != mine:
-                provided.add(e.requester)
+    provided, missing = _needs_met(edges, inside, owner, unloaded_only=True)
     return frozenset(provided & missing)
 
 
@@ -92,14 +81,29 @@ def stack_absent(
     """Objects, loaded or not, with needs provided nowhere and none provided inside the
     environment by another distribution (``owner`` as for :func:`partly_provided`): built
     for a stack that is not installed here, whatever loads them."""
+    provided, missing = _needs_met(edges, inside, owner, unloaded_only=False)
+    return frozenset(missing - provided)
+
+
+def _needs_met(
+    edges: Iterable[Edge],
+    inside: str,
+    owner: Callable[[str], str | None],
+    *,
+    unloaded_only: bool,
+) -> tuple[set[str], set[str]]:
+    """The requesters with a need another distribution inside ``inside`` provides, and
+    those with a need provided nowhere (of objects no chain loads, if ``unloaded_only``)."""
     base = inside.rstrip("/") + "/"
     provided: set[str] = set()
     missing: set[str] = set()
     for e in edges:
+        if unloaded_only and e.chains:
+            continue
         if e.provider is None:
             missing.add(e.requester)
         elif e.provider.startswith(base):
             mine = owner(e.requester)
             if mine is None or owner(e.provider) != mine:
                 provided.add(e.requester)
-    return frozenset(missing - provided)
+    return provided, missing

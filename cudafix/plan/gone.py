@@ -13,19 +13,17 @@ undone here.
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
 from cudafix.env.lastseen import Seen
 from cudafix.model.doctor import Returning
-from cudafix.model.names import DistName, Soname, normalize_name
+from cudafix.model.names import Soname
 from cudafix.plan.facts import Facts
-from cudafix.plan.requirements import MissingRequirement
+from cudafix.plan.requirements import MissingRequirement, spec_name
 
 T = TypeVar("T")
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 def gone_libraries(facts: Facts) -> dict[Soname, Seen]:
@@ -57,12 +55,6 @@ def returning_installs(facts: Facts) -> dict[str, Returning]:
     for soname, seen in gone_libraries(facts).items():
         out.setdefault(pin(seen), Returning(need=soname, path=seen.path))
     return out
-
-
-def spec_name(spec: str) -> DistName | None:
-    """The distribution a specifier names (``nvidia-cufft`` of ``nvidia-cufft~=12.0``)."""
-    match = _NAME.match(spec)
-    return normalize_name(match.group(1)) if match else None
 
 
 def without_returning(specs: Mapping[str, T], returning: Iterable[str]) -> dict[str, T]:

@@ -26,8 +26,9 @@ from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import to_env_path
 from cudafix.model import plan as P
 from cudafix.model import reasons as R
-from cudafix.model.names import DistName, EnvPath, cuda_major, normalize_name
+from cudafix.model.names import DistName, EnvPath, cuda_major
 from cudafix.plan.majors import major_of, versioned_as_cuda
+from cudafix.plan.requirements import spec_name
 
 # -- the after-state (pure) ----------------------------------------------------------------
 
@@ -213,8 +214,8 @@ def matching_builds(
         changed = False
         new = []
         for spec in specs:
-            name = normalize_name(re.split(r"[\s<>=!~;\[@]", spec, maxsplit=1)[0])
-            have = majors.get(name)
+            name = spec_name(spec)
+            have = majors.get(name) if name is not None else None
             if name in loaded and have is not None and have != major:
                 if cuda_major(name) is not None:
                     new.append(re.sub(r"-cu\d+$", f"-cu{major}", name))

@@ -42,6 +42,7 @@ Extras = Mapping[DistName, frozenset[str]]
 
 _EXTRA = re.compile(r"""\bextra\s*==\s*["']([^"']+)["']""")
 _MARKER_ERRORS = (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName)
+_SPEC_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,13 @@ def missing_requirements(
 
 
 @functools.lru_cache(maxsize=16384)
+def spec_name(spec: str) -> DistName | None:
+    """The distribution a specifier names (``nvidia-cufft`` of ``nvidia-cufft~=12.0``),
+    without parsing the rest of it."""
+    match = _SPEC_NAME.match(spec)
+    return normalize_name(match.group(1)) if match else None
+
+
 def parse_requirement(raw: str) -> Requirement:
     """``Requirement(raw)``, parsed once per process: the same few thousand Requires-Dist
     strings are read for every extra of every distribution (parsing dominated doctor's

@@ -62,8 +62,9 @@ def unresolved(
     elsewhere = copies_by_name(inv)
     searched = _Searched(str(inv.prefix))
     edges = sorted(edges, key=lambda e: (e.requester, e.need))
-    broken = _gone_by_requirement(facts, edges)
-    absent = _stack_absent(facts, edges)
+    wants = Wants(inv, facts.marker_env)
+    broken = _gone_by_requirement(facts, edges, wants)
+    absent = _stack_absent(facts, edges, wants)
     gone = gone_libraries(facts)
     for e in edges:
         if e.provider is not None:
@@ -126,7 +127,9 @@ def unresolved(
         )
 
 
-def _gone_by_requirement(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str, str]]:
+def _gone_by_requirement(
+    facts: Facts, edges: list[Edge], wants: Wants
+) -> frozenset[tuple[str, str]]:
     """The needs nothing provides of objects no chain loads that are broken, not optional.
 
     Such an object some of whose needs the environment provides (:func:`partly_provided`)
@@ -137,21 +140,20 @@ def _gone_by_requirement(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str
     uninstall took it). One that declares none leaves the rule alone to say: all of them.
     """
     inv = facts.inventory
-    partly = partly_provided(edges, str(inv.prefix), lambda p: next(iter(owners_abs(inv, p)), None))
-    wants = Wants(inv, facts.marker_env)
+    partly = partly_provided(edges, str(inv.prefix), lambda p: _owner(inv, p))
     out: set[tuple[str, str]] = set()
     for e in edges:
         if e.provider is not None or e.requester not in partly:
             continue
-        owner = next(iter(owners_abs(inv, e.requester)), None)
-        dist = inv.distributions.get(DistName(owner)) if owner else None
-        unmet_ = wants.brings(dist.name).unmet if dist is not None and dist.requires else None
-        if unmet_ is None or any(named_after(req.name, e.need) for _, _, req in unmet_):
+        dist = (
+            inv.distributions.get(DistName(owner)) if (owner := _owner(inv, e.requester)) else None
+        )
+        if dist is None or not dist.requires or _taken(inv, wants, e):
             out.add((e.requester, e.need))
     return frozenset(out)
 
 
-def _stack_absent(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str, str]]:
+def _stack_absent(facts: Facts, edges: list[Edge], wants: Wants) -> frozenset[tuple[str, str]]:
     """The needs nothing provides of objects built for a stack that is not installed
     (:func:`stack_absent`) that nothing loads, or whose loads start at the object itself (an
     extension module binding an optional library: cupy's cuTENSOR module, imported inside a
@@ -160,22 +162,30 @@ def _stack_absent(facts: Facts, edges: list[Edge]) -> frozenset[tuple[str, str]]
     extension module loads in turn fails that import: an error, as before.
     """
     inv = facts.inventory
-    absent = stack_absent(edges, str(inv.prefix), lambda p: next(iter(owners_abs(inv, p)), None))
-    if not absent:
-        return frozenset()
-    wants = Wants(inv, facts.marker_env)
+    absent = stack_absent(edges, str(inv.prefix), lambda p: _owner(inv, p))
     out: set[tuple[str, str]] = set()
     for e in edges:
         if e.provider is not None or e.requester not in absent:
             continue
         if e.chains and e.root != e.requester:
             continue  # loaded through another object (an import that fails): not a binding
-        owner = next(iter(owners_abs(inv, e.requester)), None)
-        known = owner is not None and owner in inv.distributions
-        unmet_ = wants.brings(DistName(owner)).unmet if owner is not None and known else ()
-        if not any(named_after(req.name, e.need) for _, _, req in unmet_):
+        if not _taken(inv, wants, e):
             out.add((e.requester, e.need))
     return frozenset(out)
+
+
+def _owner(inv: Inventory, path: str) -> str | None:
+    """The first distribution owning an absolute path (None: unowned)."""
+    return next(iter(owners_abs(inv, path)), None)
+
+
+def _taken(inv: Inventory, wants: Wants, e: Edge) -> bool:
+    """Whether an unmet requirement the requester's distribution should bring (its walk, or
+    a requirer's) is named after the need: a plain uninstall took it."""
+    owner = _owner(inv, e.requester)
+    if owner is None or owner not in inv.distributions:
+        return False
+    return any(named_after(req.name, e.need) for _, _, req in wants.brings(DistName(owner)).unmet)
 
 
 def _install_argv(
