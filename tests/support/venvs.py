@@ -16,7 +16,13 @@ from pathlib import Path
 import uv
 
 from cudafix.env.memo.treecache import RACY_NS
-from scenarios import BuiltScenario
+from scenarios import BuiltScenario, build_spec
+from scenarios.spec import Scenario
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 UV = uv.find_uv_bin()
 
@@ -93,3 +99,8 @@ def venv_with(prefix: Path, wheelhouse: Path, *names: str, cache: Path | None = 
     new_venv(prefix, cache=cache)
     install(prefix, wheelhouse, *names, cache=cache, deps=False)
     return prefix
+
+
+def build_toml(text: str, dest: Path) -> BuiltScenario:
+    """A scenario written in a test as TOML (``scenarios/README.md``), built into ``dest``."""
+    return build_spec(Scenario.model_validate(tomllib.loads(text)), dest)

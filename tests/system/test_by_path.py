@@ -10,20 +10,14 @@ then the plugin, in the venv's interpreter.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from scenarios import BuiltScenario, build_spec
-from scenarios.spec import Scenario
+from scenarios import BuiltScenario
 from tests.support.cli import as_json, cudafix, uv_uninstall
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from tests.support.venvs import build_toml, site_dir
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""
@@ -67,18 +61,9 @@ packages = ["pa==1.0", "pb==1.0", "plug==1.0", "other==1.0"]
 """
 
 
-def _build(text: str, dest: Path) -> BuiltScenario:
-    return build_spec(Scenario.model_validate(tomllib.loads(text)), dest)
-
-
-def _site(built: BuiltScenario) -> Path:
-    [site] = built.venv.glob("lib/python3*/site-packages")
-    return site
-
-
 def preloaded_load(built: BuiltScenario) -> subprocess.CompletedProcess[str]:
     """Load libA and libB by full path (``RTLD_GLOBAL``), then the plugin, as its framework."""
-    site = _site(built)
+    site = site_dir(built.venv)
     code = (
         "import ctypes\n"
         f"ctypes.CDLL({str(site / 'nvidia/a/lib/libA.so.1')!r}, mode=ctypes.RTLD_GLOBAL)\n"
@@ -104,7 +89,7 @@ def _optional(report: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def test_a_preloaded_need_is_protected_diagnosed_and_repaired(tmp_path: Path) -> None:
-    built = _build(PRELOADED, tmp_path / "venv")
+    built = build_toml(PRELOADED, tmp_path / "venv")
     assert preloaded_load(built).returncode == 0
     pristine = cudafix("doctor", "--json", "--venv", built.venv)
     assert pristine.returncode == 0, pristine.stdout
@@ -140,7 +125,7 @@ def test_a_preloaded_need_is_protected_diagnosed_and_repaired(tmp_path: Path) ->
 
 def test_a_partly_provided_plugin_is_broken_without_a_memory(tmp_path: Path) -> None:
     """The first reading after the break: no memory of pb, the rule alone says broken."""
-    built = _build(PRELOADED, tmp_path / "venv")
+    built = build_toml(PRELOADED, tmp_path / "venv")
     uv_uninstall(built.python, "pb")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     assert proc.returncode == 1, proc.stdout

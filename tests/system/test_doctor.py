@@ -7,7 +7,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,19 +19,13 @@ from cudafix.model.doctor import MixedSonames, Unresolved
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.reasons import ForeignOwnFiles
 from cudafix.tx.probe import run_probes
-from scenarios import build_spec
-from scenarios.spec import Scenario
 from tests.support.cli import as_json, cudafix
 from tests.support.doctor import diagnosed, with_facts
-from tests.support.venvs import ScenarioFactory, site_dir
+from tests.support.venvs import ScenarioFactory, build_toml, site_dir
 
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 # A cu13 extension that links libcudart.so.13 directly and, through a leftover cu12 cublas,
 # libcudart.so.12 as well: no single object needs both, the process maps both.
@@ -75,7 +68,7 @@ packages = ["nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cublas-cu12==12.8.4.1",
 
 
 def test_two_majors_in_one_load_tree_are_reported(tmp_path: Path) -> None:
-    built = build_spec(Scenario.model_validate(tomllib.loads(MIXED)), tmp_path / "venv")
+    built = build_toml(MIXED, tmp_path / "venv")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     assert proc.returncode == 1
     majors, *mixed = [f for f in as_json(proc)["findings"] if f["kind"] == "mixed-cuda"]
@@ -129,7 +122,7 @@ packages = ["gpukit==1.0"]
 
 
 def test_driver_and_on_demand_gaps_are_information_not_problems(tmp_path: Path) -> None:
-    built = build_spec(Scenario.model_validate(tomllib.loads(CPU_BOX)), tmp_path / "venv")
+    built = build_toml(CPU_BOX, tmp_path / "venv")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     unresolved = {f["need"]: f for f in as_json(proc)["findings"] if f["kind"] == "unresolved"}
     assert set(unresolved) == {"libcuda.so.1", "libucp.so.0", "libcudafix_nowhere.so.7"}
@@ -154,7 +147,7 @@ def test_an_objects_search_directories_are_listed_once_not_per_need(tmp_path: Pa
             "'", '"'
         ),
     )
-    built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "venv")
+    built = build_toml(spec, tmp_path / "venv")
     report = as_json(cudafix("doctor", "--json", "--venv", built.venv))
     plugin = [
         f
@@ -176,7 +169,7 @@ def test_an_objects_search_directories_are_listed_once_not_per_need(tmp_path: Pa
 
 def test_an_import_that_would_fail_is_an_error(tmp_path: Path) -> None:
     spec = CPU_BOX.replace('needed = ["libcuda.so.1"]', 'needed = ["libcudafix_nowhere.so.7"]')
-    built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "venv")
+    built = build_toml(spec, tmp_path / "venv")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     errors = [f for f in as_json(proc)["findings"] if f["severity"] == "error"]
     assert [f["kind"] for f in errors] == ["unresolved"]
@@ -246,7 +239,7 @@ def _finding(report: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 
 
 def test_a_pristine_install_shape_is_healthy(tmp_path: Path) -> None:
-    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    built = build_toml(PRISTINE, tmp_path / "venv")
     _with_pip_bytecode_rows(
         site_dir(built.venv), ["nvidia_cuda_cupti", "nvidia_cuda_runtime", "triton"]
     )
@@ -269,7 +262,7 @@ def test_a_copy_on_the_consumers_own_path_from_another_build_warns(tmp_path: Pat
         'rpath = ["$ORIGIN/../../triton/backends/nvidia/lib/cupti", '
         '"$ORIGIN/../../nvidia/cu13/lib"]',
     )
-    built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "venv")
+    built = build_toml(spec, tmp_path / "venv")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     report = as_json(proc)
     [shadowed] = _finding(report, "shadowed")
@@ -286,7 +279,7 @@ def test_a_copy_on_the_consumers_own_path_from_another_build_warns(tmp_path: Pat
 def test_own_files_holding_another_builds_bytes_are_found_and_repair_fixes_them(
     tmp_path: Path,
 ) -> None:
-    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    built = build_toml(PRISTINE, tmp_path / "venv")
     lib = site_dir(built.venv) / "nvidia" / "cu13" / "lib" / "libcupti.so.13"
     data = bytearray(lib.read_bytes())
     data[-1] ^= 0xFF  # same size, other bytes: only a hash can tell
@@ -315,7 +308,7 @@ def test_own_files_holding_another_builds_bytes_are_found_and_repair_fixes_them(
 def test_overwritten_files_are_found_after_the_venv_was_copied(tmp_path: Path) -> None:
     """A copy (``cp -a``) sets every ctime anew, RECORD's possibly last; the overwrite's
     later mtime still marks the file to hash."""
-    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    built = build_toml(PRISTINE, tmp_path / "venv")
     site = site_dir(built.venv)
     lib = site / "nvidia" / "cu13" / "lib" / "libcupti.so.13"
     [record] = site.glob("nvidia_cuda_cupti-*.dist-info/RECORD")
@@ -335,7 +328,7 @@ def test_overwritten_files_are_found_after_the_venv_was_copied(tmp_path: Path) -
 def test_the_first_doctor_on_a_copy_hashes_nothing(tmp_path: Path, how: str) -> None:
     """A copy or a hard link gives every file a new ctime, later than its RECORD's; that
     alone must not make doctor read the files whole (only mtime and size mark an overwrite)."""
-    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    built = build_toml(PRISTINE, tmp_path / "venv")
     copy = tmp_path / "copy"
     if how == "cp -a":
         subprocess.run(["cp", "-a", str(built.venv), str(copy)], check=True)
@@ -365,14 +358,14 @@ def test_the_mixed_cuda_hint_names_the_major_nothing_loaded_needs(
 
 def test_a_load_probe_failing_only_on_the_driver_passes_with_a_note(tmp_path: Path) -> None:
     """The transaction's dlopen probe grades like doctor: no driver is a CPU box, not a break."""
-    built = build_spec(Scenario.model_validate(tomllib.loads(CPU_BOX)), tmp_path / "venv")
+    built = build_toml(CPU_BOX, tmp_path / "venv")
     lib = site_dir(built.venv) / "gpukit" / "lib"
     driver_only = ProbeSpec(libraries=(str(lib / "libkernels.so"),))
     [result] = run_probes(built.venv, built.python, driver_only, tmp_path)
     assert result.ok, result
     assert "needs libcuda.so.1 (the NVIDIA driver)" in result.note
     spec = CPU_BOX.replace('needed = ["libucp.so.0", ', "needed = [")
-    built = build_spec(Scenario.model_validate(tomllib.loads(spec)), tmp_path / "other")
+    built = build_toml(spec, tmp_path / "other")
     broken = ProbeSpec(
         libraries=(str(site_dir(built.venv) / "gpukit/lib/plugins/libtransport_ucx.so"),)
     )
@@ -431,7 +424,7 @@ def test_a_copy_a_requested_extra_requires_is_not_a_wrong_pick(tmp_path: Path) -
     """doctor and the planner judge requirements alike: the copy ``vendorlib[fast]`` requires
     is not one to remove (the planner refuses that removal), so finding it first is
     information, with no removal hint."""
-    built = build_spec(Scenario.model_validate(tomllib.loads(EXTRA_PICK)), tmp_path / "venv")
+    built = build_toml(EXTRA_PICK, tmp_path / "venv")
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     report = as_json(proc)
     [shadowed] = _finding(report, "shadowed")
@@ -468,7 +461,7 @@ def test_a_warm_doctor_sees_a_write_in_place_of_the_same_size(tmp_path: Path, fo
     """``torch/__init__.py`` overwritten in place at its size (its directory's times kept):
     the remembered answer is not given again, nor one computed from the cached tree once
     ``answers.json`` is deleted; both say what a cold doctor says."""
-    built = build_spec(Scenario.model_validate(tomllib.loads(PRISTINE)), tmp_path / "venv")
+    built = build_toml(PRISTINE, tmp_path / "venv")
     for _ in range(2):
         time.sleep(2.1)  # past the racy window: the answer and the tree are remembered
         assert cudafix("doctor", "--venv", built.venv).returncode == 0

@@ -14,20 +14,14 @@ emptied: no row describes either.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from scenarios import BuiltScenario, build_spec
-from scenarios.spec import Scenario
+from scenarios import BuiltScenario
 from tests.support.cli import as_json, cudafix, uv_uninstall
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from tests.support.venvs import build_toml, site_dir
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""
@@ -95,12 +89,12 @@ def no_table(tmp_path: Path) -> dict[str, str]:
 
 
 def _build(dest: Path) -> BuiltScenario:
-    return build_spec(Scenario.model_validate(tomllib.loads(BUILT_NAMES)), dest)
+    return build_toml(BUILT_NAMES, dest)
 
 
 def _loads(built: BuiltScenario, *parts: str) -> bool:
     """The framework's own dlopen() of a name built from ``parts`` (none is in its data)."""
-    [site] = built.venv.glob("lib/python3*/site-packages")
+    site = site_dir(built.venv)
     code = (
         f"import ctypes, sys; fw = ctypes.CDLL({str(site / FW)!r}); "
         f"sys.exit(0 if fw.cudafix_dlopen(''.join({list(parts)!r}).encode()) == 1 else 1)"
@@ -150,7 +144,7 @@ def test_a_built_name_through_the_search_path_is_protected_diagnosed_and_repaire
     assert done.returncode == 0, done.stdout + done.stderr
     assert _loads(built, "lib", "fwrt", ".so.", "12")
     assert cudafix("doctor", "--venv", built.venv, env=no_table).returncode == 0
-    [site] = built.venv.glob("lib/python3*/site-packages")
+    site = site_dir(built.venv)
     assert (site / "nvidia_rt_cu12-1.0.dist-info").is_dir()
 
 
