@@ -72,7 +72,7 @@ def undo_preview(args: FactArgs, txid: str, on_event: OnEvent = quiet) -> UndoPr
         return preview
     plan = build_plan(facts, Request(names, (), Options(fetched=False)))
     # the undo puts back what was there before: a file the removal deletes, restored, stays
-    back = tx_undo.restored_files(target.prefix, preview.entry.txid)
+    back = preview.restores
     prefix = str(target.prefix).rstrip("/") + "/"
     kept = {
         (x.consumer, x.need) for x in plan.lost if x.resolved_before.removeprefix(prefix) in back

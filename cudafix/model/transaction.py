@@ -106,6 +106,9 @@ class UndoPreview:
     readable: bool = True
     """False: this user cannot read the snapshot (another user's), so nothing was checked;
     only a user who can write the environment can undo it."""
+    restores: frozenset[str] = frozenset()
+    """The paths (relative to the prefix) the undo puts back as files: what existed before
+    that transaction. A library among them is there after the undo."""
     breaks: tuple[NeedLost, ...] = ()
     """Needs the undo would leave unfound (it takes out what provides them): the undo is
     refused while there are any, unless accepted."""

@@ -236,14 +236,7 @@ class _Binder:
             for name, path in self.in_dir.get(d, ()):
                 if name in info.needed or self._ships(owner, name):
                     continue
-                by = next(
-                    (
-                        brings.installed[o]
-                        for o in self.inv.owners.get(path, ())
-                        if o in brings.installed
-                    ),
-                    None,
-                )
+                by = self._bringer(brings, path)
                 if by is not None:
                     self._add([(rel, name, self._dir_row(owner, by, d, where))])
             gone = list(self._gone_from(d))
@@ -348,15 +341,8 @@ class _Binder:
             files = self.providers.get(name, [])
             if not files:
                 continue
-            path = min(files, key=lambda p: (not self._brought(brings, p), p))
-            by = next(
-                (
-                    brings.installed[o]
-                    for o in self.inv.owners.get(path, ())
-                    if o in brings.installed
-                ),
-                None,
-            )
+            path = min(files, key=lambda p: (self._bringer(brings, p) is None, p))
+            by = self._bringer(brings, path)
             row = self._row(owner, by or (owner, ""), name, where)
             out.append((name, path, row, by is not None))
         if out:
@@ -368,8 +354,10 @@ class _Binder:
                     return [(name, None, self._row(owner, (dist, extra), name, where), True)]
         return []
 
-    def _brought(self, brings: Brings, path: EnvPath) -> bool:
-        return any(o in brings.installed for o in self.inv.owners.get(path, ()))
+    def _bringer(self, brings: Brings, path: EnvPath) -> tuple[DistName, str] | None:
+        """What brings the file's distribution (its requirer and the extra), if anything."""
+        owners = self.inv.owners.get(path, ())
+        return next((brings.installed[o] for o in owners if o in brings.installed), None)
 
     def _row(self, owner: DistName, by: tuple[DistName, str], name: str, where: str) -> RuntimeLoad:
         return RuntimeLoad(

@@ -39,16 +39,6 @@ def _nothing_new() -> list[str]:
     return []
 
 
-def restored_files(prefix: Path, txid: str) -> frozenset[str]:
-    """The paths (relative to the prefix) an undo of ``txid`` puts back as files: what
-    existed before that transaction. A library among them is there after the undo."""
-    try:
-        manifest = load_manifest(existing(Path(prefix), txid))
-    except (OSError, ValueError):
-        return frozenset()
-    return frozenset(e.path for e in manifest.entries if e.kind in ("file", "symlink"))
-
-
 def preview(prefix: Path, txid: str) -> UndoPreview:
     """What undoing ``txid`` would do, read without the lock (``undo --dry-run`` and the
     plan shown before asking); :class:`UsageError` when it cannot be undone at all."""
@@ -62,7 +52,8 @@ def preview(prefix: Path, txid: str) -> UndoPreview:
         conflicts = tuple(_undo_conflicts(Path(prefix), old, manifest, post))
     except PermissionError:
         return UndoPreview(entry=done, paths=0, conflicts=(), readable=False)
-    return UndoPreview(entry=done, paths=len(post), conflicts=conflicts)
+    restores = frozenset(e.path for e in manifest.entries if e.kind in ("file", "symlink"))
+    return UndoPreview(entry=done, paths=len(post), conflicts=conflicts, restores=restores)
 
 
 def undo(
