@@ -76,17 +76,24 @@ def stem(soname: str) -> str:
     return match.group("stem") if match else soname
 
 
+_GLIBC_STEMS = frozenset(stem(g) for g in GLIBC)
+"""The C library's names without their versions: ``"libc.so"`` (the development link, a
+linker script) or ``"libm.so"`` spelled in a source is the C library, never a wheel's."""
+
+
 def named_after(dist: str, soname: str) -> bool:
     """Whether a distribution's name names the library (``nvidia-cuda-runtime-cu12`` and
     ``libcudart.so.12``; ``nvidia-cublas`` and ``libcublasLt.so.13``): a word of the name
     (``nvidia`` and ``cuNN`` aside, four letters or more, or all of it) begins the library's,
     and when another word follows, the library's name goes on with that word's first letter
     (``cuda`` then ``r`` of ``runtime``; not ``nvidia-cuda-nvrtc`` for ``libcudart``, nor
-    ``nvidia-cuda-runtime`` for the driver's ``libcuda``)."""
+    ``nvidia-cuda-runtime`` for the driver's ``libcuda``). A short word that is not all of
+    the name names nothing: ``libarchive-c`` does not name ``libc.so``."""
     base = stem(soname).removesuffix(".so").removeprefix("lib").lower()
     words = [w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w)]
     return any(
-        (base == w or (len(w) >= 4 and base.startswith(w)))
+        (len(w) >= 4 or len(words) == 1)
+        and (base == w or base.startswith(w))
         and (i + 1 == len(words) or words[i + 1][:1] == base[len(w) : len(w) + 1])
         for i, w in enumerate(words)
     )
@@ -314,7 +321,7 @@ class _Binder:
             yield from known if known else (name,)
 
     def _system(self, name: str) -> bool:
-        if name in GLIBC or name in self.system:
+        if name in GLIBC or stem(name) in _GLIBC_STEMS or name in self.system:
             return True
         expected = self.elf.expected
         return name not in self.providers and bool(self.config.cache_lookup(name, *expected))

@@ -171,6 +171,8 @@ def test_names_that_name_a_library() -> None:
     assert not named_after("nvidia-cuda-nvrtc", "libcudart.so.12")  # "cuda" alone names none
     assert not named_after("cuda-toolkit", "libcudart.so.13")
     assert not named_after("nvidia-cuda-runtime-cu12", "libcuda.so")  # the driver's
+    assert not named_after("libarchive-c", "libc.so")  # a one-letter word names nothing
+    assert named_after("tbb", "libtbb.so.12")  # all of the name
 
 
 # --- binding ------------------------------------------------------------------------------
@@ -222,6 +224,16 @@ def test_a_literal_nothing_provides_nor_brings_is_not_an_edge() -> None:
     dist, lib = _fw('nvidia-foo-cu12>=1; extra == "gpu"')  # the extra: none of it installed
     f = _bound(facts([dist], {PLUGIN: lib}))
     assert f.runtime.objects == frozenset()
+    assert not [x for x in diagnose(f).findings if x.severity != "info"]
+
+
+def test_the_c_library_and_one_letter_words_bind_to_no_requirement() -> None:
+    """``"libc.so"`` (glibc's development link) in a source is the C library; an unmet
+    requirement of an installed extra whose name ends in a one-letter word (``libarchive-c``)
+    names no library: neither is a load nothing provides."""
+    dist, lib = _fw(*GPU, 'libarchive-c; extra == "gpu"', literals=("libc.so", "libm.so"))
+    f = _bound(facts([dist, FOO_DIST], {PLUGIN: lib, FOO: Lib("libfoo.so.1")}))
+    assert f.runtime.sonames == {_abs(PLUGIN): ("libfoo.so.1",)}  # its RUNPATH's library
     assert not [x for x in diagnose(f).findings if x.severity != "info"]
 
 
