@@ -85,6 +85,7 @@ def spec_name(spec: str) -> DistName | None:
     return normalize_name(match.group(1)) if match else None
 
 
+@functools.lru_cache(maxsize=16384)
 def parse_requirement(raw: str) -> Requirement:
     """``Requirement(raw)``, parsed once per process: the same few thousand Requires-Dist
     strings are read for every extra of every distribution (parsing dominated doctor's

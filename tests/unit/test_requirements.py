@@ -7,6 +7,7 @@ from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.model.plan import RequirementBreak
 from cudafix.plan.requirements import (
     check_requirements,
+    parse_requirement,
     requested_extras,
     requirement_closure,
 )
@@ -210,3 +211,10 @@ def test_a_fully_met_sibling_extra_explains_the_plugin() -> None:
         "jax": frozenset({"cuda13-local"})
     }
     assert _check(*dists) == ()
+
+
+def test_each_requirement_string_is_parsed_once() -> None:
+    """Requested-extras inference asks about the same Requires-Dist strings tens of
+    thousands of times on a torch venv: each must be parsed once, not per question."""
+    raw = 'nvidia-once-cu12>=1; extra == "gpu" and python_version >= "3"'
+    assert parse_requirement(raw) is parse_requirement(raw)
