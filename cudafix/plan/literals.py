@@ -36,6 +36,7 @@ took it). Its own directory (``$ORIGIN``, where its siblings are) is no such evi
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections import defaultdict
@@ -81,6 +82,7 @@ _GLIBC_STEMS = frozenset(stem(g) for g in GLIBC)
 linker script) or ``"libm.so"`` spelled in a source is the C library, never a wheel's."""
 
 
+@functools.lru_cache(maxsize=16384)
 def named_after(dist: str, soname: str) -> bool:
     """Whether a distribution's name names the library (``nvidia-cuda-runtime-cu12`` and
     ``libcudart.so.12``; ``nvidia-cublas`` and ``libcublasLt.so.13``): a word of the name
