@@ -34,7 +34,7 @@ from cudafix.model.transaction import (
 )
 
 if TYPE_CHECKING:
-    from cudafix.env.memo.answers import Answer, answer_key
+    from cudafix.env.memo.answers import Answer, ReadSet, answer_key
     from cudafix.env.memo.warm import recall_answer
     from cudafix.flows.applying import execute
     from cudafix.flows.log import gc, history, recover, show, undo, undo_preview
@@ -86,6 +86,7 @@ _LAZY = {
     "recall_answer": "cudafix.env.memo.warm",
     "answer_key": "cudafix.env.memo.answers",
     "Answer": "cudafix.env.memo.answers",
+    "ReadSet": "cudafix.env.memo.answers",
 }
 """Each name the boundary serves -> the module it comes from, imported on first use."""
 
@@ -98,6 +99,7 @@ __all__ = [
     "InstallArgs",
     "LiveArgs",
     "OnEvent",
+    "ReadSet",
     "RemoveArgs",
     "RunArgs",
     "RunEvent",

@@ -166,7 +166,7 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
         code = ExitCode.OK if report.healthy else ExitCode.FAILURE
         if any(f.kind == "pending-transaction" for f in report.findings):
             code = ExitCode.LOCKED  # an unfinished transaction: `cudafix recover`
-        return Computed(app.Answer(out, code), also=diagnosis.before_run)
+        return Computed(app.Answer(out, code), also=diagnosis.before_run, read=diagnosis.read)
 
     answer_once(facts, ("doctor", facts, as_json), diagnose)
 

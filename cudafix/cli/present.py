@@ -52,6 +52,8 @@ class Computed:
     also: Mapping[str, app.Answer] = field(default_factory=dict)
     """Other answers read from the same state, remembered with it by key (doctor's
     findings, for ``run``)."""
+    read: app.ReadSet | None = None
+    """What it was read from, where the flow says (else the last walk's, read again)."""
 
 
 def answer_once(
@@ -83,7 +85,8 @@ def answer_once(
         computed = compute(events)
         answer = computed.answer
         if computed.keep and not events.more_than_progress:
-            app.remember_answer(facts, {key: answer, **computed.also}, since_ns=started)
+            also = {key: answer, **computed.also}
+            app.remember_answer(facts, also, since_ns=started, read=computed.read)
     echo_out(answer.out)
     raise click.exceptions.Exit(answer.code)
 

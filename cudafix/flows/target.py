@@ -165,6 +165,8 @@ class Diagnosis:
 
     report: DoctorReport
     before_run: Mapping[str, Answer]
+    read: ReadSet
+    """What the report was read from (:func:`facts_read_set`)."""
 
 
 def doctor(args: FactArgs, on_event: OnEvent = quiet) -> Diagnosis:
@@ -177,7 +179,9 @@ def doctor(args: FactArgs, on_event: OnEvent = quiet) -> Diagnosis:
     on_event(RunEvent("progress", "  diagnosing"))
     report = diagnose(facts, target_flags(args.target, target))
     facts.host.save()
-    return Diagnosis(report, {before_run_key(args): before_run_memo(facts, report.findings)})
+    read = facts_read_set(args, target, facts.read_paths, host=facts.host.consulted())
+    memo = {before_run_key(args): before_run_memo(facts, report.findings)}
+    return Diagnosis(report, memo, read)
 
 
 def before_run_memo(facts: Facts, findings: Sequence[Finding]) -> Answer:
