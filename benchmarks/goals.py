@@ -1,22 +1,23 @@
 """``make bench-real``'s summary: every goal of the speed issue, measured side by side in one run.
 
 Per run, on fresh hard-linked copies of the real venv (``fixtures.link_copy``, no
-``.cudafix/``), in this order: the walk+sniff baseline process, cudafix's first ``doctor``
-on the copy (goal 3), one more ``doctor`` past the racy window (it computes and remembers
-its answer), then a warm ``doctor`` and a warm ``remove --dry-run`` (goal 2, the baseline
-again right before; both answered from ``.cudafix/cache/answers.json``), a ``doctor`` with
-that file deleted (the warm path that computes its answer, for information), ``cudafix run
--- python -c pass`` against the bare command (goal 4; run right after that doctor, so judged
-against its remembered findings; then twice more, for information: the first run added
-uv's ``.lock`` to the venv's root, a change doctor reads, so the second, past the racy
-window, reads first and keeps its findings, and the third is judged against those; after
-two more untimed, a sixth: the first commit past the five snapshots kept),
-and ``cudafix remove DIST --yes --no-probe`` against ``uv pip uninstall DIST`` on twin
-copies in alternating order (goal 5). Goal 1 counts the unpacked wheels in a private
+``.cudafix/``), in this order: the walk+sniff baseline process and cudafix's first
+``doctor`` on the copy (goal 3); past the racy window, a ``doctor`` and a ``remove
+--dry-run`` that compute and remember their answers; the walk again, then a ``doctor``
+after that dry run and a dry run after that ``doctor`` (goal 1: questions that alternate,
+nothing changed); a ``doctor`` with ``answers.json`` deleted (for information); ``uv pip
+uninstall`` of one distribution, then at once a ``doctor`` and the walk, and ``uv pip
+install`` of it again, then at once the dry run and the walk (goal 2: a reading after a
+change); ``cudafix run -- python -c pass`` against the bare command, right after a
+``doctor`` (goal 4; then again, for information: the first run added uv's ``.lock`` to the
+venv's root, so the second reads first and keeps its findings, the third is judged against
+those, and a sixth is the first commit past the five snapshots kept); ``cudafix remove DIST
+--yes --no-probe`` against ``uv pip uninstall DIST`` on twin copies in alternating order
+(goal 5); the peak RSS of the ``doctor`` runs (goal 6; ``make bench``'s section 5 measures
+it against RECORD size). Beside them, for an earlier goal: the unpacked wheels in a private
 ``UV_CACHE_DIR`` (``archive-v0`` entries) after repeated dry runs and repairs of one plan,
-against plain ``uv pip install --reinstall`` of the same pin; the second of those dry runs
-(its wheel in uv's cache) is goal 5's ``install --dry-run``. Goal 6 is ``make bench``'s
-section 5 (synthetic inputs at 1x/2x/4x), not measured here.
+against plain ``uv pip install --reinstall`` of the same pin, and the second of those dry
+runs' seconds (its wheel in uv's cache).
 """
 
 from __future__ import annotations
@@ -65,28 +66,60 @@ def _one(m: dict[str, list[float]], key: str, done: Timed) -> None:
     m[key].append(done.seconds)
 
 
+def _version(venv: Path, dist: str) -> str:
+    """The installed version of ``dist`` in ``venv`` (from its dist-info directory name)."""
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    stem = dist.replace("-", "_").lower()
+    for info in site.glob("*.dist-info"):
+        name, _, version = info.name.removesuffix(".dist-info").partition("-")
+        if name.lower() == stem:
+            return version
+    raise SystemExit(f"{dist} is not installed in {venv}: pass --change-dist")
+
+
 def goal_runs(
-    env: sections.Env, pristine: Path, plan_dist: str, tx_dist: str
+    env: sections.Env,
+    pristine: Path,
+    plan_dist: str,
+    tx_dist: str,
+    change: tuple[str, str] | None = None,
 ) -> dict[str, list[float]]:
-    """Goals 2-5, ``env.runs`` times; seconds per measurement key."""
+    """Goals 1-6, ``env.runs`` times; seconds (or MiB, ``rss/...``) per measurement key.
+    ``change``: the distribution goal 2 uninstalls and installs again with uv, and the index
+    it comes back from."""
     m: dict[str, list[float]] = defaultdict(list)
+    change_dist = change[0] if change else "mpmath"
+    version = _version(pristine, change_dist)
     for i in range(env.runs):
         a = fixtures.link_copy(pristine, env.work / "goal-a")
         b = fixtures.link_copy(pristine, env.work / "goal-b")
         sections.settle()
         _one(m, "walk/first", sections.inproc("walk", a)[0])
         doctor: list[str | Path] = ["doctor", "--venv", a]
-        _one(m, "doctor/first", sections.cli(doctor, ok=(0, 1)))
+        first = sections.cli(doctor, ok=(0, 1))
+        _one(m, "doctor/first", first)
+        m["rss/doctor-first"].append(first.max_rss_mib)
         sections.settle()  # the first run's own .cudafix/ made the root racy
-        sections.cli(doctor, ok=(0, 1))  # computes, and remembers, the answer
-        _one(m, "walk/warm", sections.inproc("walk", a)[0])
-        _one(m, "doctor/warm", sections.cli(doctor, ok=(0, 1)))
         dry: list[str | Path] = ["remove", plan_dist, "--dry-run", "--venv", a]
-        sections.cli(dry, ok=(0, 3))
-        _one(m, "dry-run/warm", sections.cli(dry, ok=(0, 3)))
+        computed = sections.cli(doctor, ok=(0, 1))  # computes, and remembers, the answer
+        m["rss/doctor-computed"].append(computed.max_rss_mib)
+        sections.cli(dry, ok=(0, 3))  # a second question, remembered beside the first
+        _one(m, "walk/warm", sections.inproc("walk", a)[0])
+        _one(m, "ask/doctor", sections.cli(doctor, ok=(0, 1)))  # after the dry run
+        _one(m, "ask/dry-run", sections.cli(dry, ok=(0, 3)))  # after that doctor
         (a / ".cudafix" / "cache" / "answers.json").unlink()
         _one(m, "doctor/recomputed", sections.cli(doctor, ok=(0, 1)))
         py = a / "bin" / "python"
+        uv_env = {**os.environ, "UV_DEFAULT_INDEX": change[1]} if change else None
+        check(timed(_uv_argv("pip", "uninstall", "--python", py, change_dist)))
+        _one(m, "change/removed", sections.cli(doctor, ok=(0, 1)))
+        _one(m, "walk/removed", sections.inproc("walk", a)[0])
+        pin = f"{change_dist}=={version}"
+        check(timed(_uv_argv("pip", "install", "--python", py, pin), env=uv_env))
+        _one(m, "change/installed", sections.cli(dry, ok=(0, 3)))
+        _one(m, "walk/installed", sections.inproc("walk", a)[0])
+        sections.settle()
+        sections.cli(doctor, ok=(0, 1))  # its findings are what run judges against
         _one(m, "bare/cmd", check(timed([py, "-c", "pass"])))
         run: list[str | Path] = ["run", "--venv", a, "--", py, "-c", "pass"]
         _one(m, "run/cmd", sections.cli(run))  # right after a doctor: its findings are current
@@ -94,7 +127,7 @@ def goal_runs(
         _one(m, "run/again", sections.cli(run))  # reads first (the root changed), keeps findings
         _one(m, "run/third", sections.cli(run))  # judged against the findings the second kept
         for _ in range(2):
-            sections.cli(run)  # five snapshots kept: the next commit sets the oldest aside
+            sections.cli(run)
         _one(m, "run/sixth", sections.cli(run))
         ours: list[str | Path] = ["remove", tx_dist, "--yes", "--no-probe", "--venv", a]
         theirs = _uv_argv("pip", "uninstall", "--python", b / "bin" / "python", tx_dist)
@@ -206,7 +239,7 @@ def summary(
         added = growth["cudafix"][-1] - growth["cudafix"][0]
         rows.append(
             [
-                "1",
+                "-",
                 "uv archive-v0 entries: install dry-run x2 + apply, repair dry-run x2 + apply",
                 " -> ".join(map(str, growth["cudafix"])),
                 "uv pip install --reinstall x3: " + " -> ".join(map(str, growth["uv"])),
@@ -214,68 +247,31 @@ def summary(
                 "met" if added == 0 else "MISSED",
             ]
         )
-    row(
-        "2",
-        "warm doctor (CLI wall)",
-        "doctor/warm",
-        "walk/warm",
-        lambda v, r: v <= 0.5 and r <= 0.8,
-        "<= 0.5 s and <= 0.8x walk+sniff",
-    )
-    row(
-        "2",
-        "warm remove --dry-run (CLI wall)",
-        "dry-run/warm",
-        "walk/warm",
-        lambda v, r: v <= 0.5 and r <= 0.8,
-        "<= 0.5 s and <= 0.8x walk+sniff",
-    )
-    row(
-        "2",
-        "for information: warm doctor computing its answer (answers.json deleted)",
-        "doctor/recomputed",
-        "walk/warm",
-        None,
-        "-",
-    )
-    row(
-        "3",
-        "first doctor on a cp -al copy, no .cudafix/",
-        "doctor/first",
-        "walk/first",
-        lambda v, r: r <= 2.0,
-        "<= 2x walk+sniff",
-    )
-    row(
-        "3",
-        "first doctor, page cache dropped",
-        "doctor/cold",
-        "walk/cold",
-        lambda v, r: r <= 1.5,
-        "<= 1.5x cold walk+sniff",
-    )
-    row(
-        "4",
-        "run -- python -c pass, over the bare command",
-        "run/extra",
-        None,
-        lambda v, r: v <= 1.5,
-        "<= 1.5 s",
-    )
+    quick = "<= 0.5 s and <= 0.8x walk+sniff"
+    row("1", "doctor after a dry run, nothing changed", "ask/doctor", "walk/warm",
+        lambda v, r: v <= 0.5 and r <= 0.8, quick)  # fmt: skip
+    row("1", "remove --dry-run after a doctor, nothing changed", "ask/dry-run", "walk/warm",
+        lambda v, r: v <= 0.5 and r <= 0.8, quick)  # fmt: skip
+    row("1", "for information: doctor computing its answer (answers.json deleted)",
+        "doctor/recomputed", "walk/warm", None, "-")  # fmt: skip
+    row("2", "doctor right after `uv pip uninstall` of one wheel", "change/removed",
+        "walk/removed", lambda v, r: r <= 1.0, "<= 1.0x walk+sniff")  # fmt: skip
+    row("2", "remove --dry-run right after `uv pip install` of it again", "change/installed",
+        "walk/installed", lambda v, r: r <= 1.0, "<= 1.0x walk+sniff")  # fmt: skip
+    row("3", "first doctor on a cp -al copy, no .cudafix/", "doctor/first", "walk/first",
+        lambda v, r: r <= 2.0, "<= 2x walk+sniff")  # fmt: skip
+    row("3", "first doctor, page cache dropped", "doctor/cold", "walk/cold",
+        lambda v, r: r <= 2.0, "<= 2x cold walk+sniff")  # fmt: skip
+    row("4", "run -- python -c pass, over the bare command", "run/extra", None,
+        lambda v, r: v <= 1.0, "<= +1.0 s")  # fmt: skip
     for k, what in _RUNS_AFTER.items():
         row("4", f"for information: {what}", f"run/extra-{k}", None, None, "-")
-    row(
-        "5",
-        "remove --yes --no-probe, over uv pip uninstall",
-        "tx/extra",
-        None,
-        lambda v, r: v <= 0.5,
-        "<= 0.5 s",
-    )
+    row("5", "remove --yes --no-probe, over uv pip uninstall", "tx/extra", None,
+        lambda v, r: v <= 0.5, "<= +0.5 s")  # fmt: skip
     if install_seconds is not None:
         rows.append(
             [
-                "5",
+                "-",
                 "install PIN --dry-run, its wheel in uv's cache (one run)",
                 f"{install_seconds:.2f} s",
                 "-",
@@ -283,6 +279,11 @@ def summary(
                 "met" if install_seconds <= 2.0 else "MISSED",
             ]
         )
+    for key, what in (("rss/doctor-first", "first"), ("rss/doctor-computed", "computing")):
+        if m.get(key):
+            peak = max(m[key])
+            rows.append(["6", f"peak RSS of doctor ({what}), MiB", f"{peak:.0f} MiB", "-",
+                         "< 200 MB", "met" if peak * 1.048576 < 200 else "MISSED"])  # fmt: skip
     header = [
         "goal",
         "measure",
@@ -292,5 +293,5 @@ def summary(
         "verdict",
     ]
     return sections.Section(
-        "Goals (issue 24), one run", table(header, rows), {"seconds": m, "uv_cache": growth}
+        "Goals, one run", table(header, rows), {"seconds": m, "uv_cache": growth}
     )

@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--plan-dist", default="nvidia-cusparselt-cu13")
     p.add_argument("--tx-dist", default="pip", help="a distribution nothing needs")
+    p.add_argument(
+        "--change-dist", default="mpmath", help="goal 2's wheel: uninstalled, installed again"
+    )
     p.add_argument("--only", default="goals,1,2,3", help="'goals' is the one-table summary")
     p.add_argument("--cache-pin", default="nvidia-nvtx-cu12==12.9.79", help="goal 1's wheel")
     p.add_argument("--cache-index", default="https://pypi.org/simple", help="goal 1's index")
@@ -85,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"machine": facts, "venv": str(venv), "drop": env.drop}
     try:
         if "goals" in only:
-            m = goals.goal_runs(env, venv, args.plan_dist, args.tx_dist)
+            change = (args.change_dist, args.cache_index)
+            m = goals.goal_runs(env, venv, args.plan_dist, args.tx_dist, change)
             wheel = goals.Wheel(args.cache_pin, args.cache_index)
             growth, install_seconds = goals.cache_growth(env, venv, wheel)
             results["goals"] = emit(goals.summary(m, growth, install_seconds))
