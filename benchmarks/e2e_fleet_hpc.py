@@ -50,6 +50,7 @@ from scenarios.fingerprint import diff_fingerprints, fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "fleet.md"
+LOGS = REPO / "bench-out" / "e2e-fleet-hpc"
 DOC_HOSTS = "gpu[001-064]"
 DOC_PLAN = "/shared/plans/plan.json"
 NODE_VENV = Path("/opt/envs/train")
@@ -183,19 +184,18 @@ def mountpoint() -> Iterator[None]:
             path.rmdir()
 
 
-def keep(run: Run, label: str, text: str) -> None:
+def keep(label: str, text: str) -> None:
     """``text`` in ``bench-out/e2e-fleet-hpc/NN-LABEL.log``."""
-    logs = REPO / "bench-out" / "e2e-fleet-hpc"
-    logs.mkdir(parents=True, exist_ok=True)
+    LOGS.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
-    (logs / f"{len(run.steps):02d}-{name}.log").write_text(text)
+    (LOGS / f"{len(list(LOGS.iterdir())) + 1:02d}-{name}.log").write_text(text)
 
 
 def shell(run: Run, label: str, text: str, cwd: Path, env: Mapping[str, str]) -> Timed:
     """``text`` run by bash in ``cwd``."""
     cwd.mkdir(parents=True, exist_ok=True)
     done = run.step(label, ["bash", "-c", text], env=env, cwd=cwd)
-    keep(run, label, f"$ {text}\n{done.stdout}{done.stderr}")
+    keep(label, f"$ {text}\n{done.stdout}{done.stderr}")
     return done
 
 
@@ -397,7 +397,7 @@ def sbatch(run: Run, label: str, script: Path, where: Path, env: Mapping[str, st
     argv: list[str | Path] = ["timeout", "300", "sbatch", "--wait", "--nodes=2", script]
     done = run.step(label, argv, env=env, cwd=where)
     files = [script, *sorted(where.iterdir())]
-    keep(run, label, "".join(f"==> {f.name} <==\n{f.read_text()}\n" for f in files))
+    keep(label, "".join(f"==> {f.name} <==\n{f.read_text()}\n" for f in files))
     return done
 
 
@@ -453,25 +453,33 @@ def slurm_part(run: Run, work: Path) -> None:
         aggregate(run, work / "apply", env, {"gpu001": "committed", "gpu002": "stale"})
 
 
-def report(run: Run, parts: list[str], seconds: float) -> bool:
-    ok = all(passed for _what, passed, _detail in run.checks)
+def report(runs: dict[str, Run], notes: list[str], seconds: float) -> bool:
+    """Markdown, a table of steps and one of checks per part; ``bench-out/e2e-fleet-hpc.json``."""
+    checks = [c for run in runs.values() for c in run.checks]
+    ok = all(passed for _what, passed, _detail in checks)
     print(
-        f"## make e2e-real, fourth part: the fleet on {' and '.join(parts)} "
+        f"## make e2e-real, fourth part: the fleet on {' and '.join(runs)} "
         f"({time.strftime('%Y-%m-%d %H:%M')})"
     )
-    print(f"\n<!-- {'; '.join(run.notes)} -->\n")
-    print("| step | exit | seconds |\n| --- | --- | --- |")
-    for step in run.steps:
-        print(f"| {step['step']} | {step.get('exit', '')} | {step['seconds']:.1f} |")
-    print()
-    print("| check | result |\n| --- | --- |")
-    for what, passed, detail in run.checks:
-        print(f"| {what} | {'pass' if passed else 'FAIL: ' + detail.replace('|', '/')[:300]} |")
+    print(f"\n<!-- {'; '.join(notes)} -->")
+    for part, run in runs.items():
+        print(f"\n### {part}\n\n| step | exit | seconds |\n| --- | --- | --- |")
+        for step in run.steps:
+            print(f"| {step['step']} | {step.get('exit', '')} | {step['seconds']:.1f} |")
+        print("\n| check | result |\n| --- | --- |")
+        for what, passed, detail in run.checks:
+            result = "pass" if passed else "FAIL: " + detail.replace("|", "/")[:300]
+            print(f"| {what} | {result} |")
     verdict = "all checks pass" if ok else "FAILED"
-    print(f"\n{verdict}; {len(run.checks)} checks; {seconds:.0f} s in all")
+    print(f"\n{verdict}; {len(checks)} checks; {seconds:.0f} s in all")
     out = REPO / "bench-out"
     out.mkdir(exist_ok=True)
-    value = {"steps": run.steps, "checks": run.checks, "seconds": round(seconds, 1), "ok": ok}
+    value = {
+        "parts": {part: {"steps": r.steps, "checks": r.checks} for part, r in runs.items()},
+        "notes": notes,
+        "seconds": round(seconds, 1),
+        "ok": ok,
+    }
     (out / "e2e-fleet-hpc.json").write_text(json.dumps(value, indent=2) + "\n")
     return ok
 
@@ -484,13 +492,15 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         raise SystemExit("the pdsh and Slurm parts need root (unshare, mount, the Slurm daemons)")
     start = time.perf_counter()
-    run = Run()
+    shutil.rmtree(LOGS, ignore_errors=True)
+    runs = {part: Run() for part in PARTS if part in parts}
     with tempfile.TemporaryDirectory(prefix="cudafix-fleet-hpc-") as tmp, mountpoint():
         work = Path(tmp)
-        if "pdsh" in parts:
-            pdsh_part(run, work / "pdsh")
-        if "slurm" in parts:
-            slurm_part(run, work / "slurm")
+        if "pdsh" in runs:
+            pdsh_part(runs["pdsh"], work / "pdsh")
+        if "slurm" in runs:
+            slurm_part(runs["slurm"], work / "slurm")
+    notes = []
     for package in ("pdsh", "slurm-client"):
         version = subprocess.run(
             ["dpkg-query", "-W", "-f", "${Package} ${Version}", package],
@@ -498,8 +508,8 @@ def main(argv: list[str] | None = None) -> int:
             text=True,
         )
         if version.returncode == 0:
-            run.notes.append(version.stdout)
-    return 0 if report(run, parts, time.perf_counter() - start) else 1
+            notes.append(version.stdout)
+    return 0 if report(runs, notes, time.perf_counter() - start) else 1
 
 
 if __name__ == "__main__":
