@@ -19,6 +19,7 @@
   the doc's ``jq`` lines read it.
 
 Prints Markdown; writes ``bench-out/e2e-fleet.json``. Exit 0 only when every check holds.
+The pdsh and Slurm recipes: ``benchmarks/e2e_fleet_hpc.py``.
 """
 
 from __future__ import annotations

@@ -141,10 +141,12 @@ def debian_tools(run: Run, commands: list[str]) -> None:
     missing = sorted({DEBIAN[c] for c in commands if shutil.which(c) is None})
     if not missing:
         return
+    apt_env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run.step("apt-get update", ["apt-get", "update", "-qq"], env=apt_env)
     done = run.step(
         f"apt-get install {' '.join(missing)}",
         ["apt-get", "install", "-y", "--no-install-recommends", *missing],
-        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        env=apt_env,
     )
     if done.returncode != 0:
         raise SystemExit(f"installing {missing} failed:\n{done.stderr[-2000:]}")
