@@ -41,6 +41,7 @@ e2e-real: $(STAMP)
 	$(BIN)/python -m benchmarks.e2e_frameworks
 	$(BIN)/python -m benchmarks.e2e_unlisted --empty-table all
 	$(BIN)/python -m benchmarks.e2e_fleet
+	$(BIN)/python -m benchmarks.e2e_fleet_hpc
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

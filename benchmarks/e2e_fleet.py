@@ -19,6 +19,7 @@
   the doc's ``jq`` lines read it.
 
 Prints Markdown; writes ``bench-out/e2e-fleet.json``. Exit 0 only when every check holds.
+The pdsh and Slurm recipes: ``benchmarks/e2e_fleet_hpc.py``.
 """
 
 from __future__ import annotations
@@ -288,8 +289,10 @@ def doctor_repair(run: Run, ansible: Path, work: Path) -> None:
     )
 
 
-def apply_plan(run: Run, ansible: Path, work: Path) -> None:
-    """``apply-plan.yml``: one reviewed plan, two nodes, one of them not the one planned for."""
+def planned_fleet(run: Run, work: Path, names: list[str], stale: str) -> dict[str, Path] | None:
+    """``work/plan.json``, saved from ``examples/seed-cleanup.toml`` on an ``incident`` venv, and
+    a copy of that venv per node (``work/NAME/venv``); ``stale`` changed by hand first
+    (``nvidia-nvtx-cu13`` uninstalled). None when the plan could not be saved."""
     built = build_scenario("incident", work / "planned" / "venv")
     plan = work / "plan.json"
     saved = run.step(
@@ -302,18 +305,27 @@ def apply_plan(run: Run, ansible: Path, work: Path) -> None:
         env=user_env(),
     )  # fmt: skip
     if not run.check("the plan is saved", saved.returncode == 0 and plan.exists(), saved.stderr):
-        return
-    nodes = {name: work / name / "venv" for name in ("node-a", "node-b")}
+        return None
+    nodes = {name: work / name / "venv" for name in names}
     for node in nodes.values():
         node.parent.mkdir(parents=True)
         subprocess.run(["cp", "-a", str(built.venv), str(node)], check=True)
-    python_b = nodes["node-b"] / "bin" / "python"
     changed = subprocess.run(
-        [uv.find_uv_bin(), "pip", "uninstall", "--python", python_b, "nvidia-nvtx-cu13"],
+        [uv.find_uv_bin(), "pip", "uninstall", "--python", nodes[stale] / "bin" / "python",
+         "nvidia-nvtx-cu13"],
         capture_output=True,
         check=False,
-    )
-    run.check("node-b changed by hand (nvidia-nvtx-cu13 uninstalled)", changed.returncode == 0)
+    )  # fmt: skip
+    run.check(f"{stale} changed by hand (nvidia-nvtx-cu13 uninstalled)", changed.returncode == 0)
+    return nodes
+
+
+def apply_plan(run: Run, ansible: Path, work: Path) -> None:
+    """``apply-plan.yml``: one reviewed plan, two nodes, one of them not the one planned for."""
+    nodes = planned_fleet(run, work, ["node-a", "node-b"], stale="node-b")
+    if nodes is None:
+        return
+    plan = work / "plan.json"
     inv = inventory(
         work / "nodes.ini", ansible, {n: {"cudafix_venv": str(v)} for n, v in nodes.items()}
     )

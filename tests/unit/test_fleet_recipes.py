@@ -6,10 +6,14 @@ these checks keep them and docs/fleet.md honest where Ansible is not installed.
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import click
+import pytest
 
+from benchmarks.e2e_fleet_hpc import dshbak_groups, fenced, json_lines, swap
 from cudafix.cli.main import cli
 from cudafix.model.errors import ExitCode
 
@@ -89,3 +93,104 @@ def test_the_doc_quotes_the_shipped_files_verbatim() -> None:
         assert any(block in text for text in shipped), block
     for path in re.findall(r"examples/fleet/[\w./-]+\.yml", section):
         assert (REPO / path).is_file(), path
+
+
+# The pdsh and Slurm recipes: ``benchmarks/e2e_fleet_hpc.py`` runs them on a real pdsh and
+# Slurm; these keep them parseable where neither is installed.
+
+SAMPLE = """# Title
+
+## First
+
+```sh
+one
+```
+
+### Inside first
+
+```sh
+two
+three
+```
+
+## Second
+
+```sh
+four
+```
+"""
+
+
+def test_fenced_reads_a_section_and_its_subsections_only() -> None:
+    assert fenced(SAMPLE, "## First") == ["one\n", "two\nthree\n"]
+    assert fenced(SAMPLE, "### Inside") == ["two\nthree\n"]
+    assert fenced(SAMPLE, "## Second") == ["four\n"]
+
+
+def test_swap_replaces_and_refuses_a_recipe_that_changed() -> None:
+    assert swap("pdsh -w 'gpu[001-064]'", {"gpu[001-064]": "gpu[001-003]"}) == (
+        "pdsh -w 'gpu[001-003]'"
+    )
+    with pytest.raises(ValueError, match="not in the recipe"):
+        swap("pdsh -w 'gpu[001-064]'", {"/shared/plans/plan.json": "plan.json"})
+
+
+def test_dshbak_groups_and_json_lines(tmp_path: Path) -> None:
+    text = "----------------\ngpu[001,003]\n----------------\nHealthy: no problems found.\n"
+    text += "----------------\ngpu002\n----------------\n10 problem(s) found.\nNext: x\n"
+    assert dshbak_groups(text) == {
+        "gpu[001,003]": "Healthy: no problems found.",
+        "gpu002": "10 problem(s) found.\nNext: x",
+    }
+    lines = tmp_path / "results.jsonl"
+    lines.write_text('{"host": "a", "exit": 0}\n{"host": "b", "exit": 3, "result": {\n}}\n')
+    assert json_lines(lines) == (
+        [{"host": "a", "exit": 0}],
+        ['{"host": "b", "exit": 3, "result": {', "}}"],
+    )
+
+
+def words_of(block: str) -> list[str]:
+    """A recipe's shell words, its line continuations joined."""
+    return shlex.split(block.replace("\\\n", " "))
+
+
+def node_commands() -> dict[str, str]:
+    """What each recipe hands a node's shell: pdsh's last argument, srun's ``bash -c`` body."""
+    text = DOC.read_text()
+    doctor, apply = (words_of(b) for b in fenced(text, "## pdsh"))
+    script = fenced(text, "## Slurm")[0]
+    srun = words_of(script.split("\nsrun ", 1)[1])
+    return {
+        "pdsh doctor": doctor[doctor.index("|") - 1],
+        "pdsh apply": apply[apply.index(">") - 1],
+        "srun apply": srun[srun.index("-c") + 1],
+    }
+
+
+def test_the_doc_s_shell_recipes_parse() -> None:
+    text = DOC.read_text()
+    script = fenced(text, "## Slurm")[0]
+    assert script.startswith("#!/bin/bash\n#SBATCH ")
+    blocks = [script, *fenced(text, "## Slurm")[1:], *fenced(text, "## pdsh")]
+    for block in blocks:
+        done = subprocess.run(["bash", "-n"], input=block, capture_output=True, text=True)
+        assert done.returncode == 0, (block, done.stderr)
+    for where, command in node_commands().items():
+        done = subprocess.run(["sh", "-n", "-c", command], capture_output=True, text=True)
+        assert done.returncode == 0, (where, done.stderr)
+
+
+def test_pdsh_and_slurm_write_the_same_line_with_one_cudafix_command() -> None:
+    """One ``{"host", "exit", "result"}`` line per node from either, so one ``jq`` reads both;
+    each cudafix command is one the CLI accepts."""
+    commands = node_commands()
+    assert commands["pdsh apply"] == commands["srun apply"]
+    assert 'tr -d "\\n"' in commands["srun apply"]
+    for where, command in commands.items():
+        found = re.search(r"cudafix (\w+) ([^<)\n]*)", command)
+        assert found, where
+        subcommand = cli.commands[found[1]]
+        known = {o for param in subcommand.params for o in (*param.opts, *param.secondary_opts)}
+        flags = [w for w in found[2].split() if w.startswith("-")]
+        assert flags and all(f in known for f in flags), (where, flags)
