@@ -10,6 +10,7 @@
     .cudafix/cache/                        caches other layers may keep (tree, answers, host)
     .cudafix/cache/index.sqlite            the index of facts (ELF verdicts, literals, hashes)
     .cudafix/trash/<id>-<random>           old snapshots moved aside, being deleted
+    .cudafix/trash-pause.lock              flock: a transaction pauses that deletion
 """
 
 from __future__ import annotations

@@ -87,10 +87,11 @@ class RunContext:
     @contextlib.contextmanager
     def open(cls, prefix: Path, timeout: float, on_event: OnEvent) -> Iterator[RunContext]:
         """Take both locks for the whole run; released (uv's lock file removed when this
-        run created it and failed) when the block exits."""
+        run created it and failed) when the block exits. No old snapshot is deleted while
+        it runs (:func:`cudafix.tx.trash.quiet`): that would move the ctimes it judges by."""
         state = StateDir(prefix)
         ensure_dir(state.transactions)
-        with hold(prefix, state.lock, timeout, on_event) as locks:
+        with hold(prefix, state.lock, timeout, on_event) as locks, trash.quiet(state):
             yield cls(prefix, state, locks, on_event)
 
     @contextlib.contextmanager

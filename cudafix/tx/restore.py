@@ -68,17 +68,19 @@ def written_in_place(prefix: Path, manifest: Manifest) -> list[str]:
     unlinking uv's cached copy) or a chmod moves ctime too, but so does the write beside
     it, and only a copy could tell them apart.
     """
-    out = []
-    for e in manifest.entries:
-        if e.kind != "file" or e.sha256 is not None:
-            continue  # copies (sha256 set) were not linked
-        try:
-            st = os.lstat(f"{prefix}/{e.path}")  # str: once per snapshotted file
-        except FileNotFoundError:
-            continue
-        if (st.st_dev, st.st_ino) == (e.dev, e.ino) and _written(st, e):
-            out.append(e.path)
-    return out
+    return [
+        e.path
+        for e in manifest.entries
+        if e.kind == "file" and _in_place(e, _lstat(f"{prefix}/{e.path}"))
+    ]
+
+
+def _in_place(e: Entry, st: os.stat_result | None) -> bool:
+    """Whether the linked file ``e`` (whose live ``lstat`` is ``st``) was written in place;
+    copies (``sha256`` set) were not linked."""
+    if e.sha256 is not None or st is None:
+        return False
+    return (st.st_dev, st.st_ino) == (e.dev, e.ino) and _written(st, e)
 
 
 def _written(st: os.stat_result, e: Entry) -> bool:
@@ -89,17 +91,26 @@ def _written(st: os.stat_result, e: Entry) -> bool:
 
 def mismatch(prefix: Path, e: Entry) -> Difference | None:
     """How the live path differs from entry ``e``, or None when it is identical."""
-    live = prefix / e.path
+    return _differs(prefix, e, _lstat(f"{prefix}/{e.path}"))
+
+
+def _lstat(path: str) -> os.stat_result | None:
     try:
-        st = os.lstat(live)
+        return os.lstat(path)  # a str: this runs once per snapshotted path
     except FileNotFoundError:
+        return None
+
+
+def _differs(prefix: Path, e: Entry, st: os.stat_result | None) -> Difference | None:
+    """:func:`mismatch`, given the live path's ``lstat`` (None: it is not there)."""
+    if st is None:
         return None if e.kind == "absent" else Difference(e.path, "missing")
     if e.kind == "absent":
         return Difference(e.path, "appeared")
     if e.kind == "dir":
         return None if stat.S_ISDIR(st.st_mode) else Difference(e.path, "not-a-directory")
     if e.kind == "symlink":
-        ok = stat.S_ISLNK(st.st_mode) and str(live.readlink()) == e.target
+        ok = stat.S_ISLNK(st.st_mode) and str((prefix / e.path).readlink()) == e.target
         return None if ok else Difference(e.path, "not-the-symlink", target=e.target)
     if e.kind == "fifo":
         ok = stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == e.mode
@@ -110,7 +121,7 @@ def mismatch(prefix: Path, e: Entry) -> Difference | None:
         now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         ok = now == (e.dev, e.ino, e.size, e.mtime_ns)
     else:
-        ok = st.st_size == e.size and sha256_file(live) == e.sha256
+        ok = st.st_size == e.size and sha256_file(prefix / e.path) == e.sha256
     ok = ok and stat.S_IMODE(st.st_mode) == e.mode
     return None if ok else Difference(e.path, "content-or-mode")
 
@@ -231,14 +242,17 @@ class Changes:
 def changes(prefix: Path, manifest: Manifest, *, in_place: bool = False) -> Changes:
     """Every path that differs from the manifest, read with one ``lstat`` per path and one
     listing per directory (``in_place``: also the files rewritten in place)."""
-    dirs, entries = [], []
+    dirs, entries, found = [], [], []
     for e in manifest.entries:
         if e.kind == "dir":
             if _dir_differs(prefix, e):
                 dirs.append(e)
-        elif mismatch(prefix, e) is not None:
+            continue
+        st = _lstat(f"{prefix}/{e.path}")
+        if _differs(prefix, e, st) is not None:
             entries.append(e)
-    found = written_in_place(prefix, manifest) if in_place else []
+        if in_place and e.kind == "file" and _in_place(e, st):
+            found.append(e.path)
     return Changes(tuple(dirs), tuple(new_names(prefix, manifest)), tuple(entries), tuple(found))
 
 

@@ -237,6 +237,49 @@ def test_a_second_cudafix_while_a_deletion_is_stopped(tmp_path: Path, stopped: l
     assert not diff_fingerprints(before_run, fingerprint(prefix))
 
 
+def _emptiers(prefix: Path) -> list[int]:
+    """The processes holding the trash directory open: the detached deletion."""
+    trash = str(_trash(prefix))
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}") == trash for fd in fds):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_snapshot_deleted_while_a_run_runs_is_not_its_write(
+    tmp_path: Path, stopped: list[int]
+) -> None:
+    """Unlinking an old snapshot's hard links moves the ctimes of the venv's files; a run
+    whose command changed nothing, while such a deletion goes on, must not take that for
+    writes in place (it pauses the deletion): "Nothing changed", no transaction."""
+    prefix, _ = shared_pair(tmp_path)
+    first = cudafix("run", "--venv", prefix, "--", "true", env={CRASH_ENV: "trash-unlink:SIGSTOP"})
+    assert first.returncode == 0 and "Nothing changed" in first.stdout, _quiet(first)
+    assert _until(lambda: any(_state(p) == "T" for p in _emptiers(prefix)))
+    (emptier,) = _emptiers(prefix)
+    stopped.append(emptier)
+
+    go, started = tmp_path / "go", tmp_path / "started"
+    wait = f'touch "{started}"; while [ ! -e "{go}" ]; do sleep 0.05; done'
+    second = _background("run", "--venv", prefix, "--", "sh", "-c", wait, env={})
+    assert _until(started.exists)
+    os.kill(emptier, signal.SIGCONT)  # the deletion goes on while the command runs
+    time.sleep(1.0)
+    go.touch()
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, out + err
+    assert "rewritten in place" not in out + err and "Nothing changed" in out, out + err
+    assert _snapshots(prefix) == []
+    assert _until(lambda: _held(prefix) == [])  # and the deletion finished after it
+
+
 def test_gc_waits_for_an_undo_that_reads_the_snapshot(tmp_path: Path, stopped: list[int]) -> None:
     """An undo stopped after its own snapshot still has to read the old one: a gc started
     meanwhile must not set that aside under it."""
