@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cudafix.env.memo.index import FactIndex
 from cudafix.env.statedir import STATE_DIR_NAME, StateDir, TxDir, ensure_dir, open_file
 from cudafix.env.target import interpreter, layout_site_packages
 from cudafix.model.errors import DamagedState, LockedError, StalePlan, UnsafeState, UsageError
@@ -130,13 +131,16 @@ def _mirror(prefix: Path, view: Path) -> None:
 
 
 _SEEDS = ("host-cache.json", "last-seen.json")
-"""Caches a view starts from, so it reads as the environment does (what provides each
-library, remembered) and as fast."""
+"""Caches a view starts from besides the index, so it reads as the environment does (what
+provides each library, remembered) and as fast."""
 
 
 def _seed(state: StateDir, view: StateDir) -> None:
-    """Copy the caches in :data:`_SEEDS` into the view's state (none followed if a symlink)."""
+    """Copy the index of facts and the caches in :data:`_SEEDS` into the view's state (none
+    followed if a symlink)."""
     ensure_dir(view.cache, mode=0o700)
+    with FactIndex.open(state.prefix) as index:
+        index.copy_to(view.prefix)
     for name in _SEEDS:
         try:
             fd = open_file(state.cache / name, os.O_RDONLY)
