@@ -335,10 +335,11 @@ def undo(
     TXID is its id, 6+ characters of its start or end (the short id `history` prints), or
     `last`, `last~1`, ...: the newest committed transaction that is not an undo and was not
     undone, and those before it. The undo is shown first and refused, as its dry run says,
-    when what it touched changed since or what it takes out is needed; it is probed and
-    compared with doctor's findings like any other transaction.
+    when what it touched changed since, what it takes out is needed, or doctor finds a
+    new error in the state it restores (read from a copy built of hard links under
+    .cudafix/); once done it is probed and compared with doctor's findings again.
     """
-    preview = app.undo_preview(facts, txid, on_event=echo_event)
+    preview = app.undo_preview(facts, txid, on_event=echo_event, lock_timeout=lock_timeout)
     if as_json and dry_run:
         echo_json(undo_json(preview, accept))
     elif not as_json:
@@ -346,7 +347,7 @@ def undo(
     refusal = _undo_refusal(preview, accept, listed=not as_json)
     if dry_run:  # decided as the undo decides: the same refusal, the same exit code
         if refusal is not None and not as_json:
-            echo_err(render_error(refusal, style_for(sys.stderr.isatty())))
+            click.echo(render_error(refusal, style_for(sys.stderr.isatty())), err=True)
         code = refusal.exit_code if refusal is not None and preview.readable else ExitCode.OK
         raise click.exceptions.Exit(code)
     if refusal is not None:
@@ -422,8 +423,9 @@ def _schema_files() -> list[Traversable]:
 def _undo_refusal(preview: UndoPreview, accept: bool, listed: bool) -> CudafixError | None:
     """Why an undo is refused before anything changes (None: it goes ahead): a snapshot
     this user cannot read, paths changed since the commit, or needs it would leave unfound
-    (unless ``accept``). ``listed``: the preview on stdout already lists the paths (not
-    under ``--json``), so the error does not list them again."""
+    or errors doctor finds in the state it restores (unless ``accept``). ``listed``: the
+    preview on stdout already lists the paths (not under ``--json``), so the error does not
+    list them again."""
     txid = preview.entry.txid
     if not preview.readable:
         return UnsafeState(
@@ -435,7 +437,7 @@ def _undo_refusal(preview: UndoPreview, accept: bool, listed: bool) -> CudafixEr
             f"cannot undo {txid}: the environment changed since",
             context=[] if listed else list(preview.conflicts),
         )
-    if preview.breaks and not accept:
+    if preview.blocked and not accept:
         return PlanRefused(
             f"undoing {txid} would bring back problems; nothing was changed",
             context=undo_break_lines(preview),

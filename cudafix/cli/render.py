@@ -529,7 +529,7 @@ def render_undo_preview(preview: UndoPreview, style: Style = plain, accept: bool
         out.append(style("Verdict: REFUSED", fg="red", bold=True) + "  (changed since the commit)")
         out += [f"  - {shown(c)}" for c in preview.conflicts[:10]]
         out += _more(len(preview.conflicts), 10, "")
-    elif preview.breaks:
+    elif preview.blocked:
         said = undo_break_lines(preview)
         verdict, why = (
             ("Verdict: PASS (accepted)", "--accept: it undoes anyway")
@@ -542,15 +542,34 @@ def render_undo_preview(preview: UndoPreview, style: Style = plain, accept: bool
     else:
         out.append(
             style("Verdict: can be undone", fg="green", bold=True)
-            + "  (nothing it touched changed since, and nothing it takes out is needed; when "
-            "it runs it is probed and compared with doctor's findings, and rolled back if it "
-            "brings back an error)"
+            + (
+                "  (nothing it touched changed since, and doctor finds no new error in the state "
+                "it restores; when it runs it is probed and judged again, and rolled back if it "
+                "brings back an error)"
+                if preview.after is not None
+                else "  (nothing it touched changed since, and nothing it takes out is needed; "
+                "the state it restores is judged when a user who can write the environment "
+                "undoes it, and rolled back if it brings back an error)"
+            )
         )
+    out += [f"  - brings back {shown(line)}" for line in _brought_back_warnings(preview)]
     return "\n".join(out)
 
 
-def undo_break_lines(preview: UndoPreview) -> list[str]:
-    """The needs an undo would leave unfound, as the refusal of a plan says them."""
-    if preview.target is None:
+def _brought_back_warnings(preview: UndoPreview) -> list[str]:
+    """The warnings the state an undo restores has and the environment has not now."""
+    if preview.after is None:
         return []
-    return reason_lines(list(preview.breaks), preview.target)
+    from cudafix.cli.doctor_words import said
+
+    return said(preview.after, [f for f in preview.brings_back if f.severity != "error"])
+
+
+def undo_break_lines(preview: UndoPreview) -> list[str]:
+    """Why an undo is refused unless accepted: the needs it would leave unfound, as the
+    refusal of a plan says them, and the errors doctor finds in the state it restores."""
+    from cudafix.cli.doctor_words import said
+
+    lost = [] if preview.target is None else reason_lines(list(preview.breaks), preview.target)
+    found = [] if preview.after is None else said(preview.after, list(preview.errors))
+    return [*lost, *found]

@@ -199,7 +199,11 @@ def _undo_preview() -> tuple[Schema, dict[str, Schema]]:
                 "entry": _field("That transaction (history.schema.json).", _ref("HistoryEntry")),
                 "paths": _field("Paths the undo restores.", {"type": "integer"}),
                 "conflicts": _field("Paths changed since its commit (refused).", _STRS),
-                "reasons": _field("Needs the undo would leave unfound (refused).", _STRS),
+                "reasons": _field(
+                    "Why it is refused unless accepted: needs it would leave unfound, errors "
+                    "doctor finds in the state it restores.",
+                    _STRS,
+                ),
                 "readable": _field("This user can read the snapshot.", {"type": "boolean"}),
             },
         ),

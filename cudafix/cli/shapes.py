@@ -68,7 +68,7 @@ def undo_json(preview: UndoPreview, accept: bool = False) -> dict[str, Any]:
     the undo itself decides)."""
     from cudafix.cli.render import undo_break_lines
 
-    refused = bool(preview.conflicts) or bool(preview.breaks and not accept)
+    refused = bool(preview.conflicts) or (preview.blocked and not accept)
     return {
         "state": "refused" if refused else "pass" if preview.readable else "not-checked",
         "exit_code": int(ExitCode.REFUSED if refused else ExitCode.OK),

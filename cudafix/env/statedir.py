@@ -11,6 +11,7 @@
     .cudafix/cache/index.sqlite            the index of facts (ELF verdicts, literals, hashes)
     .cudafix/trash/<id>-<random>           old snapshots moved aside, being deleted
     .cudafix/trash-pause.lock              flock: a transaction pauses that deletion
+    .cudafix/view/<EnvPath>                what an undo would leave, read by its dry run
 """
 
 from __future__ import annotations
@@ -113,6 +114,12 @@ class StateDir:
     def host_cache(self) -> Path:
         """Host facts by the stat of their files (:mod:`cudafix.linker.hostcache`)."""
         return self.cache / "host-cache.json"
+
+    @property
+    def view(self) -> Path:
+        """The environment as an undo would leave it, built of hard links and read to
+        predict it (:func:`cudafix.tx.undo.restored_view`); there only while it is read."""
+        return self.root / "view"
 
     def tx(self, txid: str) -> TxDir:
         return TxDir(self.transactions / txid)

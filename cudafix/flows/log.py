@@ -6,11 +6,13 @@ transaction, judged against doctor's findings before it like any other change.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from cudafix.env.statedir import StateDir
+from cudafix.env.target import TargetEnv
 from cudafix.flows.probes import probe_set
 from cudafix.flows.target import locate, open_target, read_facts, target_flags
 from cudafix.model.args import FactArgs, RunArgs, TargetArgs
@@ -30,6 +32,7 @@ from cudafix.model.transaction import (
     quiet,
 )
 from cudafix.plan.doctor import diagnose
+from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request, build_plan
 from cudafix.tx import history as tx_history
 from cudafix.tx import undo as tx_undo
@@ -57,26 +60,57 @@ def show(target: TargetArgs, txid: str) -> TransactionDetail:
     return tx_history.show(prefix, tx_history.resolve(prefix, txid))
 
 
-def undo_preview(args: FactArgs, txid: str, on_event: OnEvent = quiet) -> UndoPreview:
+def undo_preview(
+    args: FactArgs,
+    txid: str,
+    on_event: OnEvent = quiet,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> UndoPreview:
     """What undoing ``txid`` (its id, 6+ characters of its start or end, or ``last~N``)
-    would do, and whether it would be refused; changes nothing. The real undo decides on
-    this same preview before it changes anything: a dry run predicts it."""
+    would do, and whether it would be refused; changes nothing in the environment. The
+    state the undo restores is built beside it and diagnosed as the undo judges it, so a
+    dry run predicts what the undo decides, and the undo decides on this same preview
+    before it changes anything."""
     target = locate(args.target)
-    preview = tx_undo.preview(target.prefix, tx_history.resolve(target.prefix, txid))
-    taken = [c[1:].split(" ")[0] for c in preview.entry.changed if c.startswith("+")]
-    if not preview.readable or preview.conflicts or not taken:
+    full = tx_history.resolve(target.prefix, txid)
+    preview = tx_undo.preview(target.prefix, full)
+    if not preview.readable or preview.conflicts:
         return preview
     facts = read_facts(args, target, on_event)
+    preview = _breaks(preview, facts, target.prefix)
+    if preview.breaks:
+        return preview
+    if not os.access(StateDir(target.prefix).root, os.W_OK | os.X_OK):
+        return preview  # another user's: the state it restores cannot be built to be judged
+    flags = target_flags(args.target, target)
+    before = diagnose(facts, flags).findings
+    on_event(RunEvent("progress", "  reading the state the undo restores"))
+    with tx_undo.restored_view(target.prefix, full, lock_timeout) as view:
+        python = _in_view(target.python, target.prefix, view)
+        report = diagnose(read_facts(args, TargetEnv(view, python)), flags)
+    return replace(preview, brings_back=tuple(new_problems(before, report.findings)), after=report)
+
+
+def _in_view(python: Path | None, prefix: Path, view: Path) -> Path | None:
+    """The target's interpreter as the view holds it; None (the layout on disk stands in)
+    for one outside the prefix, which would answer for the environment, not the view."""
+    if python is None or not python.is_relative_to(prefix):
+        return None
+    return view / python.relative_to(prefix)
+
+
+def _breaks(preview: UndoPreview, facts: Facts, prefix: Path) -> UndoPreview:
+    """``preview`` with the needs its undo would leave unfound: what provides them is a
+    distribution the transaction added (the undo takes it out) and is not put back."""
+    taken = [c[1:].split(" ")[0] for c in preview.entry.changed if c.startswith("+")]
     names = tuple(n for c in taken if (n := DistName(c)) in facts.inventory.distributions)
     if not names:
         return preview
     plan = build_plan(facts, Request(names, (), Options(fetched=False)))
     # the undo puts back what was there before: a file the removal deletes, restored, stays
     back = preview.restores
-    prefix = str(target.prefix).rstrip("/") + "/"
-    kept = {
-        (x.consumer, x.need) for x in plan.lost if x.resolved_before.removeprefix(prefix) in back
-    }
+    at = str(prefix).rstrip("/") + "/"
+    kept = {(x.consumer, x.need) for x in plan.lost if x.resolved_before.removeprefix(at) in back}
     lost = tuple(
         r for r in plan.reasons if isinstance(r, NeedLost) and (r.subject, r.need) not in kept
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from cudafix.model.doctor import DoctorReport, Finding
     from cudafix.model.reasons import NeedLost
     from cudafix.process import Completed
 
@@ -115,6 +116,26 @@ class UndoPreview:
     target: Any = None
     """The :class:`~cudafix.model.plan.Target` ``breaks`` were judged in (their paths are
     shown relative to it); not typed here, as the plan's model imports this module."""
+    brings_back: tuple[Finding, ...] = ()
+    """doctor's problems in the state the undo restores that it does not find now (judged
+    as the undo judges itself, on that state built beside the environment): an error
+    refuses the undo, unless accepted; a warning was there before the transaction undone."""
+    after: DoctorReport | None = None
+    """doctor's report on that state (``brings_back`` is worded against it: its prefix is
+    where the state was built, its paths are shown relative to that); None when it was not
+    read (the undo is refused before, or this user cannot write the environment, where that
+    state is built)."""
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        """The errors among :attr:`brings_back`."""
+        return tuple(f for f in self.brings_back if f.severity == "error")
+
+    @property
+    def blocked(self) -> bool:
+        """Whether the undo is refused unless accepted: needs it leaves unfound, or errors
+        it brings back."""
+        return bool(self.breaks or self.errors)
 
 
 @dataclass(frozen=True)

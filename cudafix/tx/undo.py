@@ -6,14 +6,19 @@ post-state) or its snapshot was modified: undo restores bytes, it never merges.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import os
+import shutil
+import stat
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cudafix.env.statedir import TxDir
+from cudafix.env.memo.index import FactIndex
+from cudafix.env.statedir import STATE_DIR_NAME, StateDir, TxDir, ensure_dir, open_file
 from cudafix.env.target import interpreter, layout_site_packages
-from cudafix.model.errors import DamagedState, StalePlan, UsageError
+from cudafix.model.errors import DamagedState, LockedError, StalePlan, UnsafeState, UsageError
 from cudafix.model.names import site_relative
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import (
@@ -26,10 +31,12 @@ from cudafix.model.transaction import (
 from cudafix.tx import journal, poststate, steps
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.history import entry, existing
+from cudafix.tx.lock import Lock
 from cudafix.tx.manifest import Entry, Manifest, load_json, path_syntax
 from cudafix.tx.manifest import load as load_manifest
-from cudafix.tx.restore import mismatch
+from cudafix.tx.restore import mismatch, remove_path
 from cudafix.tx.restore import restore as restore_snapshot
+from cudafix.tx.snapshot import _link_or_copy
 
 Judge = Callable[[], list[str]]
 """What the environment looks like after the restore: problems doctor did not find before."""
@@ -54,6 +61,107 @@ def preview(prefix: Path, txid: str) -> UndoPreview:
         return UndoPreview(entry=done, paths=0, conflicts=(), readable=False)
     restores = frozenset(e.path for e in manifest.entries if e.kind in ("file", "symlink"))
     return UndoPreview(entry=done, paths=len(post), conflicts=conflicts, restores=restores)
+
+
+@contextlib.contextmanager
+def restored_view(
+    prefix: Path, txid: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+) -> Iterator[Path]:
+    """The environment as undoing ``txid`` would leave it, to be read and not changed:
+    every path of the prefix (cudafix's own state left out) hard-linked under
+    ``.cudafix/view/``, with ``txid``'s snapshot restored into it as the undo restores the
+    prefix. Built and read under cudafix's lock: a link moves a file's ctime, which a
+    transaction in progress would take for a write in place. Removed after, also on an
+    error or Ctrl-C (and, before it is built, one a killed run left)."""
+    prefix = Path(prefix)
+    state = StateDir(prefix)
+    lock = Lock(state.lock)
+    if not lock.acquire(lock_timeout):
+        raise LockedError(
+            f"another cudafix run holds {prefix}",
+            context=[f"lock file: {state.lock}", f"waited {lock_timeout:g} s"],
+            hint="wait for it to finish, then retry",
+        )
+    try:
+        _remove_view(state.view)
+        try:
+            ensure_dir(state.view, mode=0o700)
+            _mirror(prefix, state.view)
+            _seed(state, StateDir(state.view))
+            old = existing(prefix, txid)
+            left = restore_snapshot(state.view, old, load_manifest(old)).left
+        except OSError as exc:
+            raise UnsafeState(
+                f"cannot build the state undoing {txid} would leave, under {state.view} "
+                f"({exc.strerror or exc}); nothing was changed",
+                hint="free space or permissions under .cudafix/, then retry",
+            ) from exc
+        if left:
+            raise UnsafeState(
+                f"cannot build the state undoing {txid} would leave ({left[0]}); "
+                "nothing was changed"
+            )
+        yield state.view
+    finally:
+        try:
+            _remove_view(state.view)
+        finally:
+            lock.release()
+
+
+def _mirror(prefix: Path, view: Path) -> None:
+    """Hard links (copies where linking is impossible) of the prefix's regular files under
+    ``view``, its directories made again with their modes (owner-writable) and its
+    symlinks as symlinks, never followed; cudafix's state and other kinds left out."""
+    for top, dirs, files in os.walk(prefix):  # symlinked directories listed, not entered
+        root = Path(top)
+        if root == prefix:
+            dirs[:] = [d for d in dirs if d != STATE_DIR_NAME]
+        into = view / root.relative_to(prefix)
+        for name in (*dirs, *files):
+            src, dst = root / name, into / name
+            st = src.lstat()
+            if stat.S_ISDIR(st.st_mode):
+                dst.mkdir()
+                dst.chmod(stat.S_IMODE(st.st_mode) | 0o700)
+            elif stat.S_ISLNK(st.st_mode):
+                dst.symlink_to(src.readlink())
+            elif stat.S_ISREG(st.st_mode):
+                _link_or_copy(src, dst)
+
+
+_SEEDS = ("host-cache.json", "last-seen.json")
+"""Caches a view starts from besides the index, so it reads as the environment does (what
+provides each library, remembered) and as fast."""
+
+
+def _seed(state: StateDir, view: StateDir) -> None:
+    """Copy the index of facts and the caches in :data:`_SEEDS` into the view's state (none
+    followed if a symlink)."""
+    ensure_dir(view.cache, mode=0o700)
+    with FactIndex.open(state.prefix) as index:
+        index.copy_to(view.prefix)
+    for name in _SEEDS:
+        try:
+            fd = open_file(state.cache / name, os.O_RDONLY)
+        except (OSError, UnsafeState):
+            continue
+        with os.fdopen(fd, "rb") as src, (view.cache / name).open("xb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def _remove_view(view: Path) -> None:
+    """Remove a view, never through a symlink; a directory the restore left without the
+    owner's write bit is made writable first."""
+    try:
+        remove_path(view)
+    except PermissionError:
+        for root, dirs, _files in os.walk(view):
+            for name in dirs:
+                path = Path(root, name)
+                if stat.S_ISDIR(path.lstat().st_mode):
+                    path.chmod(0o700)
+        remove_path(view)
 
 
 def undo(
