@@ -123,11 +123,14 @@ def run(
     env: Env | None = None,
     timeout: float | None = None,
     cwd: Path | None = None,
+    stdin: str | None = None,
 ) -> Completed:
     """Run ``argv`` to completion and capture its output; never raise on a non-zero exit.
 
     A timeout kills the process and reports ``timed_out`` rather than raising, so callers
     (probes, the backend) decide what a hang means. The process is killed if cudafix dies.
+    ``stdin``: text the process reads (data too large for its argv: one argument may hold
+    128 KiB at most); else it reads nothing.
     """
     args = tuple(str(a) for a in argv)
     log.debug("run: %s", " ".join(args))
@@ -142,7 +145,7 @@ def run(
             errors="replace",
             timeout=timeout,
             check=False,
-            stdin=subprocess.DEVNULL,
+            **({"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}),
             preexec_fn=_die_with_parent,
         )
     except subprocess.TimeoutExpired as exc:

@@ -16,8 +16,8 @@ from cudafix.model.probe import ProbeResult, ProbeSpec
 from cudafix.process import Completed, activated, run
 
 _LOAD = """\
-import ctypes, sys
-for p in sys.argv[1:]:
+import ctypes, json, sys
+for p in json.load(sys.stdin):
     try:
         ctypes.CDLL(p)
     except OSError as e:
@@ -25,7 +25,7 @@ for p in sys.argv[1:]:
 """
 _RUN_TIME = """\
 import ctypes, json, os, sys
-for label, need, dirs in json.loads(sys.argv[1]):
+for label, need, dirs in json.load(sys.stdin):
     there = [os.path.join(d, need) for d in dirs if os.path.exists(os.path.join(d, need))]
     try:
         ctypes.CDLL(there[0] if there else need)
@@ -33,7 +33,8 @@ for label, need, dirs in json.loads(sys.argv[1]):
         print("cudafix-load-failed\\t" + label + "\\t" + str(e).replace("\\n", " "))
 """
 """Each soname from the first of the object's own dirs that holds it, as the object's dlopen()
-finds it (then the system's paths, as ld.so goes on); a full path as it is."""
+finds it (then the system's paths, as ld.so goes on); a full path as it is. Both read their
+list from stdin: a venv with many run-time loads outgrows what one argument may hold."""
 _NOT_FOUND = re.compile(r"^(?P<soname>[^\s:/]+): cannot open shared object file")
 
 
@@ -60,24 +61,28 @@ def exit_said(returncode: int, output: str, stream: str = "output") -> str:
     return f"exit status {returncode}; last {stream} line: {lines[-1]}"
 
 
-def _probes(python: Path, spec: ProbeSpec) -> list[tuple[str, list[str]]]:
+def _probes(python: Path, spec: ProbeSpec) -> list[tuple[str, list[str], str | None]]:
+    """Each probe: its label, its argv, and what it reads on stdin."""
     py = [str(python), "-B", "-s"]
-    out = [(f"import {m}", [*py, "-c", f"import {m}"]) for m in spec.modules]
+    out: list[tuple[str, list[str], str | None]] = [
+        (f"import {m}", [*py, "-c", f"import {m}"], None) for m in spec.modules
+    ]
     if spec.libraries:
-        out.append(("load " + ", ".join(spec.libraries), [*py, "-c", _LOAD, *spec.libraries]))
+        label = "load " + ", ".join(spec.libraries)
+        out.append((label, [*py, "-c", _LOAD], json.dumps(list(spec.libraries))))
     if spec.run_time:
         label = "load at run time " + ", ".join(label for label, _, _ in spec.run_time)
-        out.append((label, [*py, "-c", _RUN_TIME, json.dumps(spec.run_time)]))
-    out += [(f"probe {c!r}", [*py, "-c", c]) for c in spec.code]
-    out += [(f"probe-cmd {c!r}", ["/bin/sh", "-c", c]) for c in spec.commands]
+        out.append((label, [*py, "-c", _RUN_TIME], json.dumps(spec.run_time)))
+    out += [(f"probe {c!r}", [*py, "-c", c], None) for c in spec.code]
+    out += [(f"probe-cmd {c!r}", ["/bin/sh", "-c", c], None) for c in spec.commands]
     return out
 
 
 def run_probes(prefix: Path, python: Path, spec: ProbeSpec, cwd: Path) -> list[ProbeResult]:
     """Run every probe; ``cwd`` should be outside the import path (e.g. the transaction dir)."""
     results = []
-    for label, argv in _probes(python, spec):
-        done = run(argv, env=_env(prefix), timeout=spec.timeout, cwd=cwd)
+    for label, argv, given in _probes(python, spec):
+        done = run(argv, env=_env(prefix), timeout=spec.timeout, cwd=cwd, stdin=given)
         ok = done.returncode == 0 and not done.timed_out
         if ok and label.startswith("load "):
             results.append(_graded_load(label, done.stdout))

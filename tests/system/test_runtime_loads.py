@@ -166,6 +166,24 @@ def test_a_run_time_load_probe_fails_where_the_objects_search_path_holds_nothing
     assert "libcudafix_absent.so.1" in result.error
 
 
+def test_a_run_time_load_probe_of_many_loads_is_not_cut_by_the_argument_limit(
+    tmp_path: Path,
+) -> None:
+    """A venv with thousands of run-time loads (flashinfer's and sglang's Python sources):
+    their list, 300 KB here, is more than one argument may hold (128 KiB); the probe reads
+    it whole and loads every one."""
+    here = tmp_path / "lib"
+    here.mkdir()
+    many = tuple(
+        (f"libm.so.6 by site/{'pkg/' * 12}module_{i}.py", "libm.so.6", (str(here),))
+        for i in range(3000)
+    )
+    (result,) = run_probes(
+        Path(sys.prefix), Path(sys.executable), ProbeSpec(run_time=many), tmp_path
+    )
+    assert result.ok, result.error
+
+
 def test_two_frameworks_sharing_cudnn_are_not_told_to_remove_what_one_requires(
     scenario: ScenarioFactory,
 ) -> None:
