@@ -323,23 +323,55 @@ _SIDE_FILES = ("", "-wal", "-shm", "-journal")
 
 
 def _remove_untrusted(path: Path) -> None:
-    """Remove the index (and its log) unless each is a regular file this user owns.
+    """Remove the index (and its log) unless each is a regular file this user owns, and
+    give this environment a copy of its own where one is shared.
 
     SQLite opens what a name points to: a symlink planted there could lead it anywhere, and
-    another user's file (or log) is never read. Raises OSError where it cannot remove one.
+    another user's file (or log) is never read. SQLite also writes in place, so an index
+    with other hard links (a ``cp -al`` copy of the environment shares it with the original)
+    would write the other environment's index too: it is copied first (its shared log
+    dropped: the index is only a speed-up). Raises OSError where it cannot remove one.
     """
     with open_dir(path.parent) as dfd:
         for suffix in _SIDE_FILES:
+            name = path.name + suffix
             try:
-                st = os.stat(path.name + suffix, dir_fd=dfd, follow_symlinks=False)
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                 if suffix:
-                    os.unlink(path.name + suffix, dir_fd=dfd)
+                    os.unlink(name, dir_fd=dfd)
                 else:
                     _remove(path)
                     return
+            elif st.st_nlink > 1:
+                if suffix:
+                    os.unlink(name, dir_fd=dfd)
+                else:
+                    _unshare(name, dfd)
+
+
+def _unshare(name: str, dfd: int) -> None:
+    """Replace the file ``name`` (in the directory open as ``dfd``) by a copy of its bytes,
+    so writing it writes no other hard link's file."""
+    copy = f"{name}.unshared-{os.getpid()}"
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    src = os.open(name, flags, dir_fd=dfd)
+    try:
+        dst = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            while chunk := os.read(src, 1 << 20):
+                os.write(dst, chunk)
+        finally:
+            os.close(dst)
+        os.replace(copy, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(copy, dir_fd=dfd)
+        raise
+    finally:
+        os.close(src)
 
 
 def _remove(path: Path) -> None:
