@@ -10,9 +10,10 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cudafix.model.commands import shell_join, uv_list_argv
+from cudafix.model.commands import cudafix_line, shell_join, uv_list_argv, venv_flags
 from cudafix.model.errors import CudafixError, PlanRefused
 from cudafix.model.names import cuda_major, site_relative
 
@@ -128,6 +129,22 @@ def warning_text(warning: R.PlanWarning, target: Target) -> str:
                 f"{warning.major}) into an environment of CUDA "
                 f"{', '.join(map(str, warning.present))} distributions"
             )
+        case "requirements-set-aside":
+            return _set_aside(warning, target)
+
+
+def _set_aside(warning: R.RequirementsSetAside, target: Target) -> str:
+    """The unmet requirements a repair leaves out, why, and the dry run that shows them."""
+    shown = "; ".join(reason_text(r, target) for r in warning.shown)
+    more = warning.reasons - len(warning.shown)
+    see = cudafix_line(
+        "install", *warning.specs, "--dry-run", target=venv_flags(Path(target.prefix))
+    )
+    return (
+        f"{len(warning.specs)} unmet requirement(s) left out of the repair: installing them "
+        f"is refused ({shown}{f'; and {more} more' if more > 0 else ''}); the rest repairs "
+        f"what is broken. To see that plan: {see}"
+    )
 
 
 def reinstall_text(why: R.ReinstallWhy, sites: Sequence[str]) -> str:

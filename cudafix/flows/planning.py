@@ -9,7 +9,7 @@ stale. Nothing here changes the environment.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,9 @@ from cudafix.gather import with_hashes, with_staging
 from cudafix.model.args import FactArgs, InstallArgs, RemoveArgs, TargetArgs
 from cudafix.model.commands import cudafix_argv, venv_flags
 from cudafix.model.errors import CudafixError, InputError
-from cudafix.model.names import BackendName
+from cudafix.model.names import BackendName, DistName
 from cudafix.model.plan import PLAN_SCHEMA_VERSION, Alternative, Options, Plan
-from cudafix.model.reasons import InstallToday
+from cudafix.model.reasons import InstallToday, ReinstallWhy, RequirementsSetAside
 from cudafix.model.sources import Sources, link_path
 from cudafix.model.transaction import OnEvent, RunEvent, quiet
 from cudafix.plan.admit import input_problems
@@ -155,10 +155,43 @@ def plan_repair(
         m.spec for m in jointly(facts, missing_requirements(inv.distributions, facts.marker_env))
     }
     returning = returning_installs(facts)
-    ranged = without_returning(dict.fromkeys(missing | set(runtime_installs(facts))), returning)
+    needed = without_returning(dict.fromkeys(runtime_installs(facts)), returning)
+    ranged = without_returning(dict.fromkeys(missing | set(needed)), returning)
     specs = tuple(sorted({*ranged, *returning}))
     if not wanted and not specs:
         return None
+    plan = _repair_plan(facts, wanted, specs, sources, backend, on_event)
+    # requirements unmet before the break (extras installed --no-deps): a plan refused for
+    # what installing them brings repairs what is broken without them, and says so
+    fixing = tuple(sorted({*needed, *returning}))
+    if plan.verdict == "pass" or not wanted or fixing == specs:
+        return plan
+    on_event(RunEvent("progress", "  refused with the unmet requirements: planning without them"))
+    alone = _repair_plan(facts, wanted, fixing, sources, backend, on_event)
+    if alone.verdict != "pass":
+        return plan
+    aside = RequirementsSetAside(
+        subject="repair",
+        specs=[s for s in specs if s not in fixing],
+        reasons=len(plan.reasons),
+        shown=plan.reasons[:SHOWN_REASONS],
+    )
+    return alone.model_copy(update={"warnings": [*alone.warnings, aside]})
+
+
+SHOWN_REASONS = 3
+"""Reasons a repair's left-out requirements would be refused for, kept to be shown."""
+
+
+def _repair_plan(
+    facts: Facts,
+    wanted: Mapping[DistName, ReinstallWhy],
+    specs: tuple[str, ...],
+    sources: Sources,
+    backend: BackendName,
+    on_event: OnEvent,
+) -> Plan:
+    """The repair that reinstalls ``wanted`` and installs ``specs`` (resolved by uv)."""
     if specs:
         on_event(RunEvent("progress", f"  asking uv what installing {' '.join(specs)} takes"))
     installs = _pins(facts, specs, sources)

@@ -16,7 +16,7 @@ from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.model.reasons import AlternativeDoes, PlanWarning, Reason, ReinstallWhy
 from cudafix.model.sources import Sources
 
-PLAN_SCHEMA_VERSION = 2
+PLAN_SCHEMA_VERSION = 3
 """2: ``reasons``, ``warnings``, each reinstall's ``reason`` and each alternative's ``summary``
 are typed records (:mod:`cudafix.model.reasons`), not text."""
 

@@ -207,8 +207,25 @@ class MixedMajors(_Said):
     present: list[int]
 
 
+class RequirementsSetAside(_Said):
+    """A repair that leaves out the installs of unmet requirements (``specs``): with them,
+    its plan was refused (``reasons``, the first ``shown`` of them kept here); without, it
+    repairs what is broken."""
+
+    kind: Literal["requirements-set-aside"] = "requirements-set-aside"
+    specs: list[str]
+    reasons: int
+    shown: list[Reason]
+
+
 PlanWarning = Annotated[
-    ProviderSwitched | EntriesStripped | KeptForeign | Unfetched | SameBytes | MixedMajors,
+    ProviderSwitched
+    | EntriesStripped
+    | KeptForeign
+    | Unfetched
+    | SameBytes
+    | MixedMajors
+    | RequirementsSetAside,
     Field(discriminator="kind"),
 ]
 """Worth knowing, never a refusal."""

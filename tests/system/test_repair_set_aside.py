@@ -1,0 +1,57 @@
+"""A repair whose installs of unmet requirements would be refused repairs what is broken
+without them, and says which it left out and the dry run that shows why.
+
+``app`` requires ``helper`` (never installed: it was installed ``--no-deps``), and its own
+``app/data.txt`` was deleted by hand. The only ``helper`` wheel would overwrite ``base``'s
+file: installing it is refused. The repair reinstalls ``app`` alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import as_json, cudafix
+from tests.support.venvs import install, new_venv, site_dir
+from tests.support.wheels import make_wheel
+
+pytestmark = pytest.mark.slow
+
+
+def _broken(tmp: Path) -> tuple[Path, Path]:
+    wheels = tmp / "wheels"
+    make_wheel(wheels, "base", "1.0", {"base/__init__.py": b"B = 1\n"})
+    make_wheel(wheels, "app", "1.0", {"app/__init__.py": b"", "app/data.txt": b"app\n"},
+               requires=["helper>=1"])  # fmt: skip
+    make_wheel(wheels, "helper", "1.0", {"helper.py": b"", "base/__init__.py": b"B = 2\n"})
+    prefix = new_venv(tmp / "venv")
+    install(prefix, wheels, "base==1.0", deps=False)
+    install(prefix, wheels, "app==1.0", deps=False)
+    (site_dir(prefix) / "app" / "data.txt").unlink()
+    return prefix, wheels
+
+
+def test_repair_leaves_out_requirements_whose_install_is_refused(tmp_path: Path) -> None:
+    prefix, wheels = _broken(tmp_path)
+    source = ("--venv", prefix, "--offline", "--find-links", wheels)
+    alone = cudafix("install", "helper==1.0", "--dry-run", *source)
+    assert alone.returncode == 3, alone.stdout + alone.stderr  # helper overwrites base's file
+
+    plan = as_json(cudafix("repair", "--dry-run", "--json", *source))
+    assert plan["verdict"] == "pass"
+    assert [r["name"] for r in plan["reinstall"]] == ["app"] and plan["install"] == []
+    (aside,) = [w for w in plan["warnings"] if w["kind"] == "requirements-set-aside"]
+    assert aside["specs"] == ["helper>=1"] and aside["reasons"] >= 1 and aside["shown"]
+
+    said = cudafix("repair", "--dry-run", *source)
+    assert said.returncode == 0, said.stdout + said.stderr
+    line = next(ln for ln in said.stdout.splitlines() if "left out of the repair" in ln)
+    assert f"cudafix install 'helper>=1' --dry-run --venv {prefix}" in line
+
+    done = cudafix("repair", "--yes", *source)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (site_dir(prefix) / "app" / "data.txt").read_bytes() == b"app\n"
+    assert (site_dir(prefix) / "base" / "__init__.py").read_bytes() == b"B = 1\n"
+    after = as_json(cudafix("doctor", "--json", "--venv", prefix))
+    assert [f["kind"] for f in after["findings"] if f["severity"] == "error"] == ["requirement"]
