@@ -113,6 +113,48 @@ def render_plan(
     return "\n".join([*_plan_sections(plan, style), "", *verdict])
 
 
+def _lost_groups(plan: Plan, style: Style) -> list[str]:
+    """One entry per library lost, its file and what takes it, naming the objects that
+    need or load it (the first few, and how many more): a torch build's thirty objects
+    losing one library is one entry, not thirty."""
+    groups: dict[tuple[str, str, tuple[str, ...], str | None, tuple[str, ...]], list[str]] = {}
+    for lost in plan.lost:
+        key = (
+            lost.need, lost.resolved_before, tuple(lost.lost_file_owners),
+            lost.run_time_load, tuple(lost.searched),
+        )  # fmt: skip
+        who = f"{_site(plan, lost.consumer)} ({lost.consumer_distribution or 'no distribution'})"
+        groups.setdefault(key, []).append(who)
+    out = []
+    for (need, before, owners, run_time, searched), consumers in groups.items():
+        named = ", ".join(consumers[:_CONSUMERS_SHOWN])
+        if len(consumers) > _CONSUMERS_SHOWN:
+            named += f" and {len(consumers) - _CONSUMERS_SHOWN} more"
+        out.append(
+            style(f"x {_site(plan, need)}", fg="red", bold=True)
+            + (" loaded at run time by" if run_time else " needed by")
+            + f" {named}"
+            + (f" for {run_time}" if run_time else "")
+            + "\n"
+            f"    resolves today to {_site(plan, before)}\n"
+            f"    which goes: claimed by {' and '.join(owners) or 'no distribution'}"
+            + (" (all removed or deleted with the shared path)" if owners else "")
+            + "\n    nothing else on its search path provides it"
+            + (
+                f" (searched {', '.join(_site(plan, d) for d in searched[:4])}"
+                + (", ..." if len(searched) > 4 else "")
+                + ")"
+                if searched
+                else ""
+            )
+        )
+    return out
+
+
+_CONSUMERS_SHOWN = 3
+"""Objects named per lost library; the rest are counted (``--json`` lists every one)."""
+
+
 def _plan_sections(plan: Plan, style: Style) -> list[str]:
     out: list[str] = [f"Environment: {plan.target.prefix}"]
     out += _section(
@@ -133,29 +175,7 @@ def _plan_sections(plan: Plan, style: Style) -> list[str]:
     out += _section(
         "Shared paths (claimed by a removed and a remaining distribution)", _shared_groups(plan)
     )
-    out += _section(
-        "Sonames lost",
-        [
-            style(f"x {_site(plan, lost.need)}", fg="red", bold=True)
-            + (" loaded at run time by" if lost.run_time_load else " needed by")
-            + f" {_site(plan, lost.consumer)}"
-            + f" ({lost.consumer_distribution or 'no distribution'})"
-            + (f" for {lost.run_time_load}" if lost.run_time_load else "")
-            + "\n"
-            f"    resolves today to {_site(plan, lost.resolved_before)}\n"
-            f"    which goes: claimed by {' and '.join(lost.lost_file_owners) or 'no distribution'}"
-            + (" (all removed or deleted with the shared path)" if lost.lost_file_owners else "")
-            + "\n    nothing else on its search path provides it"
-            + (
-                f" (searched {', '.join(_site(plan, d) for d in lost.searched[:4])}"
-                + (", ..." if len(lost.searched) > 4 else "")
-                + ")"
-                if lost.searched
-                else ""
-            )
-            for lost in plan.lost
-        ],
-    )
+    out += _section("Sonames lost", _lost_groups(plan, style))
     out += _section(
         "Provider switches",
         [

@@ -6,6 +6,8 @@ Everything else compares the typed records; these check that each kind reads as 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cudafix.cli.wording import alternative_text, reinstall_text, warning_text
 from cudafix.model import plan as P
 from cudafix.model import reasons as R
@@ -104,3 +106,34 @@ def test_a_kept_path_whose_bytes_a_remaining_owner_ships_too_is_no_warning() -> 
         [],
     )
     assert said == [R.KeptForeign(subject=cu12, paths=[LIB, f"{LIB}.1"], owners=[cu13])]
+
+
+def test_a_library_many_objects_lose_is_one_entry(tmp_path: Path) -> None:
+    """A build's dozen objects losing one library read as one entry naming three of them
+    and counting the rest; another library stays its own entry."""
+    from cudafix.cli.render import render_plan
+    from tests.support.tx import make_plan
+
+    (tmp_path / "lib/python3.11/site-packages").mkdir(parents=True)
+    plan = make_plan(tmp_path, tmp_path, remove=[("nvidia-x-cu12", "1.0")], verdict="refused")
+    site = plan.target.site_packages[0]
+
+    def lost(consumer: str, need: str) -> P.LostNeed:
+        return P.LostNeed(
+            consumer=f"{site}/torch/lib/{consumer}",
+            consumer_distribution="torch",
+            need=need,
+            resolved_before=f"{site}/nvidia/x/lib/{need}",
+            lost_file_owners=["nvidia-x-cu12"],
+            searched=[f"{site}/torch/lib"],
+        )
+
+    many = [lost(f"lib{i:02}.so", "libx.so.1") for i in range(12)]
+    plan = plan.model_copy(update={"lost": [*many, lost("lib00.so", "liby.so.1")]})
+    text = render_plan(plan)
+    entries = [ln for ln in text.splitlines() if ln.startswith("  x ")]
+    assert entries == [
+        "  x libx.so.1 needed by torch/lib/lib00.so (torch), torch/lib/lib01.so (torch), "
+        "torch/lib/lib02.so (torch) and 9 more",
+        "  x liby.so.1 needed by torch/lib/lib00.so (torch)",
+    ]
