@@ -246,7 +246,9 @@ def judge_doctor(run: Run, what: str, label: str, venv: Path, extras: Sequence[s
         f
         for f in problems
         if f["kind"] == "requirement"
-        and f["message"].startswith(tuple(f"{e} requires " for e in extras))
+        and f["message"].startswith(
+            (*(f"{e} requires " for e in extras), *(f"{e}[" for e in extras))
+        )  # its own requirements, base or an extra's (``flashinfer-python[cu13] requires``)
     ]
     left = [f for f in problems if f not in aside]
     detail = f"exit {done.returncode}; {len(left)} problem(s)"
