@@ -7,11 +7,11 @@ The value and the queries over it. :mod:`cudafix.env.reading` builds it once, up
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from cudafix.env.memo.treecache import (
     FileStat as FileStat,  # re-exported: the inventory's files are these
@@ -31,6 +31,69 @@ class RecordEntry(NamedTuple):
     sha256: str | None
     """urlsafe-base64, unpadded, as RECORD writes it."""
     size: int | None
+
+
+class RecordFiles(Sequence[RecordEntry]):
+    """A distribution's RECORD entries kept as columns, made into :class:`RecordEntry` values
+    only while they are looked at.
+
+    A RECORD may list millions of rows: each row costs its raw path, hash and size here (the
+    very objects the tree cache saves), not a tuple and a path string besides. A path is
+    ``site/raw`` except where ``paths`` (by row number) says otherwise.
+    """
+
+    __slots__ = ("_paths", "_raws", "_shas", "_site", "_sizes")
+
+    def __init__(
+        self,
+        site: str,
+        raws: Sequence[str],
+        shas: Sequence[str | None],
+        sizes: Sequence[int | None],
+        paths: Mapping[int, EnvPath],
+    ) -> None:
+        self._site = site + "/"
+        self._raws = raws
+        self._shas = shas
+        self._sizes = sizes
+        self._paths = paths
+
+    def __len__(self) -> int:
+        return len(self._raws)
+
+    @overload
+    def __getitem__(self, i: int) -> RecordEntry: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[RecordEntry, ...]: ...
+    def __getitem__(self, i: int | slice) -> RecordEntry | tuple[RecordEntry, ...]:
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        if i < 0:
+            i += len(self._raws)
+        raw = self._raws[i]
+        path = self._paths.get(i) or EnvPath(self._site + raw)
+        return RecordEntry(path, raw, self._shas[i], self._sizes[i])
+
+    def __iter__(self) -> Iterator[RecordEntry]:
+        site, paths, make = self._site, self._paths, RecordEntry
+        rows = zip(self._raws, self._shas, self._sizes, strict=True)
+        if not paths:  # the common case: one string concatenation per row
+            for raw, sha, size in rows:
+                yield make(site + raw, raw, sha, size)  # type: ignore[arg-type]  # an EnvPath
+            return
+        for i, (raw, sha, size) in enumerate(rows):
+            yield make(paths.get(i) or EnvPath(site + raw), raw, sha, size)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordFiles | tuple):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"RecordFiles({tuple(self)!r})"
 
 
 @dataclass(frozen=True)
@@ -72,7 +135,8 @@ class Distribution:
     installer: str | None
     requires: tuple[str, ...]
     """Requires-Dist values, verbatim."""
-    files: tuple[RecordEntry, ...]
+    files: Sequence[RecordEntry]
+    """RECORD's entries in RECORD's order (:class:`RecordFiles` when read from disk)."""
     top_level: tuple[str, ...]
     """Importable top-level names (top_level.txt, or derived from RECORD)."""
 
