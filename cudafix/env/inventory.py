@@ -204,14 +204,18 @@ class Inventory:
         Safe RECORD paths, whatever else sits in the dist-info directory, and the
         ``__pycache__`` bytecode of RECORD'ed ``.py`` files (pip and uv remove those too).
         """
+        return tuple(sorted(set(self.iter_distribution_paths(name))))
+
+    def iter_distribution_paths(self, name: DistName) -> Iterator[EnvPath]:
+        """:meth:`distribution_paths` one at a time, unsorted, some more than once: for a
+        caller that keeps only some of them (those on disk)."""
         dist = self.distributions[name]
-        paths = {e.path for e in dist.files}
+        yield from (e.path for e in dist.files)
         info_prefix = dist.dist_info + "/"
-        paths.update(p for p in self.files if p.startswith(info_prefix))
+        yield from (p for p in self.files if p.startswith(info_prefix))
         for e in dist.files:
             if e.path.endswith(".py"):
-                paths.update(self._pyc_index.get(e.path, ()))
-        return tuple(sorted(paths))
+                yield from self._pyc_index.get(e.path, ())
 
     @cached_property
     def _pyc_index(self) -> Mapping[str, tuple[EnvPath, ...]]:
