@@ -37,29 +37,30 @@ class RecordFiles(Sequence[RecordEntry]):
     """A distribution's RECORD entries kept as columns, made into :class:`RecordEntry` values
     only while they are looked at.
 
-    A RECORD may list millions of rows: each row costs its raw path, hash and size here (the
-    very objects the tree cache saves), not a tuple and a path string besides. A path is
-    ``site/raw`` except where ``paths`` (by row number) says otherwise.
+    A RECORD may list millions of rows: each row costs its path, hash and size here (the
+    very objects the tree cache saves, and the path the ownership index is keyed by), not
+    a tuple and a second string besides. A row's raw path is its path less ``site/``, except
+    where ``raws`` (by row number) says otherwise (``../../../bin/tool``).
     """
 
-    __slots__ = ("_paths", "_raws", "_shas", "_site", "_sizes")
+    __slots__ = ("_cut", "_paths", "_raws", "_shas", "_sizes")
 
     def __init__(
         self,
         site: str,
-        raws: Sequence[str],
+        paths: Sequence[EnvPath],
         shas: Sequence[str | None],
         sizes: Sequence[int | None],
-        paths: Mapping[int, EnvPath],
+        raws: Mapping[int, str],
     ) -> None:
-        self._site = site + "/"
-        self._raws = raws
+        self._cut = len(site) + 1
+        self._paths = paths
         self._shas = shas
         self._sizes = sizes
-        self._paths = paths
+        self._raws = raws
 
     def __len__(self) -> int:
-        return len(self._raws)
+        return len(self._paths)
 
     @overload
     def __getitem__(self, i: int) -> RecordEntry: ...
@@ -69,20 +70,25 @@ class RecordFiles(Sequence[RecordEntry]):
         if isinstance(i, slice):
             return tuple(self)[i]
         if i < 0:
-            i += len(self._raws)
-        raw = self._raws[i]
-        path = self._paths.get(i) or EnvPath(self._site + raw)
+            i += len(self._paths)
+        path = self._paths[i]
+        raw = self._raws.get(i) or path[self._cut :]
         return RecordEntry(path, raw, self._shas[i], self._sizes[i])
 
     def __iter__(self) -> Iterator[RecordEntry]:
-        site, paths, make = self._site, self._paths, RecordEntry
-        rows = zip(self._raws, self._shas, self._sizes, strict=True)
-        if not paths:  # the common case: one string concatenation per row
-            for raw, sha, size in rows:
-                yield make(site + raw, raw, sha, size)  # type: ignore[arg-type]  # an EnvPath
+        cut, raws, make = self._cut, self._raws, RecordEntry
+        rows = zip(self._paths, self._shas, self._sizes, strict=True)
+        if not raws:  # the common case: one slice per row
+            for path, sha, size in rows:
+                yield make(path, path[cut:], sha, size)
             return
-        for i, (raw, sha, size) in enumerate(rows):
-            yield make(paths.get(i) or EnvPath(site + raw), raw, sha, size)
+        for i, (path, sha, size) in enumerate(rows):
+            yield make(path, raws.get(i) or path[cut:], sha, size)
+
+    @property
+    def paths(self) -> Sequence[EnvPath]:
+        """Every row's path, in RECORD's order (no entry made)."""
+        return self._paths
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RecordFiles | tuple):

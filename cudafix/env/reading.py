@@ -306,20 +306,22 @@ def _parse_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard) 
 def _read_entries(
     site: EnvPath, text: str, guard: SymlinkGuard, *, derive: bool
 ) -> tuple[list[Any], list[list[str]], set[str], Sequence[RecordProblem], str | None]:
-    """RECORD's entries as ``[raws, sha256s, sizes, [[row, path], ...]]`` (the path of a row
-    not at ``site/raw``), the ``[raw, reason]`` of the rows refused, the importable names
-    of every row (when ``derive``), the problems and why it cannot be read exactly.
+    """RECORD's entries as ``[paths, sha256s, sizes, [[row, raw], ...]]`` (the raw path of a
+    row whose path is not ``site/raw``), the ``[raw, reason]`` of the rows refused, the
+    importable names of every row (when ``derive``), the problems and why it cannot be read
+    exactly.
 
-    Read one row at a time (:func:`scan_record`): a row costs its raw path, hash and size,
-    never an entry object, so memory grows by little more than the RECORD's own size.
+    Read one row at a time (:func:`scan_record`): a row costs its path, hash and size, never
+    an entry object, so memory grows by little more than the RECORD's own size.
     """
-    raws: list[str] = []
+    paths: list[EnvPath] = []
     shas: list[str | None] = []
     sizes: list[int | None] = []
     moved: list[list[Any]] = []
     unsafe: list[list[str]] = []
     tops: set[str] = set()
     base = f"{site}/"
+    cut = len(base)
 
     def entry(raw: str, sha256: str | None, size: int | None) -> None:
         if derive and (top := _top_name(raw)) is not None:
@@ -330,16 +332,17 @@ def _read_entries(
         elif guard.escapes(resolved):
             unsafe.append([raw, "through a symlink out of the environment"])
         else:
-            if resolved != base + raw:
-                moved.append([len(raws), resolved])
-            raws.append(raw)
+            exact = len(resolved) == cut + len(raw) and resolved.startswith(base)
+            if not (exact and resolved.endswith(raw)):  # not site/raw: keep raw as written
+                moved.append([len(paths), raw])
+            paths.append(resolved)
             shas.append(sha256)
             sizes.append(size)
 
     problems, unreadable = scan_record(text, entry)
     if unreadable is not None:
         return [[], [], [], []], [], set(), (), unreadable
-    return [raws, shas, sizes, moved], unsafe, tops, problems, None
+    return [paths, shas, sizes, moved], unsafe, tops, problems, None
 
 
 def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
@@ -357,8 +360,8 @@ def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
         read.unreadable.append(UnreadableRecord(name, EnvPath(f"{info}/RECORD"), unreadable))
     read.unsafe.extend(UnsafeEntry(name, raw, reason) for raw, reason in unsafe)
     read.issues.extend(RecordIssue(name, line, row, reason) for line, row, reason in issues)
-    raws, shas, sizes, moved = dist[6]
-    paths = {int(i): EnvPath(p) for i, p in moved}
+    paths, shas, sizes, moved = dist[6]
+    raws = {int(i): str(raw) for i, raw in moved}
     read.distributions[name] = Distribution(
         name=name,
         version=dist[1],
@@ -366,7 +369,7 @@ def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
         site_packages=site,
         installer=dist[4],
         requires=tuple(dist[5]),
-        files=RecordFiles(site, raws, shas, sizes, paths),
+        files=RecordFiles(site, paths, shas, sizes, raws),
         top_level=tuple(dist[7]),
     )
 

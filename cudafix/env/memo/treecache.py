@@ -35,8 +35,8 @@ VERSION = 7
 """4: no ctime per file (a hard link or copy moves it, and nothing decides on it);
 5: RECORDs read as uv reads them (no field limit, BOM, strict quoting);
 6: every file but bytecode watched (a cache of 5 left ``.py`` files unwatched);
-7: a dist-info's RECORD entries kept as columns (raw paths, hashes, sizes), not one list
-per row."""
+7: a dist-info's RECORD entries kept as columns (paths, hashes, sizes), not one list per
+row."""
 RACY_NS = 2_000_000_000
 """Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")
