@@ -7,9 +7,10 @@ The value and the queries over it. :mod:`cudafix.env.reading` builds it once, up
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
+from itertools import repeat
 from pathlib import Path
 from typing import NamedTuple, overload
 
@@ -33,9 +34,23 @@ class RecordEntry(NamedTuple):
     size: int | None
 
 
+_entry: Callable[[tuple[EnvPath, str, str | None, int | None]], RecordEntry] = partial(
+    tuple.__new__, RecordEntry
+)
+"""A RecordEntry of its four fields as one tuple (``RecordEntry._make``, without a call in
+Python)."""
+
+
+KEPT_ROWS = 16_384
+"""A RECORD of at most this many rows keeps its entries once made: the passes a reading
+makes over them cost more than they take (torch's RECORD has about 15,000 rows); a longer
+one makes them on each pass, so that memory stays a few hundred bytes a row."""
+
+
 class RecordFiles(Sequence[RecordEntry]):
     """A distribution's RECORD entries kept as columns, made into :class:`RecordEntry` values
-    only while they are looked at.
+    when they are looked at (and kept then only for a RECORD of :data:`KEPT_ROWS` rows or
+    fewer).
 
     A RECORD may list millions of rows: each row costs its path, hash and size here (the
     very objects the tree cache saves, and the path the ownership index is keyed by), not
@@ -43,7 +58,7 @@ class RecordFiles(Sequence[RecordEntry]):
     where ``raws`` (by row number) says otherwise (``../../../bin/tool``).
     """
 
-    __slots__ = ("_cut", "_paths", "_raws", "_shas", "_sizes")
+    __slots__ = ("_cut", "_made", "_paths", "_raws", "_shas", "_sizes")
 
     def __init__(
         self,
@@ -58,6 +73,7 @@ class RecordFiles(Sequence[RecordEntry]):
         self._shas = shas
         self._sizes = sizes
         self._raws = raws
+        self._made: tuple[RecordEntry, ...] | None = None
 
     def __len__(self) -> int:
         return len(self._paths)
@@ -76,14 +92,24 @@ class RecordFiles(Sequence[RecordEntry]):
         return RecordEntry(path, raw, self._shas[i], self._sizes[i])
 
     def __iter__(self) -> Iterator[RecordEntry]:
-        cut, raws, make = self._cut, self._raws, RecordEntry
+        if self._made is not None:
+            return iter(self._made)
+        paths, raws = self._paths, self._raws
+        if raws:
+            made = self._iter_moved()
+        else:  # the common case, made in C: the raw path is the path less site/
+            raw = map(str.__getitem__, paths, repeat(slice(self._cut, None)))
+            made = map(_entry, zip(paths, raw, self._shas, self._sizes, strict=True))
+        if len(paths) > KEPT_ROWS:
+            return made
+        self._made = tuple(made)
+        return iter(self._made)
+
+    def _iter_moved(self) -> Iterator[RecordEntry]:
+        cut, raws = self._cut, self._raws
         rows = zip(self._paths, self._shas, self._sizes, strict=True)
-        if not raws:  # the common case: one slice per row
-            for path, sha, size in rows:
-                yield make(path, path[cut:], sha, size)
-            return
         for i, (path, sha, size) in enumerate(rows):
-            yield make(path, raws.get(i) or path[cut:], sha, size)
+            yield RecordEntry(path, raws.get(i) or path[cut:], sha, size)
 
     @property
     def paths(self) -> Sequence[EnvPath]:
