@@ -111,11 +111,6 @@ class RecordFiles(Sequence[RecordEntry]):
         for i, (path, sha, size) in enumerate(rows):
             yield RecordEntry(path, raws.get(i) or path[cut:], sha, size)
 
-    @property
-    def paths(self) -> Sequence[EnvPath]:
-        """Every row's path, in RECORD's order (no entry made)."""
-        return self._paths
-
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RecordFiles | tuple):
             return tuple(self) == tuple(other)
