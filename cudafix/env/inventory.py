@@ -7,11 +7,12 @@ The value and the queries over it. :mod:`cudafix.env.reading` builds it once, up
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
+from itertools import repeat
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from cudafix.env.memo.treecache import (
     FileStat as FileStat,  # re-exported: the inventory's files are these
@@ -31,6 +32,95 @@ class RecordEntry(NamedTuple):
     sha256: str | None
     """urlsafe-base64, unpadded, as RECORD writes it."""
     size: int | None
+
+
+_entry: Callable[[tuple[EnvPath, str, str | None, int | None]], RecordEntry] = partial(
+    tuple.__new__, RecordEntry
+)
+"""A RecordEntry of its four fields as one tuple (``RecordEntry._make``, without a call in
+Python)."""
+
+
+KEPT_ROWS = 16_384
+"""A RECORD of at most this many rows keeps its entries once made: the passes a reading
+makes over them cost more than they take (torch's RECORD has about 15,000 rows); a longer
+one makes them on each pass, so that memory stays a few hundred bytes a row."""
+
+
+class RecordFiles(Sequence[RecordEntry]):
+    """A distribution's RECORD entries kept as columns, made into :class:`RecordEntry` values
+    when they are looked at (and kept then only for a RECORD of :data:`KEPT_ROWS` rows or
+    fewer).
+
+    A RECORD may list millions of rows: each row costs its path, hash and size here (the
+    very objects the tree cache saves, and the path the ownership index is keyed by), not
+    a tuple and a second string besides. A row's raw path is its path less ``site/``, except
+    where ``raws`` (by row number) says otherwise (``../../../bin/tool``).
+    """
+
+    __slots__ = ("_cut", "_made", "_paths", "_raws", "_shas", "_sizes")
+
+    def __init__(
+        self,
+        site: str,
+        paths: Sequence[EnvPath],
+        shas: Sequence[str | None],
+        sizes: Sequence[int | None],
+        raws: Mapping[int, str],
+    ) -> None:
+        self._cut = len(site) + 1
+        self._paths = paths
+        self._shas = shas
+        self._sizes = sizes
+        self._raws = raws
+        self._made: tuple[RecordEntry, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    @overload
+    def __getitem__(self, i: int) -> RecordEntry: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[RecordEntry, ...]: ...
+    def __getitem__(self, i: int | slice) -> RecordEntry | tuple[RecordEntry, ...]:
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        if i < 0:
+            i += len(self._paths)
+        path = self._paths[i]
+        raw = self._raws.get(i) or path[self._cut :]
+        return RecordEntry(path, raw, self._shas[i], self._sizes[i])
+
+    def __iter__(self) -> Iterator[RecordEntry]:
+        if self._made is not None:
+            return iter(self._made)
+        paths, raws = self._paths, self._raws
+        if raws:
+            made = self._iter_moved()
+        else:  # the common case, made in C: the raw path is the path less site/
+            raw = map(str.__getitem__, paths, repeat(slice(self._cut, None)))
+            made = map(_entry, zip(paths, raw, self._shas, self._sizes, strict=True))
+        if len(paths) > KEPT_ROWS:
+            return made
+        self._made = tuple(made)
+        return iter(self._made)
+
+    def _iter_moved(self) -> Iterator[RecordEntry]:
+        cut, raws = self._cut, self._raws
+        rows = zip(self._paths, self._shas, self._sizes, strict=True)
+        for i, (path, sha, size) in enumerate(rows):
+            yield RecordEntry(path, raws.get(i) or path[cut:], sha, size)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordFiles | tuple):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"RecordFiles({tuple(self)!r})"
 
 
 @dataclass(frozen=True)
@@ -72,7 +162,8 @@ class Distribution:
     installer: str | None
     requires: tuple[str, ...]
     """Requires-Dist values, verbatim."""
-    files: tuple[RecordEntry, ...]
+    files: Sequence[RecordEntry]
+    """RECORD's entries in RECORD's order (:class:`RecordFiles` when read from disk)."""
     top_level: tuple[str, ...]
     """Importable top-level names (top_level.txt, or derived from RECORD)."""
 
@@ -140,14 +231,18 @@ class Inventory:
         Safe RECORD paths, whatever else sits in the dist-info directory, and the
         ``__pycache__`` bytecode of RECORD'ed ``.py`` files (pip and uv remove those too).
         """
+        return tuple(sorted(set(self.iter_distribution_paths(name))))
+
+    def iter_distribution_paths(self, name: DistName) -> Iterator[EnvPath]:
+        """:meth:`distribution_paths` one at a time, unsorted, some more than once: for a
+        caller that keeps only some of them (those on disk)."""
         dist = self.distributions[name]
-        paths = {e.path for e in dist.files}
+        yield from (e.path for e in dist.files)
         info_prefix = dist.dist_info + "/"
-        paths.update(p for p in self.files if p.startswith(info_prefix))
+        yield from (p for p in self.files if p.startswith(info_prefix))
         for e in dist.files:
             if e.path.endswith(".py"):
-                paths.update(self._pyc_index.get(e.path, ()))
-        return tuple(sorted(paths))
+                yield from self._pyc_index.get(e.path, ())
 
     @cached_property
     def _pyc_index(self) -> Mapping[str, tuple[EnvPath, ...]]:

@@ -6,13 +6,10 @@ only where a size agrees, so unshared gigabytes are never read.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import CoOwnedPath, Distribution, Inventory, RecordEntry, is_bytecode
-from cudafix.env.memo.treecache import FileStat
 from cudafix.model.names import DistName, EnvPath
 
 Hasher = Callable[[EnvPath], "str | None"]
@@ -63,36 +60,25 @@ def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, .
                 index[e.path] = alone
             elif name not in have:  # rare: only shared paths sort their owners
                 index[e.path] = tuple(sorted((*have, name)))
-    return dict(sorted(index.items()))
+    return {path: index[path] for path in sorted(index)}  # keys sorted, no (key, value) pairs
 
 
 def _missing(
-    prefix: Path,
-    dists: Iterable[Distribution],
-    files: Mapping[EnvPath, FileStat],
-    absent: Collection[EnvPath] = frozenset(),
+    owners: Mapping[EnvPath, tuple[DistName, ...]], absent: Iterable[EnvPath]
 ) -> dict[DistName, tuple[EnvPath, ...]]:
-    """RECORD paths absent from disk (``absent``: found so already; ``lexists`` settles the
-    other paths the walk could not see).
+    """RECORD paths absent from disk (``absent``, in path order), by distribution
+    (``owners``: the ownership index). Each path's string is the index's own, not one more
+    per distribution.
 
     Bytecode is derived data, not missing files: pip lists the ``.pyc`` it compiled, uv's
     uninstall of a co-owner deletes them, and Python writes them again on import.
     """
-    out: dict[DistName, tuple[EnvPath, ...]] = {}
-    base = f"{prefix}/"  # str, not Path: this runs once per RECORD row the walk did not see
-    for dist in dists:
-        gone = sorted(
-            {
-                e.path
-                for e in dist.files
-                if e.path not in files
-                and not is_bytecode(e.path)
-                and (e.path in absent or not os.path.lexists(base + e.path))
-            }
-        )
-        if gone:
-            out[dist.name] = tuple(gone)
-    return out
+    out: dict[DistName, list[EnvPath]] = {}
+    for path in absent:
+        if not is_bytecode(path):
+            for name in owners[path]:
+                out.setdefault(name, []).append(path)
+    return {name: tuple(paths) for name, paths in out.items()}
 
 
 def _shared_paths(inv: Inventory, hasher: Hasher) -> tuple[CoOwnedPath, ...]:

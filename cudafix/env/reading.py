@@ -20,7 +20,7 @@ from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import (
     Distribution,
     Inventory,
-    RecordEntry,
+    RecordFiles,
     RecordIssue,
     Unmanaged,
     UnreadableRecord,
@@ -37,11 +37,10 @@ from cudafix.env.memo.treecache import (
 from cudafix.env.owners import Hasher, _missing, _ownership, _shared_paths
 from cudafix.env.record import (
     NAMES_A_DIRECTORY,
-    ParsedRecord,
-    RawEntry,
+    RecordProblem,
     Refusal,
-    parse_record,
     resolve_record_path,
+    scan_record,
 )
 from cudafix.model.errors import InputError, TargetError
 from cudafix.model.names import (
@@ -122,8 +121,8 @@ def read_inventory(
     tree = cache if cache is not None else TreeCache()
     files = walk_files(prefix, tree)
     read = _read_distributions(prefix, sites, files, tree)
-    absent = _refuse_directory_rows(prefix, read, files)
     owners = _ownership(read.distributions.values())
+    missing = _missing(owners, _refuse_directory_rows(prefix, read, files, owners))
     tree.watch(p for p, o in owners.items() if len(o) > 1)  # a shared path's holder can change
     inv = Inventory(
         prefix=prefix,
@@ -135,7 +134,7 @@ def read_inventory(
         files=files,
         owners=owners,
         shared=(),
-        missing=_missing(prefix, read.distributions.values(), files, absent),
+        missing={n: missing[n] for n in read.distributions if n in missing},
         record_issues=tuple(read.issues),
         unreadable=tuple(read.unreadable),
     )
@@ -205,7 +204,7 @@ def read_distribution(prefix: Path, site: EnvPath, info: EnvPath) -> Distributio
     """One dist-info read exactly as :func:`read_inventory` reads it (None: no RECORD)."""
     read = _Read()
     _add_one(info, _parse_one(prefix, site, info, SymlinkGuard(prefix)), read)
-    _refuse_directory_rows(prefix, read, {})
+    _refuse_directory_rows(prefix, read, {}, _ownership(read.distributions.values()))
     return next(iter(read.distributions.values()), None)
 
 
@@ -231,34 +230,39 @@ def find_dist_info(
 
 
 def _refuse_directory_rows(
-    prefix: Path, read: _Read, files: Mapping[EnvPath, FileStat]
-) -> set[EnvPath]:
+    prefix: Path,
+    read: _Read,
+    files: Mapping[EnvPath, FileStat],
+    owners: dict[EnvPath, tuple[DistName, ...]],
+) -> list[EnvPath]:
     """Move rows naming a directory on disk (``nvidia/cudnn,,``) from the files to the unsafe
-    entries: uv deletes such a row's whole tree. Decided on the disk as it is now, never
-    cached with the dist-info: a file's path may become a directory behind cudafix's back.
-    ``files`` (the walk) settles most rows without a system call. Returns the rows' paths
-    found absent, so :func:`_missing` need not ask the disk about them again."""
-    base = f"{prefix}/"  # str, not Path: this runs once per RECORD row the walk did not see
-    absent: set[EnvPath] = set()
-    for name, dist in read.distributions.items():
-        dirs = [e for e in dist.files if e.path not in files and _is_dir(base, e.path, absent)]
-        if dirs:
-            keep = tuple(e for e in dist.files if e not in dirs)
+    entries, and their paths out of ``owners`` (the ownership index): uv deletes such a row's
+    whole tree. Decided on the disk as it is now, never cached with the dist-info: a file's
+    path may become a directory behind cudafix's back. ``files`` (the walk) settles most
+    paths without a system call. Returns the paths nothing is at (lstat fails), in the
+    index's order and as its own strings: :func:`_missing` needs no other copy of them."""
+    base = f"{prefix}/"  # str, not Path: this runs once per RECORD path the walk did not see
+    absent: list[EnvPath] = []
+    dirs: set[EnvPath] = set()
+    for path in owners:
+        if path in files:
+            continue
+        try:
+            mode = os.lstat(base + path).st_mode
+        except OSError:
+            absent.append(path)
+            continue
+        if stat.S_ISDIR(mode):
+            dirs.add(path)
+    for name, dist in list(read.distributions.items()) if dirs else ():
+        refused = [e for e in dist.files if e.path in dirs]
+        if refused:
+            keep = tuple(e for e in dist.files if e.path not in dirs)
             read.distributions[name] = replace(dist, files=keep)
-            read.unsafe.extend(UnsafeEntry(name, e.raw, NAMES_A_DIRECTORY) for e in dirs)
+            read.unsafe.extend(UnsafeEntry(name, e.raw, NAMES_A_DIRECTORY) for e in refused)
+    for path in dirs:
+        del owners[path]
     return absent
-
-
-def _is_dir(base: str, path: EnvPath, absent: set[EnvPath]) -> bool:
-    """Whether ``base + path`` is a directory (never followed); adds ``path`` to ``absent``
-    when nothing is there."""
-    try:
-        return stat.S_ISDIR(os.lstat(base + path).st_mode)
-    except FileNotFoundError:
-        absent.add(path)
-        return False
-    except OSError:
-        return False
 
 
 def installed_versions(prefix: Path, sites: Sequence[EnvPath]) -> dict[DistName, str]:
@@ -290,16 +294,23 @@ def _parse_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard) 
     """One dist-info read and parsed, as the JSON-able value the tree cache keeps.
 
     ``["no-record", name]`` or ``["dist", distribution, unsafe rows, issue rows, unreadable]``
-    (``unreadable``: why the RECORD cannot be read exactly, or None).
+    (``unreadable``: why the RECORD cannot be read exactly, or None). The distribution's
+    RECORD entries are columns (:func:`_read_entries`), streamed from the RECORD's rows.
     """
     full = prefix / info
     fallback_name, fallback_version = split_dist_info_name(posixpath.basename(info)) or ("", "")
     if not os.path.lexists(full / "RECORD"):
         return ["no-record", fallback_name]
-    record = parse_record(_read_text(full / "RECORD", "RECORD"))
+    top_level_txt = _read_optional(full / "top_level.txt")
+    columns, unsafe, tops, problems, unreadable = _read_entries(
+        site, _read_text(full / "RECORD", "RECORD"), guard, derive=top_level_txt is None
+    )
     meta = _read_metadata(full / "METADATA")
     name = normalize_name(meta.name or fallback_name)
-    entries, unsafe = _resolve_entries(site, record, guard)
+    if top_level_txt is not None:
+        top_level = sorted({line.strip() for line in top_level_txt.splitlines() if line.strip()})
+    else:
+        top_level = sorted(tops)
     dist = [
         name,
         meta.version or fallback_version,
@@ -307,11 +318,53 @@ def _parse_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard) 
         site,
         _read_optional(full / "INSTALLER"),
         list(meta.requires),
-        [_encode_entry(site, e) for e in entries],
-        list(_top_level(full / "top_level.txt", record.entries)),
+        columns,
+        top_level,
     ]
-    issues = [[p.line, p.row, p.reason] for p in record.problems]
-    return ["dist", dist, unsafe, issues, record.unreadable]
+    issues = [[p.line, p.row, p.reason] for p in problems]
+    return ["dist", dist, unsafe, issues, unreadable]
+
+
+def _read_entries(
+    site: EnvPath, text: str, guard: SymlinkGuard, *, derive: bool
+) -> tuple[list[Any], list[list[str]], set[str], Sequence[RecordProblem], str | None]:
+    """RECORD's entries as ``[paths, sha256s, sizes, [[row, raw], ...]]`` (the raw path of a
+    row whose path is not ``site/raw``), the ``[raw, reason]`` of the rows refused, the
+    importable names of every row (when ``derive``), the problems and why it cannot be read
+    exactly.
+
+    Read one row at a time (:func:`scan_record`): a row costs its path, hash and size, never
+    an entry object, so memory grows by little more than the RECORD's own size.
+    """
+    paths: list[EnvPath] = []
+    shas: list[str | None] = []
+    sizes: list[int | None] = []
+    moved: list[list[Any]] = []
+    unsafe: list[list[str]] = []
+    tops: set[str] = set()
+    base = f"{site}/"
+    cut = len(base)
+
+    def entry(raw: str, sha256: str | None, size: int | None) -> None:
+        if derive and (top := _top_name(raw)) is not None:
+            tops.add(top)
+        resolved = resolve_record_path(site, raw)
+        if isinstance(resolved, Refusal):
+            unsafe.append([raw, resolved.reason])
+        elif guard.escapes(resolved):
+            unsafe.append([raw, "through a symlink out of the environment"])
+        else:
+            exact = len(resolved) == cut + len(raw) and resolved.startswith(base)
+            if not (exact and resolved.endswith(raw)):  # not site/raw: keep raw as written
+                moved.append([len(paths), raw])
+            paths.append(resolved)
+            shas.append(sha256)
+            sizes.append(size)
+
+    problems, unreadable = scan_record(text, entry)
+    if unreadable is not None:
+        return [[], [], [], []], [], set(), (), unreadable
+    return [paths, shas, sizes, moved], unsafe, tops, problems, None
 
 
 def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
@@ -329,6 +382,8 @@ def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
         read.unreadable.append(UnreadableRecord(name, EnvPath(f"{info}/RECORD"), unreadable))
     read.unsafe.extend(UnsafeEntry(name, raw, reason) for raw, reason in unsafe)
     read.issues.extend(RecordIssue(name, line, row, reason) for line, row, reason in issues)
+    paths, shas, sizes, moved = dist[6]
+    raws = {int(i): str(raw) for i, raw in moved}
     read.distributions[name] = Distribution(
         name=name,
         version=dist[1],
@@ -336,22 +391,9 @@ def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
         site_packages=site,
         installer=dist[4],
         requires=tuple(dist[5]),
-        files=tuple(_decode_entry(site, row) for row in dist[6]),
+        files=RecordFiles(site, paths, shas, sizes, raws),
         top_level=tuple(dist[7]),
     )
-
-
-def _encode_entry(site: EnvPath, e: RecordEntry) -> list[Any]:
-    """``[raw, sha256, size]``, plus the resolved path when it is not ``site/raw``."""
-    row: list[Any] = [e.raw, e.sha256, e.size]
-    if e.path != f"{site}/{e.raw}":
-        row.append(e.path)
-    return row
-
-
-def _decode_entry(site: EnvPath, row: list[Any]) -> RecordEntry:
-    path = row[3] if len(row) > 3 else f"{site}/{row[0]}"
-    return RecordEntry(EnvPath(path), row[0], row[1], row[2])
 
 
 def _read_text(path: Path, what: str) -> str:
@@ -383,40 +425,20 @@ def _read_optional(path: Path) -> str | None:
         return None
 
 
-def _resolve_entries(
-    site: EnvPath, record: ParsedRecord, guard: SymlinkGuard
-) -> tuple[list[RecordEntry], list[list[str]]]:
-    """Entries made relative to the prefix, and ``[raw, reason]`` of the ones refused."""
-    out: list[RecordEntry] = []
-    unsafe: list[list[str]] = []
-    for raw in record.entries:
-        resolved = resolve_record_path(site, raw.path)
-        if isinstance(resolved, Refusal):
-            unsafe.append([raw.path, resolved.reason])
-        elif guard.escapes(resolved):
-            unsafe.append([raw.path, "through a symlink out of the environment"])
-        else:
-            out.append(RecordEntry(resolved, raw.path, raw.sha256, raw.size))
-    return out, unsafe
-
-
-def _top_level(top_level_txt: Path, entries: Sequence[RawEntry]) -> tuple[str, ...]:
-    text = _read_optional(top_level_txt)
-    if text is not None:
-        return tuple(sorted({line.strip() for line in text.splitlines() if line.strip()}))
-    return derive_top_level(e.path for e in entries)
-
-
 def derive_top_level(raw_paths: Iterable[str]) -> tuple[str, ...]:
     """Importable names from RECORD paths: packages with ``__init__.py``, modules, extensions."""
-    names: set[str] = set()
-    for raw in raw_paths:
-        parts = raw.split("/")
-        head = parts[0]
-        if head in ("", ".", "..", "__pycache__") or head.endswith((".dist-info", ".data")):
-            continue
-        if len(parts) == 2 and parts[1] == "__init__.py":
-            names.add(head)
-        elif len(parts) == 1 and head.endswith((".py", ".so", ".pyd")):
-            names.add(head.split(".", 1)[0])
-    return tuple(sorted(names))
+    return tuple(sorted({n for raw in raw_paths if (n := _top_name(raw)) is not None}))
+
+
+def _top_name(raw: str) -> str | None:
+    """The importable name a RECORD path makes (a package's ``__init__.py``, a module, an
+    extension), or None."""
+    parts = raw.split("/", 2)
+    head = parts[0]
+    if head in ("", ".", "..", "__pycache__") or head.endswith((".dist-info", ".data")):
+        return None
+    if len(parts) == 2 and parts[1] == "__init__.py":
+        return head
+    if len(parts) == 1 and head.endswith((".py", ".so", ".pyd")):
+        return head.split(".", 1)[0]
+    return None

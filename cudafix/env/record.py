@@ -14,7 +14,7 @@ import io
 import posixpath
 import re
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ _WEAK = frozenset({"md5", "sha1"})
 """Refused by the wheel spec (PEP 427: sha256 or stronger)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RawEntry:
     """One RECORD row as written: path relative to site-packages, digest and size if usable."""
 
@@ -78,6 +78,11 @@ _BREAK = re.compile("[" + re.escape("".join(sorted(_BREAKS))) + "]")
 """Any of :data:`_BREAKS`: one search per field, not a generator step per character."""
 
 
+_LINE = re.compile(r"[^\n]*\n|[^\n]+")
+"""One line of RECORD text and its newline, cut where ``io.StringIO`` cuts it (at each line
+feed only), without the copy of the whole text, four bytes a character, a StringIO holds."""
+
+
 def _rows(text: str) -> Iterator[tuple[int, list[str]]]:
     """``(line, fields)`` of RECORD text, read as uv reads it: a leading UTF-8 BOM dropped,
     no field-size limit (Python's csv stops at 131,072 characters, uv does not).
@@ -85,7 +90,8 @@ def _rows(text: str) -> Iterator[tuple[int, list[str]]]:
     Strict quoting: text after a closing quote, or a quote never closed, raises
     :class:`csv.Error` instead of being glued into one long field.
     """
-    reader = csv.reader(io.StringIO(text.removeprefix(_BOM)), strict=True)
+    lines = map(re.Match.group, _LINE.finditer(text, len(_BOM) if text.startswith(_BOM) else 0))
+    reader = csv.reader(lines, strict=True)
     limit = csv.field_size_limit(sys.maxsize)
     try:
         for row in reader:
@@ -102,6 +108,19 @@ def parse_record(text: str) -> ParsedRecord:
     ``unreadable``: pip and uv would each see other rows, so nothing about it is trusted.
     """
     entries: list[RawEntry] = []
+    problems, unreadable = scan_record(text, lambda *row: entries.append(RawEntry(*row)))
+    if unreadable is not None:
+        return ParsedRecord((), (), unreadable)
+    return ParsedRecord(tuple(entries), problems)
+
+
+def scan_record(
+    text: str, entry: Callable[[str, str | None, int | None], object]
+) -> tuple[tuple[RecordProblem, ...], str | None]:
+    """:func:`parse_record` one row at a time: ``entry(path, sha256, size)`` for each entry
+    as it is read, so no row outlives the caller's own use of it. Returns the problems and
+    why the RECORD cannot be read exactly (None when it can); when it cannot, the entries
+    already given are not to be trusted and the problems are empty."""
     problems: list[RecordProblem] = []
     line = 0
     try:
@@ -109,23 +128,23 @@ def parse_record(text: str) -> ParsedRecord:
             if not row or not row[0]:
                 continue
             if any(_BREAK.search(field) for field in row):
-                return ParsedRecord((), (), f"line {line}: a field holds a line break or NUL")
-            entry, reasons = _parse_row(row)
-            entries.append(entry)
+                return (), f"line {line}: a field holds a line break or NUL"
+            raw, reasons = _parse_row(row)
+            entry(*raw)
             problems.extend(RecordProblem(line, ",".join(row), r) for r in reasons)
     except csv.Error as exc:
-        return ParsedRecord((), (), f"line {line + 1}: {exc}")
-    return ParsedRecord(tuple(entries), tuple(problems))
+        return (), f"line {line + 1}: {exc}"
+    return tuple(problems), None
 
 
-def _parse_row(row: list[str]) -> tuple[RawEntry, list[str]]:
+def _parse_row(row: list[str]) -> tuple[tuple[str, str | None, int | None], list[str]]:
     if len(row) != 3:
-        return RawEntry(row[0], None, None), [f"expected 3 columns, found {len(row)}"]
+        return (row[0], None, None), [f"expected 3 columns, found {len(row)}"]
     digest, reasons = _parse_hash(row[1])
     size, size_reason = _parse_size(row[2])
     if size_reason:
         reasons.append(size_reason)
-    return RawEntry(row[0], digest, size), reasons
+    return (row[0], digest, size), reasons
 
 
 def _parse_hash(field: str) -> tuple[str | None, list[str]]:

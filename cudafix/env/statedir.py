@@ -23,7 +23,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,13 +304,13 @@ def read_bytes(path: Path) -> bytes:
         return fh.read()
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str | Iterable[str]) -> None:
     """Replace ``path`` durably: temp file, fsync, rename over (a new inode), fsync the dir.
+    ``text``: the text, or its parts in order (:func:`json_parts`).
 
     A rename never writes through a hard link, so a snapshot sharing the old inode keeps
     the old bytes; an existing file keeps its mode. Under ``.cudafix`` nothing is followed.
     """
-    data = text.encode("utf-8")
     with open_dir(path.parent) as dfd:
         try:
             mode = os.stat(path.name, dir_fd=dfd, follow_symlinks=False).st_mode & 0o7777
@@ -321,9 +321,11 @@ def write_atomic(path: Path, text: str) -> None:
         fd = os.open(tmp, flags, mode, dir_fd=dfd)
         try:
             try:
+                parts = [text] if isinstance(text, str) else text
                 if hooks_armed():
-                    data = _half_written(fd, data, path)
-                write_durably(fd, data)
+                    write_durably(fd, _half_written(fd, "".join(parts).encode("utf-8"), path))
+                else:
+                    _write_text(fd, parts)
             finally:
                 os.close(fd)
             os.rename(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -332,6 +334,21 @@ def write_atomic(path: Path, text: str) -> None:
                 os.unlink(tmp, dir_fd=dfd)
             raise
         os.fsync(dfd)
+
+
+_CHARS_AT_ONCE = 1 << 20
+"""Characters of a text encoded at a time: a cache of hundreds of megabytes is never held
+twice, as text and as bytes."""
+
+
+def _write_text(fd: int, parts: Iterable[str]) -> None:
+    """:func:`write_durably` of the text ``parts`` make, in UTF-8, encoded a part at a time."""
+    for text in parts:
+        for start in range(0, len(text), _CHARS_AT_ONCE):
+            view = memoryview(text[start : start + _CHARS_AT_ONCE].encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+    os.fsync(fd)
 
 
 def _half_written(fd: int, data: bytes, path: Path) -> bytes:
@@ -344,7 +361,7 @@ def _half_written(fd: int, data: bytes, path: Path) -> bytes:
     return data[half:]
 
 
-def save_cache_file(path: Path, text: str) -> bool:
+def save_cache_file(path: Path, text: str | Iterable[str]) -> bool:
     """Write a cache file under a ``.cudafix/`` directory; False (never raise) when it can't.
 
     Caches only speed things up, so an unwritable location is not an error; but they are
@@ -373,7 +390,8 @@ def load_cache(path: Path, fmt: str, version: int, *, own: bool = False) -> dict
         with os.fdopen(fd, "rb") as fh:
             if own and os.fstat(fd).st_uid != os.geteuid():
                 return None
-            data = json.load(fh)
+            text = fh.read().decode("utf-8")  # the bytes let go before the parse
+        data = json.loads(text)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("format") != fmt or data.get("version") != version:
@@ -384,4 +402,68 @@ def load_cache(path: Path, fmt: str, version: int, *, own: bool = False) -> dict
 def save_cache(path: Path, fmt: str, version: int, body: Mapping[str, Any]) -> bool:
     """Write ``body`` with its format and version (:func:`save_cache_file`'s rules)."""
     payload = {"format": fmt, "version": version, **body}
-    return save_cache_file(path, json.dumps(payload, separators=(",", ":")))
+    return save_cache_file(path, json_parts(payload))
+
+
+_ITEMS_AT_ONCE = 4096
+"""Items of a long JSON array or object written at a time (:func:`json_parts`)."""
+_FEW = 8
+"""An array of at most this many items is looked into for a long one (a record's columns)."""
+
+
+def json_parts(value: Any) -> Iterator[str]:
+    """``json.dumps(value, separators=(",", ":"))``, a part at a time, so that a cache of
+    millions of rows is never one string: an array or object of more than
+    :data:`_ITEMS_AT_ONCE` items is written that many at a time, and so is any object, or
+    array of at most :data:`_FEW` items, holding one; anything else in one piece."""
+    if not _holds_long(value) or (
+        isinstance(value, dict) and not all(isinstance(k, str) for k in value)
+    ):
+        yield _dumps(value)
+    elif isinstance(value, dict):
+        yield "{"
+        comma, run = "", dict[str, Any]()
+        for key, item in value.items():
+            if _holds_long(item):
+                if run:
+                    yield comma + _dumps(run)[1:-1]
+                    comma, run = ",", {}
+                yield comma + _dumps(key) + ":"
+                comma = ","
+                yield from json_parts(item)
+                continue
+            run[key] = item
+            if len(run) == _ITEMS_AT_ONCE:
+                yield comma + _dumps(run)[1:-1]
+                comma, run = ",", {}
+        if run:
+            yield comma + _dumps(run)[1:-1]
+        yield "}"
+    elif len(value) > _ITEMS_AT_ONCE:
+        yield "["
+        for start in range(0, len(value), _ITEMS_AT_ONCE):
+            yield ("," if start else "") + _dumps(value[start : start + _ITEMS_AT_ONCE])[1:-1]
+        yield "]"
+    else:
+        yield "["
+        for i, item in enumerate(value):
+            if i:
+                yield ","
+            yield from json_parts(item)
+        yield "]"
+
+
+def _holds_long(value: Any) -> bool:
+    """An array or object of more than :data:`_ITEMS_AT_ONCE` items, or an object or an
+    array of :data:`_FEW` items or fewer holding one."""
+    if not isinstance(value, _CONTAINERS):
+        return False
+    if len(value) > _ITEMS_AT_ONCE:
+        return True
+    inner = value.values() if isinstance(value, dict) else value if len(value) <= _FEW else ()
+    return any(_holds_long(v) for v in inner if isinstance(v, _CONTAINERS))
+
+
+_CONTAINERS = (list, tuple, dict)
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+"""``json.dumps(value, separators=(",", ":"))``, without making an encoder each time."""

@@ -153,7 +153,7 @@ def remember_answer(
         return False
     if read is None:
         state = StateDir(target.prefix)
-        tree = TreeCache.load(state.tree_cache).read_paths()
+        tree = TreeCache.load(state.tree_cache, dists=False).read_paths()
         read = facts_read_set(args, target, tree, host=last_consulted(state.host_cache))
     return remember(target.prefix, answers, read, since_ns=since_ns, ctimes=ctimes)
 

@@ -239,7 +239,7 @@ def _holders_after(inv: Inventory, reinstall: Sequence[P.Reinstall]) -> dict[str
 
 def _deleted_paths(inv: Inventory, names: Sequence[DistName]) -> set[EnvPath]:
     """RECORD paths on disk, the dist-info dir and bytecode: what the backend deletes."""
-    return {p for n in names for p in inv.distribution_paths(n) if p in inv.files}
+    return {p for n in names for p in inv.iter_distribution_paths(n) if p in inv.files}
 
 
 Fate = Literal["deleted", "kept", "restored-by-reinstall"]

@@ -32,7 +32,16 @@ def record_digest(dist: Distribution) -> str:
         for e in dist.files
         if not is_installer_file(e.path, dist.dist_info)
     )
-    return hashlib.sha256("\n".join(rows).encode()).hexdigest()
+    digest = hashlib.sha256()
+    for start in range(0, len(rows), _ROWS_AT_ONCE):  # the rows joined by newlines, in parts
+        digest.update(
+            (b"\n" if start else b"") + "\n".join(rows[start : start + _ROWS_AT_ONCE]).encode()
+        )
+    return digest.hexdigest()
+
+
+_ROWS_AT_ONCE = 4096
+"""Rows of a RECORD hashed together: no copy of a whole RECORD of millions of rows is made."""
 
 
 def assumed_paths(plan: Plan) -> list[EnvPath]:

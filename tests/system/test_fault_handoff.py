@@ -311,7 +311,7 @@ def test_gc_waits_for_an_undo_that_reads_the_snapshot(tmp_path: Path, stopped: l
 
 # -- remembered answers and caches ------------------------------------------------------------
 
-CACHES = ["answers.json", "last-seen.json", "tree-cache.json"]
+CACHES = ["answers.json", "last-seen.json", "tree-cache.json", "dist-infos.json"]
 """The JSON files cudafix rewrites whole (the index of facts is SQLite's: its journal keeps it
 whole, and a damaged one is rebuilt, ``tests/unit/test_elfindex.py``)."""
 FAULTS = {

@@ -12,8 +12,10 @@ File timestamps come from a clock coarser than ``time.time_ns``: a directory or 
 whose timestamp lies within :data:`RACY_NS` of the scan is not remembered, so a change in
 the same tick as the scan can never hide behind an equal mtime (git's "racy clean" rule).
 
-The cache is plain JSON in ``.cudafix/cache/`` (written by ``statedir.save_cache_file``); a
-missing, foreign or corrupt file is an empty cache, never an error.
+The cache is plain JSON in ``.cudafix/cache/`` (written by ``statedir.save_cache_file``):
+``tree-cache.json``, the listings and watched paths, and ``dist-infos.json``, the parsed
+dist-infos with every RECORD row, read only by a reading that needs them. A missing,
+foreign or corrupt file is an empty cache, never an error.
 """
 
 from __future__ import annotations
@@ -31,10 +33,14 @@ from cudafix.env.statedir import STATE_DIR_NAME, load_cache, save_cache
 from cudafix.model.names import EnvPath
 
 FORMAT = "cudafix-tree-cache"
-VERSION = 6
+DISTS_FORMAT = "cudafix-dist-infos"
+"""The format of the parsed dist-infos' file (:func:`dists_file`)."""
+VERSION = 7
 """4: no ctime per file (a hard link or copy moves it, and nothing decides on it);
 5: RECORDs read as uv reads them (no field limit, BOM, strict quoting);
-6: every file but bytecode watched (a cache of 5 left ``.py`` files unwatched)."""
+6: every file but bytecode watched (a cache of 5 left ``.py`` files unwatched);
+7: a dist-info's RECORD entries kept as columns (paths, hashes, sizes), not one list per
+row, and the parsed dist-infos in a file of their own."""
 RACY_NS = 2_000_000_000
 """Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")
@@ -94,7 +100,10 @@ class TreeCache:
         self._watch: set[str] = set()
         self._dists: dict[str, tuple[Any, Any]] = {}
         self._used_dists: set[str] = set()
+        self._dists_read = True
+        """Whether the dist-infos were loaded (else they are neither given nor saved)."""
         self._dirty = False
+        self._dists_dirty = False
         self.reused_dirs = 0
         """Directories whose listing this run reused (0 on a cold run)."""
         self.scanned_dirs = 0
@@ -199,43 +208,64 @@ class TreeCache:
         value = parse()
         if key is not None:
             self._dists[dist_info] = (key, value)
-            self._dirty = True
+            self._dists_dirty = True
         return value
 
     # -- persistence ------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, cache_file: Path) -> TreeCache:
-        """A saved cache; a missing, foreign-version or corrupt file gives an empty one."""
+    def load(cls, cache_file: Path, *, dists: bool = True) -> TreeCache:
+        """A saved cache; a missing, foreign-version or corrupt file gives an empty one.
+
+        The parsed dist-infos, which hold every RECORD row, are a file of their own
+        (:func:`dists_file`), read only with ``dists``: :meth:`read_paths` needs the listings
+        alone, and a cache loaded without them never saves.
+        """
         cache = cls()
+        cache._dists_read = dists
         data = load_cache(cache_file, FORMAT, VERSION)
-        if data is None:
-            return cache
         try:
-            cache._listings = {rel: _decode_listing(row) for rel, row in data["dirs"].items()}
-            cache._watch = {str(p) for p in data["watch"]}
-            cache._dists = {str(k): (v[0], v[1]) for k, v in data["dists"].items()}
+            if data is not None:
+                cache._listings = {rel: _decode_listing(row) for rel, row in data["dirs"].items()}
+                cache._watch = {str(p) for p in data["watch"]}
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
-            return cls()
+            cache._listings, cache._watch = {}, set()
+        parsed = load_cache(dists_file(cache_file), DISTS_FORMAT, VERSION) if dists else None
+        try:
+            if parsed is not None:
+                cache._dists = {str(k): (v[0], v[1]) for k, v in parsed["dists"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            cache._dists = {}
         return cache
 
     def save(self, cache_file: Path) -> bool:
-        """Write the cache if this run changed it; False when it could not be written."""
-        for gone in set(self._dists) - self._used_dists:
-            del self._dists[gone]
-            self._dirty = True
+        """Write the cache if this run changed it (each of its two files only if changed);
+        False when it could not be written."""
+        ok = True
+        if self._dists_read:
+            for gone in set(self._dists) - self._used_dists:
+                del self._dists[gone]
+                self._dists_dirty = True
+            if self._dists_dirty:
+                dists = {k: [key, value] for k, (key, value) in self._dists.items()}
+                ok = save_cache(dists_file(cache_file), DISTS_FORMAT, VERSION, {"dists": dists})
+                self._dists_dirty = not ok
         if not self._dirty:
-            return True
+            return ok
         for rel, listing in self._listings.items():
             listing.watched = self._watched_names(rel, listing)  # read_paths reuses them
-        body = {
+        body: dict[str, Any] = {
             "dirs": {rel: _encode_listing(v, v.watched or ()) for rel, v in self._listings.items()},
             "watch": sorted(self._watch),
-            "dists": {k: [key, value] for k, (key, value) in self._dists.items()},
         }
-        ok = save_cache(cache_file, FORMAT, VERSION, body)
-        self._dirty = not ok
-        return ok
+        saved = save_cache(cache_file, FORMAT, VERSION, body)
+        self._dirty = not saved
+        return ok and saved
+
+
+def dists_file(cache_file: Path) -> Path:
+    """Where the parsed dist-infos of the tree cache in ``cache_file`` are kept."""
+    return cache_file.with_name("dist-infos.json")
 
 
 def stat_key(st: FileStat | None) -> list[int] | None:
