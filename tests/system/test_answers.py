@@ -83,6 +83,13 @@ def test_an_unchanged_environment_is_answered_again(
     assert (replanned.returncode, replanned.stdout) == (planned.returncode, planned.stdout)
     assert planned.returncode == 3  # refused: the answer kept is the refusal, exit code too
 
+    # questions that alternate: each is given again (the dry run read host paths doctor did
+    # not; the doctor answer stays, stamped with both)
+    back, said = _run(built, *table)
+    assert GIVEN_AGAIN in said and back == first
+    replanned = cudafix(*dry, *table)
+    assert GIVEN_AGAIN in replanned.stderr and replanned.stdout == planned.stdout
+
 
 def _delete_an_owned_file(built: BuiltScenario) -> None:
     (site_dir(built.venv) / "nvidia" / "cudnn" / "include" / "cudnn_version.h").unlink()

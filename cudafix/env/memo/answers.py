@@ -33,6 +33,7 @@ from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cudafix import __version__
 from cudafix.env.memo.treecache import RACY_NS
@@ -169,9 +170,15 @@ def remember(
 
 
 def _save(prefix: Path, answers: Mapping[str, Answer], read: ReadSet, now: _Stamp) -> bool:
+    """Write ``answers`` with those kept that still hold: all stamped over one read set, the
+    union of theirs and ``read`` (a dry run consults a few host paths a doctor does not;
+    keeping only the last question's answer made questions that alternate compute each
+    time)."""
     path = StateDir(prefix).answers
     old = load_cache(path, FORMAT, VERSION) or {}
     same = old.get("answers") if old.get("stamp") == now.digest else None
+    if same is None and isinstance(old.get("answers"), dict):
+        read, now, same = _joined(prefix, old, read, now)
     kept = dict(same) if isinstance(same, dict) else {}
     for key, answer in answers.items():
         kept.pop(key, None)
@@ -184,6 +191,24 @@ def _save(prefix: Path, answers: Mapping[str, Answer], read: ReadSet, now: _Stam
         "answers": dict(list(kept.items())[-KEPT:]),
     }
     return save_cache(path, FORMAT, VERSION, body)
+
+
+def _joined(
+    prefix: Path, old: Mapping[str, Any], read: ReadSet, now: _Stamp
+) -> tuple[ReadSet, _Stamp, object]:
+    """``read`` joined with the read set of the ``old`` answers, its stamp, and those
+    answers, when nothing they were read from changed since (else ``read``, ``now`` and
+    none kept)."""
+    try:
+        theirs = ReadSet(tuple(map(str, old["env"])), tuple(map(str, old["host"])))
+        if theirs == read or _stamp(prefix, theirs).digest != old["stamp"]:
+            return read, now, None
+    except (KeyError, TypeError):
+        return read, now, None
+    both = ReadSet(
+        sorted_unique([*theirs.env, *read.env]), sorted_unique([*theirs.host, *read.host])
+    )
+    return both, _stamp(prefix, both), old["answers"]
 
 
 def stamp(prefix: Path, read: ReadSet) -> str:
