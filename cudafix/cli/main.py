@@ -361,7 +361,10 @@ def undo(
     )
     from cudafix.cli.doctor_words import said
 
-    result = app.undo(facts, preview.entry.txid, run, accept=accept, on_event=echo_event, say=said)
+    told = () if as_json else preview.brings_back  # the preview printed them
+    result = app.undo(
+        facts, preview.entry.txid, run, accept=accept, on_event=echo_event, say=said, told=told
+    )
     if as_json:
         echo_json(undone_json(result), indent=None)
         return

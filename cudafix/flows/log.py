@@ -16,7 +16,7 @@ from cudafix.env.target import TargetEnv
 from cudafix.flows.probes import probe_set
 from cudafix.flows.target import locate, open_target, read_facts, target_flags
 from cudafix.model.args import FactArgs, RunArgs, TargetArgs
-from cudafix.model.doctor import SayFindings, new_problems
+from cudafix.model.doctor import Finding, SayFindings, new_problems
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options
 from cudafix.model.reasons import NeedLost
@@ -125,11 +125,13 @@ def undo(
     accept: bool = False,
     on_event: OnEvent = quiet,
     say: SayFindings,
+    told: Sequence[Finding] = (),
 ) -> TransactionResult:
     """Restore the state before a committed transaction, as a new transaction: the imports
     its plan probed are probed again, and doctor's findings after are compared with before
     (an undo that puts back a broken state is rolled back and says so, unless ``accept``;
-    ``say`` words the problems found)."""
+    ``say`` words the problems found; ``told``: those the user was shown already, by the
+    preview, not said again)."""
     target, facts = open_target(args, mutating=True, on_event=on_event)
     flags = target_flags(args.target, target)
     before = diagnose(facts, flags).findings
@@ -139,7 +141,8 @@ def undo(
         they were there before the transaction being undone."""
         report = diagnose(read_facts(args, target), flags)
         found = new_problems(before, report.findings)
-        for said in say(report, [f for f in found if f.severity != "error"]):
+        warned = new_problems(told, [f for f in found if f.severity != "error"])
+        for said in say(report, warned):
             on_event(RunEvent("warning", f"the undo brings back {said}"))
         return say(report, [f for f in found if f.severity == "error"])
 

@@ -10,11 +10,13 @@ the undo is refused, and the undo refuses it the same way before changing anythi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from scenarios.build import uv_binary
-from tests.support.cli import as_json, assert_one_line_error, cudafix
+from tests.support.cli import as_json, assert_one_line_error, cudafix, repair_pa
+from tests.support.tx import shared_pair
 from tests.support.venvs import ScenarioFactory, site_dir, try_import
 
 pytestmark = pytest.mark.slow
@@ -69,3 +71,19 @@ def test_a_dry_run_says_an_undo_that_brings_back_nothing_broken_can_be_undone_an
     assert as_json(undone)["state"] == "committed", undone.stdout + undone.stderr
     assert (site_dir(built.venv) / "nvidia" / "nvtx").is_dir()
     assert not (built.venv / ".cudafix" / "view").exists()
+
+
+def test_a_warning_the_undo_brings_back_is_said_once(tmp_path: Path) -> None:
+    """Undoing ``remove pa --repair`` brings back the clobbered shared file: the preview
+    names it, and the undo, judged again after, does not say it a second time; with
+    ``--json`` (no preview printed) it is said once, on stderr."""
+    prefix, wheels = shared_pair(tmp_path)
+    assert repair_pa(prefix, wheels).returncode == 0
+    undone = cudafix("undo", "last", "--venv", prefix, "--yes")
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert (undone.stdout + undone.stderr).count("brings back [clobbered]") == 1, undone.stdout
+
+    assert repair_pa(prefix, wheels).returncode == 0
+    quiet = cudafix("undo", "last", "--venv", prefix, "--yes", "--json")
+    assert as_json(quiet)["state"] == "committed"
+    assert quiet.stderr.count("brings back [clobbered]") == 1, quiet.stderr
