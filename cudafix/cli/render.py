@@ -213,7 +213,10 @@ def _plan_sections(plan: Plan, style: Style) -> list[str]:
     )
     out += _section(
         "Warnings",
-        [style("! ", fg="yellow") + warning_text(w, plan.target) for w in plan.warnings],
+        [
+            style("! ", fg="yellow") + warning_text(w, plan.target, plan.options.sources.cli_args())
+            for w in plan.warnings
+        ],
     )
     return out
 

@@ -81,8 +81,9 @@ def reason_text(reason: R.Reason, target: Target) -> str:
             return _build_switch(reason, sites)
 
 
-def warning_text(warning: R.PlanWarning, target: Target) -> str:
-    """One warning as a sentence, paths shown as :func:`reason_text` shows them."""
+def warning_text(warning: R.PlanWarning, target: Target, sources: Sequence[str] = ()) -> str:
+    """One warning as a sentence, paths shown as :func:`reason_text` shows them; a command
+    it names takes the plan's ``sources`` (``--find-links DIR``, ...)."""
     match warning.kind:
         case "provider-switch":
             sites, prefix = target.site_packages, target.prefix
@@ -130,15 +131,19 @@ def warning_text(warning: R.PlanWarning, target: Target) -> str:
                 f"{', '.join(map(str, warning.present))} distributions"
             )
         case "requirements-set-aside":
-            return _set_aside(warning, target)
+            return _set_aside(warning, target, sources)
 
 
-def _set_aside(warning: R.RequirementsSetAside, target: Target) -> str:
+def _set_aside(warning: R.RequirementsSetAside, target: Target, sources: Sequence[str]) -> str:
     """The unmet requirements a repair leaves out, why, and the dry run that shows them."""
     shown = "; ".join(reason_text(r, target) for r in warning.shown)
     more = warning.reasons - len(warning.shown)
     see = cudafix_line(
-        "install", *warning.specs, "--dry-run", target=venv_flags(Path(target.prefix))
+        "install",
+        *warning.specs,
+        "--dry-run",
+        target=venv_flags(Path(target.prefix)),
+        tail=sources,
     )
     return (
         f"{len(warning.specs)} unmet requirement(s) left out of the repair: installing them "

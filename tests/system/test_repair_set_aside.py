@@ -8,6 +8,7 @@ file: installing it is refused. The repair reinstalls ``app`` alone.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,11 @@ def test_repair_leaves_out_requirements_whose_install_is_refused(tmp_path: Path)
     said = cudafix("repair", "--dry-run", *source)
     assert said.returncode == 0, said.stdout + said.stderr
     line = next(ln for ln in said.stdout.splitlines() if "left out of the repair" in ln)
-    assert f"cudafix install 'helper>=1' --dry-run --venv {prefix}" in line
+    shown = f"cudafix install 'helper>=1' --dry-run --venv {prefix} --offline --find-links "
+    assert shown in line, line
+    words = shlex.split(line.split("To see that plan: ", 1)[1])
+    again = cudafix(*words[1:])  # the command as printed: the refusal it stands for
+    assert again.returncode == 3 and "would overwrite" in again.stdout, again.stdout
 
     done = cudafix("repair", "--yes", *source)
     assert done.returncode == 0, done.stdout + done.stderr
