@@ -198,10 +198,13 @@ def _joined(
 ) -> tuple[ReadSet, _Stamp, object]:
     """``read`` joined with the read set of the ``old`` answers, its stamp, and those
     answers, when nothing they were read from changed since (else ``read``, ``now`` and
-    none kept)."""
+    none kept). Only the host paths may differ: another list of the environment's paths
+    means its tree changed (a listed directory's times moved), so nothing old holds."""
     try:
         theirs = ReadSet(tuple(map(str, old["env"])), tuple(map(str, old["host"])))
-        if theirs == read or _stamp(prefix, theirs).digest != old["stamp"]:
+        if theirs == read or theirs.env != read.env:  # another tree: its stamp moved
+            return read, now, None
+        if _stamp(prefix, theirs).digest != old["stamp"]:
             return read, now, None
     except (KeyError, TypeError):
         return read, now, None
