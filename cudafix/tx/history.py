@@ -17,11 +17,11 @@ from types import MappingProxyType
 
 from cudafix.env.statedir import StateDir, TxDir
 from cudafix.model.commands import cudafix_line, subcommand, venv_flags
-from cudafix.model.errors import LockedError, UsageError
+from cudafix.model.errors import UsageError
 from cudafix.model.transaction import DEFAULT_KEEP, HistoryEntry, TransactionDetail
 from cudafix.tx import journal, trash
 from cudafix.tx.journal import Record
-from cudafix.tx.lock import Lock
+from cudafix.tx.lock import acquired
 from cudafix.tx.manifest import Manifest
 from cudafix.tx.manifest import load as load_manifest
 from cudafix.tx.steps import Event, RollbackBegin
@@ -269,13 +269,7 @@ def collect(prefix: Path, keep: int, lock_timeout: float) -> tuple[list[str], in
     state = StateDir(Path(prefix))
     if not state.root.is_dir():
         return [], 0, []  # cudafix never changed this environment: nothing to write
-    lock = Lock(state.lock)
-    if not lock.acquire(lock_timeout):
-        raise LockedError(
-            f"another cudafix run holds {prefix}",
-            context=[f"lock file: {state.lock}", f"waited {lock_timeout:g} s"],
-            hint="wait for it to finish, then retry",
-        )
+    lock = acquired(prefix, state.lock, lock_timeout)
     try:
         sizes = {t: freeable(prefix, [t]) for t in collectable(prefix, keep)}
         left = trash.held(state)

@@ -356,6 +356,21 @@ class EnvLocks:
             self.own = again
 
 
+def acquired(
+    prefix: Path, own: Path, timeout: float, on_wait: Callable[[], None] | None = None
+) -> Lock:
+    """cudafix's lock of ``prefix`` (the file ``own``), taken within ``timeout``, else
+    :class:`LockedError` naming the lock file; the caller releases it."""
+    lock = Lock(own)
+    if not lock.acquire(timeout, on_wait=on_wait):
+        raise LockedError(
+            f"another cudafix run holds {prefix}",
+            context=[f"lock file: {own}", f"waited {timeout:g} s"],
+            hint="wait for it to finish, then retry",
+        )
+    return lock
+
+
 @contextlib.contextmanager
 def hold(prefix: Path, own: Path, timeout: float, on_event: OnEvent) -> Iterator[EnvLocks]:
     """cudafix's lock (``own``), then uv's, for the whole run.
@@ -363,16 +378,10 @@ def hold(prefix: Path, own: Path, timeout: float, on_event: OnEvent) -> Iterator
     Holding uv's own lock makes a concurrent ``uv pip install`` wait until the transaction
     has committed or rolled back, instead of being wiped by the rollback.
     """
-    lock = Lock(own)
     wait = partial(
         on_event, RunEvent("info", f"waiting for another cudafix run on {prefix} (lock {own})")
     )
-    if not lock.acquire(timeout, on_wait=wait):
-        raise LockedError(
-            f"another cudafix run holds {prefix}",
-            context=[f"lock file: {own}", f"waited {timeout:g} s"],
-            hint="wait for it to finish, then retry",
-        )
+    lock = acquired(prefix, own, timeout, on_wait=wait)
     try:
         installer = Lock(prefix / INSTALLER_LOCK)
         created = not os.path.lexists(installer.path)

@@ -18,7 +18,7 @@ from typing import Any
 from cudafix.env.memo.index import FactIndex
 from cudafix.env.statedir import STATE_DIR_NAME, StateDir, TxDir, ensure_dir, open_file
 from cudafix.env.target import interpreter, layout_site_packages
-from cudafix.model.errors import DamagedState, LockedError, StalePlan, UnsafeState, UsageError
+from cudafix.model.errors import DamagedState, StalePlan, UnsafeState, UsageError
 from cudafix.model.names import site_relative
 from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import (
@@ -31,7 +31,7 @@ from cudafix.model.transaction import (
 from cudafix.tx import journal, poststate, steps
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.history import entry, existing
-from cudafix.tx.lock import Lock
+from cudafix.tx.lock import acquired
 from cudafix.tx.manifest import Entry, Manifest, load_json, path_syntax
 from cudafix.tx.manifest import load as load_manifest
 from cudafix.tx.restore import mismatch, remove_path
@@ -75,13 +75,7 @@ def restored_view(
     error or Ctrl-C (and, before it is built, one a killed run left)."""
     prefix = Path(prefix)
     state = StateDir(prefix)
-    lock = Lock(state.lock)
-    if not lock.acquire(lock_timeout):
-        raise LockedError(
-            f"another cudafix run holds {prefix}",
-            context=[f"lock file: {state.lock}", f"waited {lock_timeout:g} s"],
-            hint="wait for it to finish, then retry",
-        )
+    lock = acquired(prefix, state.lock, lock_timeout)
     try:
         _remove_view(state.view)
         try:
