@@ -22,6 +22,7 @@ short transactions; one that would wait on another process is dropped.
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import stat
 import time
@@ -356,22 +357,19 @@ def _unshare(name: str, dfd: int) -> None:
     """Replace the file ``name`` (in the directory open as ``dfd``) by a copy of its bytes,
     so writing it writes no other hard link's file."""
     copy = f"{name}.unshared-{os.getpid()}"
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    src = os.open(name, flags, dir_fd=dfd)
+    src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     try:
-        dst = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-        try:
-            while chunk := os.read(src, 1 << 20):
-                os.write(dst, chunk)
-        finally:
-            os.close(dst)
+        made = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        with (
+            os.fdopen(src, "rb") as reader,
+            os.fdopen(os.open(copy, made, 0o600, dir_fd=dfd), "wb") as writer,
+        ):
+            shutil.copyfileobj(reader, writer, 1 << 20)  # every byte: short writes retried
         os.replace(copy, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(copy, dir_fd=dfd)
         raise
-    finally:
-        os.close(src)
 
 
 def _remove(path: Path) -> None:
