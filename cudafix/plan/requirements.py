@@ -217,17 +217,10 @@ def _holds_for(
     return next((e for e in sorted(extras) if _marker_holds(raw, e, env)), None)
 
 
-_last_env: tuple[Mapping[str, str], tuple[tuple[str, str], ...]] | None = None
-
-
 def _env_key(marker_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """``marker_env`` as a hashable key, built once per mapping (not per question: sorting
-    it for each of a torch venv's 57k questions cost more than answering them). The mapping
-    held here keeps its id from being reused; a marker environment is never changed."""
-    global _last_env
-    if _last_env is None or _last_env[0] is not marker_env:
-        _last_env = (marker_env, tuple(sorted(marker_env.items())))
-    return _last_env[1]
+    """``marker_env`` as a hashable key for the memoised questions about it (built once per
+    question asked of :func:`applicable`, not once per requirement)."""
+    return tuple(sorted(marker_env.items()))
 
 
 @functools.lru_cache(maxsize=65536)
