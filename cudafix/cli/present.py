@@ -85,8 +85,8 @@ def answer_once(
         computed = compute(events)
         answer = computed.answer
         if computed.keep and not events.more_than_progress:
-            also = {key: answer, **computed.also}
-            app.remember_answer(facts, also, since_ns=started, read=computed.read)
+            kept = {key: answer, **computed.also}
+            app.remember_answer(facts, kept, since_ns=started, read=computed.read)
     echo_out(answer.out)
     raise click.exceptions.Exit(answer.code)
 
