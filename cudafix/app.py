@@ -35,6 +35,7 @@ from cudafix.model.transaction import (
 
 if TYPE_CHECKING:
     from cudafix.env.memo.answers import Answer, ReadSet, answer_key
+    from cudafix.env.memo.stats import one_reading
     from cudafix.env.memo.warm import recall_answer
     from cudafix.flows.applying import execute
     from cudafix.flows.log import gc, history, recover, show, undo, undo_preview
@@ -87,6 +88,7 @@ _LAZY = {
     "answer_key": "cudafix.env.memo.answers",
     "Answer": "cudafix.env.memo.answers",
     "ReadSet": "cudafix.env.memo.answers",
+    "one_reading": "cudafix.env.memo.stats",
 }
 """Each name the boundary serves -> the module it comes from, imported on first use."""
 
@@ -111,6 +113,7 @@ __all__ = [
     "gc",
     "history",
     "locate",
+    "one_reading",
     "open_target",
     "plan_install",
     "plan_remove",

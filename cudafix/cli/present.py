@@ -70,25 +70,39 @@ def answer_once(
     started = time.time_ns()
     colour = OUTPUT.colours(sys.stdout.isatty())
     key = app.answer_key(command, {"verbosity": OUTPUT.verbosity, "colour": colour})
-    hit = app.recall_answer(facts.target, key)
-    if hit is not None:
-        prefix, answer = hit
-        echo_event(
-            RunEvent(
-                "progress",
-                f"Environment: {prefix}: nothing it was read from changed since the last "
-                "run, so its answer is given again",
-            )
-        )
-    else:
-        events = _Events()
-        computed = compute(events)
-        answer = computed.answer
-        if computed.keep and not events.more_than_progress:
-            kept = {key: answer, **computed.also}
-            app.remember_answer(facts, kept, since_ns=started, read=computed.read)
+    with app.one_reading():  # the stamp, the walk and the new stamp stat each path once
+        answer = _given_again(facts, key) or _computed(facts, key, compute, started)
     echo_out(answer.out)
     raise click.exceptions.Exit(answer.code)
+
+
+def _given_again(facts: app.FactArgs, key: str) -> app.Answer | None:
+    hit = app.recall_answer(facts.target, key)
+    if hit is None:
+        return None
+    prefix, answer = hit
+    echo_event(
+        RunEvent(
+            "progress",
+            f"Environment: {prefix}: nothing it was read from changed since the last run, "
+            "so its answer is given again",
+        )
+    )
+    return answer
+
+
+def _computed(
+    facts: app.FactArgs,
+    key: str,
+    compute: Callable[[app.OnEvent], Computed],
+    started: int,
+) -> app.Answer:
+    events = _Events()
+    computed = compute(events)
+    if computed.keep and not events.more_than_progress:
+        kept = {key: computed.answer, **computed.also}
+        app.remember_answer(facts, kept, since_ns=started, read=computed.read)
+    return computed.answer
 
 
 def present_and_apply(plan: Plan, flags: PlanFlags) -> None:

@@ -15,12 +15,12 @@ as for every cache.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cudafix.env.memo import stats
 from cudafix.env.memo.treecache import RACY_NS
 from cudafix.env.statedir import load_cache, save_cache
 
@@ -95,7 +95,7 @@ def _consulted(value: Any) -> list[str]:
 
 def _key(path: str) -> list[int] | None:
     try:
-        st = os.stat(path)  # noqa: PTH116 - follows links, as the loader does
+        st = stats.stat(path)  # follows links, as the loader does
     except OSError:
         return None
     return [st.st_dev, st.st_ino, st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)]

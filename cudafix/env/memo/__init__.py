@@ -11,7 +11,8 @@ One home for every per-environment memory kept in ``<prefix>/.cudafix/cache/``:
   read from (:class:`~.answers.ReadSet`), given again while that stamp holds;
 - :mod:`.before`: doctor's findings kept beside its answer, which ``cudafix run``
   judges its command against;
-- :mod:`.warm`: the warm path itself, which must import nothing heavy.
+- :mod:`.warm`: the warm path itself, which must import nothing heavy;
+- :mod:`.stats`: each path's stat taken once per reading, shared by the stamps and the walk.
 
 Nothing is imported here, so the warm path loads only the modules it uses. The index is
 an SQLite database; each other memory is a plain JSON file (``statedir.save_cache``). A

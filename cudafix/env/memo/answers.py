@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cudafix import __version__
+from cudafix.env.memo import stats
 from cudafix.env.memo.treecache import RACY_NS
 from cudafix.env.statedir import STATE_DIR_NAME, StateDir, load_cache, save_cache
 
@@ -240,14 +241,14 @@ def _stamp(prefix: Path, read: ReadSet) -> _Stamp:
     newest = quiet_newest = 0
     base = str(prefix)
     for rel in read.env:
-        st = _stat(os.path.join(base, rel), os.lstat)  # noqa: PTH118
+        st = _stat(os.path.join(base, rel), stats.lstat)  # noqa: PTH118
         values.extend(st)
         newest = max(newest, st[4])
         if not rel.startswith(_OWN_STATE):
             quiet.extend(st[:4])
             quiet_newest = max(quiet_newest, st[3])
     for path in read.host:
-        for how in (os.lstat, os.stat):
+        for how in (stats.lstat, stats.stat):
             st = _stat(path, how)
             values.extend(st)
             quiet.extend(st)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from cudafix.env.memo import stats
 from cudafix.env.statedir import STATE_DIR_NAME, load_cache, save_cache
 from cudafix.model.names import EnvPath
 
@@ -137,7 +138,7 @@ class TreeCache:
 
     def _list(self, full: str, rel: str, start: int) -> _Listing | None:
         try:
-            st = os.stat(full) if not rel else os.lstat(full)  # noqa: PTH116 - hot path, str paths
+            st = stats.stat(full) if not rel else stats.lstat(full)
         except OSError:
             return None
         if not stat.S_ISDIR(st.st_mode):
@@ -320,7 +321,7 @@ def _scan(full: str, rel: str, key: DirKey) -> _Listing:
 
 def _lstat(full: str) -> FileStat | None:
     try:
-        st = os.lstat(full)
+        st = stats.lstat(full)
         if stat.S_ISDIR(st.st_mode):
             return None
         link = os.readlink(full) if stat.S_ISLNK(st.st_mode) else None  # noqa: PTH115
