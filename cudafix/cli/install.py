@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -31,6 +32,11 @@ from cudafix.cli.render import shown
 from cudafix.cli.shapes import run_json, unchanged_json
 from cudafix.model.errors import CudafixError, ExitCode, UsageError
 from cudafix.model.transaction import GuardedRun, exit_status
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from cudafix.model.doctor import DoctorReport, Finding
 
 RUN_EXIT_HELP = (
     "Exit codes: 0 committed, or nothing changed; the command's own status when it failed "
@@ -117,11 +123,9 @@ def run_command(
         command=tuple(sys.argv),
     )
     live = app.LiveArgs(timeout=timeout, echo=(2, 2) if as_json else (1, 2))
-    from cudafix.cli.doctor_words import said
-
     try:
         result = app.run_command(
-            facts, argv, run, live, accept=accept, on_event=echo_event, say=said
+            facts, argv, run, live, accept=accept, on_event=echo_event, say=_said
         )
     except CudafixError as err:
         if as_json:
@@ -168,3 +172,11 @@ def _unchanged(result: GuardedRun, as_json: bool) -> None:
         )
     if code:
         sys.exit(code)
+
+
+def _said(report: DoctorReport, findings: Sequence[Finding]) -> list[str]:
+    """doctor's words for findings, imported only when a command changed what doctor
+    read: a run that changed nothing never loads the report's models."""
+    from cudafix.cli.doctor_words import said
+
+    return said(report, findings)

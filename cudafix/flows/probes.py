@@ -9,11 +9,14 @@ with ``--probe-timeout``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cudafix.model.args import RunArgs
-from cudafix.model.plan import Plan
 from cudafix.model.probe import ProbeSpec
 from cudafix.plan.probes import probe_spec
+
+if TYPE_CHECKING:
+    from cudafix.model.plan import Plan
 
 
 def probe_set(run: RunArgs, *, plan: Plan | None = None, modules: Sequence[str] = ()) -> ProbeSpec:

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cudafix.env.inventory import Distribution
 from cudafix.env.memo.answers import ReadSet, settled_stamp, stamp
 from cudafix.env.memo.before import before_run_key, recall_before
 from cudafix.env.target import TargetEnv
@@ -33,11 +33,14 @@ from cudafix.flows.target import (
 )
 from cudafix.model.args import FactArgs, LiveArgs, RunArgs
 from cudafix.model.commands import TargetFlags
-from cudafix.model.doctor import Finding, SayFindings, new_problems
 from cudafix.model.names import DistName, EnvPath
 from cudafix.model.transaction import GuardedRun, OnEvent, RunEvent, quiet
-from cudafix.plan.doctor import diagnose
+from cudafix.tx.context import StepFailed
 from cudafix.tx.guard import Judged, Outside, outside_command, run_guarded
+
+if TYPE_CHECKING:
+    from cudafix.env.inventory import Distribution
+    from cudafix.model.doctor import Finding, SayFindings
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,9 @@ class _Before:
     """What the diagnosis read: unchanged after the command, nothing new can be wrong."""
     dist_infos: frozenset[str]
     """The distributions installed (their ``.dist-info`` EnvPaths): the others are probed."""
-    findings: Sequence[Finding]
-    """doctor's findings (remembered, or read now and kept for the next run)."""
+    findings: Callable[[], Sequence[Finding]]
+    """doctor's findings (remembered, or read now and kept for the next run), asked for
+    only when the command changed what they were read from."""
     owners: Callable[[Sequence[str]], list[str]]
     """``NAME==VERSION`` of the distributions whose RECORD claims any of the paths."""
 
@@ -85,6 +89,8 @@ def _read_before(
 ) -> _Before:
     """The target's reading before the command, read now; its findings are kept for the
     next run, as doctor keeps them (:func:`_remembered_before`)."""
+    from cudafix.plan.doctor import diagnose
+
     started = time.time_ns()
     facts = read_facts(args, target, on_event)
     inv = facts.inventory
@@ -98,7 +104,7 @@ def _read_before(
     return _Before(
         read,
         frozenset(d.dist_info for d in inv.distributions.values()),
-        findings,
+        lambda: findings,
         functools.partial(_owners, inv.distributions, inv.owners),
     )
 
@@ -157,9 +163,16 @@ def run_command(
         if start and stamp(target.prefix, before.read) == start[0]:
             on_event(RunEvent("progress", "  nothing the diagnosis reads changed: no new problems"))
             return Judged((), probe_set(run))
+        from cudafix.model.doctor import new_problems
+        from cudafix.plan.doctor import diagnose
+
         now = read_facts(args, target)
         report = diagnose(now, flags)
-        findings = say(report, new_problems(before.findings, report.findings))
+        try:
+            old = before.findings()
+        except ValueError as exc:
+            raise StepFailed(f"cannot judge the command: {exc}") from exc
+        findings = say(report, new_problems(old, report.findings))
         dists = now.inventory.distributions.values()
         changed = [d for d in dists if d.dist_info not in before.dist_infos]
         modules = sorted({m for d in changed for m in d.top_level})

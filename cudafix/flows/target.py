@@ -12,22 +12,23 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudafix.env.memo.answers import Answer, ReadSet, read_set, remember
 from cudafix.env.memo.before import before_run_answer, before_run_key
 from cudafix.env.memo.treecache import TreeCache
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, locate_target
-from cudafix.gather import gather
 from cudafix.linker.hostcache import last_consulted
 from cudafix.model.args import FactArgs, TargetArgs
 from cudafix.model.commands import TargetFlags, cudafix_line, venv_flags
-from cudafix.model.doctor import DoctorReport, Finding
 from cudafix.model.errors import LockedError, UnsafeState
 from cudafix.model.transaction import OnEvent, RunEvent, quiet
-from cudafix.plan.doctor import diagnose
-from cudafix.plan.facts import Facts
 from cudafix.tx.recovery import lock_is_held, pending_transactions, unreadable_transactions
+
+if TYPE_CHECKING:
+    from cudafix.model.doctor import DoctorReport, Finding
+    from cudafix.plan.facts import Facts
 
 
 def locate(target: TargetArgs) -> TargetEnv:
@@ -100,7 +101,12 @@ def open_target(
 
 
 def read_facts(args: FactArgs, target: TargetEnv, on_event: OnEvent = quiet) -> Facts:
-    """Everything planning and doctor read from the target, gathered once."""
+    """Everything planning and doctor read from the target, gathered once.
+
+    The reader is imported here, when first needed: a warm ``doctor`` or a ``run`` judged
+    against remembered findings never reads, and so never pays for its imports."""
+    from cudafix.gather import gather
+
     on_event(RunEvent("progress", f"reading distributions and ELF objects in {target.prefix}"))
     facts = gather(target, dlopen_tables=args.dlopen_tables)
     on_event(
@@ -173,6 +179,8 @@ def doctor(args: FactArgs, on_event: OnEvent = quiet) -> Diagnosis:
     """Diagnose the target: what is broken, and the command to run next; an unfinished
     transaction is a finding (its fix is ``recover``), not a warning beside a report that
     may call the half-changed environment healthy."""
+    from cudafix.plan.doctor import diagnose
+
     target = locate(args.target)
     pending = check_pending(target, mutating=False, on_event=on_event, warn=False)
     facts = replace(read_facts(args, target, on_event), pending=pending)

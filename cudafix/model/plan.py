@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cudafix.model.names import BackendName, DistName
-from cudafix.model.probe import Probes, RunTimeProbe
 from cudafix.model.reasons import AlternativeDoes, PlanWarning, Reason, ReinstallWhy
 from cudafix.model.sources import Sources
 
@@ -23,6 +22,57 @@ are typed records (:mod:`cudafix.model.reasons`), not text."""
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- the probes a plan carries ---------------------------------------------------------------
+
+
+class RunTimeProbe(_Frozen):
+    """A framework object's run-time load, exercised after applying: the soname dlopen()ed
+    through the object's own RPATH/RUNPATH, or the library loaded by its full path."""
+
+    object: str
+    """EnvPath of the framework object that loads it."""
+    need: str
+    """A soname, or the EnvPath of a library the framework loads by full path."""
+    framework: str
+    """The distribution owning ``object`` (for messages)."""
+    search: list[str] = Field(default_factory=list)
+    """For a soname: the object's RPATH then RUNPATH, expanded (``$ORIGIN``), in the order
+    ld.so tries them; the probe loads the first copy there, else asks the system loader."""
+
+
+class ExpectProbe(_Frozen):
+    """Python code or a shell command whose output must contain ``output``."""
+
+    python: str | None = None
+    command: str | None = None
+    output: str
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ExpectProbe:
+        if (self.python is None) == (self.command is None):
+            raise ValueError("an expect probe needs exactly one of python, command")
+        return self
+
+
+class Probes(_Frozen):
+    """Probes the plan carries (a cleanup script's ``[probes]``), run after applying, before
+    commit; any failure rolls everything back."""
+
+    imports: list[str] = Field(default_factory=list)
+    python: list[str] = Field(default_factory=list)
+    """Python snippets run by the target interpreter; each must exit 0."""
+    commands: list[str] = Field(default_factory=list)
+    """Shell commands run with the environment's bin/ first on PATH; each must exit 0."""
+    expect: list[ExpectProbe] = Field(default_factory=list)
+    auto: bool = True
+    """Also run the import/dlopen probes the planner chose (probe_modules, probe_libraries)."""
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds per probe; None: the caller's default."""
+
+
+# -- the plan ---------------------------------------------------------------------------------
 
 
 class Target(_Frozen):

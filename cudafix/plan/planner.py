@@ -31,7 +31,7 @@ from cudafix.model import plan as P
 from cudafix.model import reasons as R
 from cudafix.model.commands import cudafix_argv, venv_flags
 from cudafix.model.names import DistName, EnvPath, Soname
-from cudafix.model.probe import Probes, RunTimeProbe
+from cudafix.model.plan import Probes, RunTimeProbe
 from cudafix.plan import install, verdict
 from cudafix.plan.facts import Facts, load_roots
 from cudafix.plan.preconditions import record_digest

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cudafix.model.plan import Plan
-from cudafix.model.probe import ExpectProbe, ProbeSpec
+from cudafix.model.probe import ProbeSpec
 from cudafix.model.transaction import DEFAULT_PROBE_TIMEOUT
+
+if TYPE_CHECKING:
+    from cudafix.model.plan import ExpectProbe, Plan
 
 
 def probe_spec(

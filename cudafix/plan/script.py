@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cudafix.model import plan as P
 from cudafix.model.errors import InputError, UsageError
 from cudafix.model.names import BackendName, DistName, is_dist_name, is_selector, normalize_name
-from cudafix.model.probe import Probes
+from cudafix.model.plan import Probes
 from cudafix.model.reasons import ScriptStep
 from cudafix.model.sources import Sources, link_path
 from cudafix.plan.facts import Facts

@@ -6,6 +6,9 @@ a ``run`` that had to read) keeps its findings here as one more answer
 (:mod:`.answers`), and the next ``run`` takes them while nothing they were read from
 changed but ctimes: doctor's findings do not depend on them, and every run's snapshot
 moves them (:func:`.answers.recall` with ``ctimes=False``).
+
+The findings are validated only when a command changed something they must be compared
+with: a ``run`` whose command changed nothing never imports the report's models.
 """
 
 from __future__ import annotations
@@ -14,24 +17,38 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from cudafix.env.memo.answers import Answer, ReadSet, answer_key, recall, sorted_unique
 from cudafix.model.args import FactArgs
-from cudafix.model.doctor import Finding
+
+if TYPE_CHECKING:
+    from cudafix.model.doctor import Finding
 
 
 @dataclass(frozen=True)
 class Before:
     """A remembered reading before a command: doctor's findings and what they rest on."""
 
-    findings: tuple[Finding, ...]
+    dumped: tuple[Any, ...]
+    """doctor's findings, as JSON values (:meth:`findings` validates them)."""
     dist_infos: frozenset[str]
     """The distributions installed (their ``.dist-info`` EnvPaths)."""
     read: ReadSet
     """What the findings were read from, with the system directories the loader lists
     (the judgement after the command lists them again)."""
+
+    def findings(self) -> tuple[Finding, ...]:
+        """doctor's findings; ValueError when they are not findings this code reads (the
+        memo is this code's own, so only a damaged file gives one)."""
+        from pydantic import ValidationError
+
+        from cudafix.model.doctor import Finding
+
+        try:
+            return tuple(Finding.model_validate(f) for f in self.dumped)
+        except ValidationError as exc:
+            raise ValueError(f"remembered findings unreadable: {exc.error_count()} errors") from exc
 
 
 def before_run_key(args: FactArgs) -> str:
@@ -61,10 +78,10 @@ def recall_before(prefix: Path, args: FactArgs) -> Before | None:
         return None
     try:
         body = json.loads(found.answer.out)
-        findings = tuple(Finding.model_validate(f) for f in body["findings"])
+        dumped = tuple(body["findings"])
         dist_infos = frozenset(str(d) for d in body["dist_infos"])
         search_dirs = [str(d) for d in body["search_dirs"]]
-    except (ValueError, TypeError, KeyError, ValidationError):
+    except (ValueError, TypeError, KeyError):
         return None
     host = sorted_unique([*found.read.host, *search_dirs])  # listed again after the command
-    return Before(findings, dist_infos, ReadSet(found.read.env, host))
+    return Before(dumped, dist_infos, ReadSet(found.read.env, host))

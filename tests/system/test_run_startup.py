@@ -1,0 +1,47 @@
+"""A ``run`` whose command changed nothing is judged against doctor's remembered findings,
+and pays for nothing else: neither the reader of the environment, nor doctor, nor pydantic
+(the report's and the plan's models) is imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from scenarios import BuiltScenario
+from tests.support.cli import cudafix
+from tests.support.venvs import settle
+
+pytestmark = pytest.mark.slow
+"""Builds a real venv and runs the CLI: left out of ``make test-fast``."""
+
+_RUN = """\
+import sys
+from pathlib import Path
+from cudafix.cli.main import main
+try:
+    main(["run", "-v", "--venv", sys.argv[1], "--", "python", "-c", "pass"])
+except SystemExit as done:
+    Path(sys.argv[2]).write_text("\\n".join([str(done.code), *sys.modules]))
+"""
+
+
+def test_a_run_that_changed_nothing_imports_no_reader_and_no_pydantic(
+    scenario: Callable[..., BuiltScenario], tmp_path: Path
+) -> None:
+    built = scenario("clean")
+    assert cudafix("doctor", "--venv", built.venv).returncode == 0
+    settle()
+    assert cudafix("doctor", "--venv", built.venv).returncode == 0  # its findings remembered
+    out = tmp_path / "modules"
+    argv = [sys.executable, "-c", _RUN, str(built.venv), str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    code, *loaded = out.read_text().split("\n")
+    assert code == "0", done.stderr
+    assert "judged against its findings" in done.stderr  # the remembered findings were used
+    assert "cudafix.tx.guard" in loaded  # the probe saw the run's own imports
+    heavy = {"pydantic", "cudafix.gather", "cudafix.plan.doctor", "cudafix.model.doctor"}
+    assert not heavy & set(loaded), sorted(heavy & set(loaded))
