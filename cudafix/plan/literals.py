@@ -42,6 +42,8 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from packaging.requirements import Requirement
+
 from cudafix.env.inventory import Inventory
 from cudafix.env.lastseen import Memory, Seen
 from cudafix.env.pysources import ANY_VERSION, Literals
@@ -91,14 +93,26 @@ def named_after(dist: str, soname: str) -> bool:
     (``cuda`` then ``r`` of ``runtime``; not ``nvidia-cuda-nvrtc`` for ``libcudart``, nor
     ``nvidia-cuda-runtime`` for the driver's ``libcuda``). A short word that is not all of
     the name names nothing: ``libarchive-c`` does not name ``libc.so``."""
-    base = stem(soname).removesuffix(".so").removeprefix("lib").lower()
-    words = [w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w)]
+    base, words = _library_base(soname), _name_words(dist)
     return any(
         (len(w) >= 4 or len(words) == 1)
         and (base == w or base.startswith(w))
         and (i + 1 == len(words) or words[i + 1][:1] == base[len(w) : len(w) + 1])
         for i, w in enumerate(words)
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _library_base(soname: str) -> str:
+    """``cudart`` of ``libcudart.so.12``: what :func:`named_after` compares with."""
+    return stem(soname).removesuffix(".so").removeprefix("lib").lower()
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_words(dist: str) -> tuple[str, ...]:
+    """The words of a distribution's name that may name a library (``nvidia`` and ``cuNN``
+    aside): ``("cuda", "runtime")`` of ``nvidia-cuda-runtime-cu12``."""
+    return tuple(w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w))
 
 
 def dir_named_after(dist: str, directory: str) -> bool:
@@ -188,6 +202,7 @@ class _Binder:
                     self.needed_by[(owner, need)].append(rel)
         self.wants = Wants(inventory, marker_env)
         self._shipped: dict[DistName, frozenset[str]] = {}
+        self._unmet_of: dict[DistName, tuple[tuple[DistName, str, Requirement, DistName], ...]] = {}
         self.sonames: dict[str, list[Soname]] = defaultdict(list)
         self.paths: dict[str, list[Soname]] = defaultdict(list)
         self.rows: dict[tuple[str, str], RuntimeLoad] = {}
@@ -356,12 +371,23 @@ class _Binder:
             out.append((name, path, row, by is not None))
         if out:
             return out
+        unmet_ = self._unmet(owner, brings)
         for name in group:
             went = {s.distribution for s in self.remembered.get(name, ())}
-            for dist, extra, req in brings.unmet:
-                if named_after(req.name, name) or normalize_name(req.name) in went:
+            for dist, extra, req, wanted in unmet_:
+                if named_after(req.name, name) or wanted in went:
                     return [(name, None, self._row(owner, (dist, extra), name, where), True)]
         return []
+
+    def _unmet(
+        self, owner: DistName, brings: Brings
+    ) -> tuple[tuple[DistName, str, Requirement, DistName], ...]:
+        """``brings.unmet`` with each requirement's normalised name, once per requester."""
+        if owner not in self._unmet_of:
+            self._unmet_of[owner] = tuple(
+                (dist, extra, req, normalize_name(req.name)) for dist, extra, req in brings.unmet
+            )
+        return self._unmet_of[owner]
 
     def _bringer(self, brings: Brings, path: EnvPath) -> tuple[DistName, str] | None:
         """What brings the file's distribution (its requirer and the extra), if anything."""
