@@ -428,15 +428,37 @@ def requirement_closure(
     ``jax[cuda12]``'s cu12 wheels are required only by ``jax-cuda12-plugin[with-cuda]``:
     without the extras they would look like nobody's leftovers.
     """
+    return reached(requirement_edges(distributions, marker_env, extras), roots)
+
+
+def requirement_edges(
+    distributions: Mapping[DistName, Declared],
+    marker_env: Mapping[str, str],
+    extras: Extras,
+) -> dict[DistName, tuple[DistName, ...]]:
+    """Per distribution, the distributions its Requires-Dist name (markers applied), through
+    the base requirements and those of its requested ``extras``: what every
+    :func:`requirement_closure` walks, read once for many of them."""
+    return {
+        name: tuple(
+            normalize_name(r.name)
+            for r, _ in applicable(dist, marker_env, extras.get(name, frozenset()))
+        )
+        for name, dist in distributions.items()
+    }
+
+
+def reached(
+    edges: Mapping[DistName, Iterable[DistName]], roots: Iterable[DistName]
+) -> frozenset[DistName]:
+    """``roots`` and everything ``edges`` lead to from them, transitively; a name without
+    edges (not installed) is left out."""
     seen: set[DistName] = set()
     todo = list(roots)
     while todo:
         name = todo.pop()
-        if name in seen or name not in distributions:
+        if name in seen or name not in edges:
             continue
         seen.add(name)
-        wanted = extras.get(name, frozenset())
-        todo.extend(
-            normalize_name(r.name) for r, _ in applicable(distributions[name], marker_env, wanted)
-        )
+        todo.extend(edges[name])
     return frozenset(seen)

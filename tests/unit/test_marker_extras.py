@@ -11,7 +11,7 @@ from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvir
 from packaging.requirements import InvalidRequirement, Requirement
 
 from cudafix.env.inventory import Distribution
-from cudafix.model.names import EnvPath, normalize_name
+from cudafix.model.names import DistName, EnvPath, normalize_name
 from cudafix.plan.literals import named_after
 from cudafix.plan.requirements import _extra_literals, applicable
 from tests.unit.test_requirements import LINUX_311
@@ -73,11 +73,11 @@ def _reference(
     return found
 
 
-def _dist(requires: tuple[str, ...]) -> Distribution:
+def _dist(requires: tuple[str, ...], name: str = "app") -> Distribution:
     return Distribution(
-        name=normalize_name("app"),
+        name=normalize_name(name),
         version="1",
-        dist_info=EnvPath("site/app-1.dist-info"),
+        dist_info=EnvPath(f"site/{name}-1.dist-info"),
         site_packages=EnvPath("site"),
         installer="uv",
         requires=requires,
@@ -101,8 +101,9 @@ def test_only_plain_extra_comparisons_narrow_the_extras() -> None:
     def literals(marker: str) -> frozenset[str] | None:
         return _extra_literals(f"dep ; {marker}")
 
-    assert literals('extra == "Cu_12" and python_version >= "3.9"') == {"cu-12"}
-    assert literals('extra == "a" or (extra != "b" and sys_platform == "linux")') == {"a", "b"}
+    assert literals('extra == "Cu_12" and python_version >= "3.9"') == frozenset({"cu-12"})
+    either = 'extra == "a" or (extra != "b" and sys_platform == "linux")'
+    assert literals(either) == frozenset({"a", "b"})
     assert literals('python_version >= "3.9"') == frozenset()
     assert literals('"a" == extra') is None  # the literal on the left
     assert literals('"a" in extra') is None
@@ -150,3 +151,43 @@ def test_each_marker_is_evaluated_for_the_extras_it_names_only() -> None:
             f"dep{extras.index(e)}-{j}" for j in range(3)
         ]
     assert requirements._marker_holds.cache_info().misses - before == 2 * len(requires)
+
+
+def _closure_reference(
+    dists: Mapping[DistName, Distribution],
+    roots: list[DistName],
+    extras: Mapping[DistName, frozenset[str]],
+) -> frozenset[DistName]:
+    """Walked one distribution at a time, asking each for its requirements as it is reached."""
+    seen: set[DistName] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in dists:
+            continue
+        seen.add(name)
+        wanted = extras.get(name, frozenset())
+        todo += [normalize_name(r.name) for r, _ in applicable(dists[name], LINUX_311, wanted)]
+    return frozenset(seen)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_closure_through_edges_read_once_equals_walking(seed: int) -> None:
+    from cudafix.plan.requirements import requirement_closure
+
+    rng = random.Random(seed)
+    names = [f"d{i}" for i in range(12)]
+    dists: dict[DistName, Distribution] = {}
+    markers = ("", ' ; extra == "x"', ' ; extra == "y"', ' ; python_version < "3"')
+    for n in names:
+        reqs = []
+        for _ in range(rng.randint(0, 4)):
+            dep = rng.choice([*names, "absent"])
+            marker = rng.choice(markers)
+            reqs.append(f"{dep.upper() if rng.random() < 0.2 else dep}{marker}")
+        dists[DistName(n)] = _dist(tuple(reqs), n)
+    extras = {DistName(n): frozenset(rng.sample(["x", "y"], rng.randint(0, 2))) for n in names}
+    for _ in range(5):
+        roots = [DistName(r) for r in rng.sample([*names, "absent"], rng.randint(1, 3))]
+        got = requirement_closure(dists, roots, LINUX_311, extras)
+        assert got == _closure_reference(dists, roots, extras)
