@@ -115,6 +115,34 @@ def _name_words(dist: str) -> tuple[str, ...]:
     return tuple(w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w))
 
 
+class UnmetIndex:
+    """Unmet requirements (``Brings.unmet``), indexed for :meth:`first`: the words of their
+    names that may begin a library's, and the first of each name."""
+
+    def __init__(self, unmet: Iterable[tuple[DistName, str, Requirement]]) -> None:
+        self.unmet = tuple(unmet)
+        self._by_word: dict[str, list[int]] = defaultdict(list)
+        self._by_name: dict[DistName, int] = {}
+        for i, (_, _, req) in enumerate(self.unmet):
+            words = _name_words(req.name)
+            for w in dict.fromkeys(words):
+                if len(w) >= 4 or len(words) == 1:
+                    self._by_word[w].append(i)
+            self._by_name.setdefault(normalize_name(req.name), i)
+
+    def first(
+        self, soname: str, went: Iterable[DistName]
+    ) -> tuple[DistName, str, Requirement] | None:
+        """The first unmet requirement named after ``soname`` (:func:`named_after`) or
+        naming one of the distributions in ``went``, as a walk through them in order finds
+        it; only those with a word that begins the library's name are asked."""
+        base = _library_base(soname)
+        named = sorted({i for k in range(len(base) + 1) for i in self._by_word.get(base[:k], ())})
+        hits = [i for i in named if named_after(self.unmet[i][2].name, soname)][:1]
+        hits += [self._by_name[d] for d in went if d in self._by_name]
+        return self.unmet[min(hits)] if hits else None
+
+
 def dir_named_after(dist: str, directory: str) -> bool:
     """Whether a distribution's name names a wheel's library directory, as the nvidia wheels
     lay them out (``nvidia-cuda-runtime-cu12`` and ``nvidia/cuda_runtime/lib``; not the
@@ -202,7 +230,7 @@ class _Binder:
                     self.needed_by[(owner, need)].append(rel)
         self.wants = Wants(inventory, marker_env)
         self._shipped: dict[DistName, frozenset[str]] = {}
-        self._unmet_of: dict[DistName, tuple[tuple[DistName, str, Requirement, DistName], ...]] = {}
+        self._unmet_of: dict[DistName, UnmetIndex] = {}
         self.sonames: dict[str, list[Soname]] = defaultdict(list)
         self.paths: dict[str, list[Soname]] = defaultdict(list)
         self.rows: dict[tuple[str, str], RuntimeLoad] = {}
@@ -347,7 +375,7 @@ class _Binder:
         """A library the distribution itself ships (in its RECORD, there or not)."""
         if owner not in self._shipped:
             files = self.inv.distributions[owner].files
-            self._shipped[owner] = frozenset(posixpath.basename(e.path) for e in files)
+            self._shipped[owner] = frozenset(e.path.rpartition("/")[2] for e in files)
         return name in self._shipped[owner] or any(
             owner in self.inv.owners.get(p, ()) for p in self.providers.get(name, ())
         )
@@ -371,23 +399,16 @@ class _Binder:
             out.append((name, path, row, by is not None))
         if out:
             return out
-        unmet_ = self._unmet(owner, brings)
+        if owner not in self._unmet_of:
+            self._unmet_of[owner] = UnmetIndex(brings.unmet)
+        unmet_ = self._unmet_of[owner]
         for name in group:
             went = {s.distribution for s in self.remembered.get(name, ())}
-            for dist, extra, req, wanted in unmet_:
-                if named_after(req.name, name) or wanted in went:
-                    return [(name, None, self._row(owner, (dist, extra), name, where), True)]
+            found = unmet_.first(name, went)
+            if found is not None:
+                dist, extra, _ = found
+                return [(name, None, self._row(owner, (dist, extra), name, where), True)]
         return []
-
-    def _unmet(
-        self, owner: DistName, brings: Brings
-    ) -> tuple[tuple[DistName, str, Requirement, DistName], ...]:
-        """``brings.unmet`` with each requirement's normalised name, once per requester."""
-        if owner not in self._unmet_of:
-            self._unmet_of[owner] = tuple(
-                (dist, extra, req, normalize_name(req.name)) for dist, extra, req in brings.unmet
-            )
-        return self._unmet_of[owner]
 
     def _bringer(self, brings: Brings, path: EnvPath) -> tuple[DistName, str] | None:
         """What brings the file's distribution (its requirer and the extra), if anything."""

@@ -191,3 +191,30 @@ def test_closure_through_edges_read_once_equals_walking(seed: int) -> None:
         roots = [DistName(r) for r in rng.sample([*names, "absent"], rng.randint(1, 3))]
         got = requirement_closure(dists, roots, LINUX_311, extras)
         assert got == _closure_reference(dists, roots, extras)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_unmet_index_finds_what_a_walk_in_order_finds(seed: int) -> None:
+    from cudafix.plan.literals import UnmetIndex
+
+    rng = random.Random(seed)
+    words = ("nvidia", "cu12", "cuda", "runtime", "cudnn", "cublas", "c", "nvrtc", "lt", "cufft",
+             "nccl", "cu", "jax", "plugin", "libarchive", "cusparse")  # fmt: skip
+    sonames = ("libcudart.so.12", "libcublasLt.so.13", "libc.so.6", "libcuda.so.1", "libc.so",
+               "libcudnn.so.9", "libnvrtc.so.12", "libcufft.so.11", "libnccl.so.2", "libcu.so",
+               "libcusparseLt.so.0", "libjax.so", "libarchive.so.13")  # fmt: skip
+    unmet = []
+    for i in range(rng.randint(0, 25)):
+        name = rng.choice(("-", "_", ".")).join(rng.sample(words, rng.randint(1, 3)))
+        unmet.append((DistName(f"d{i}"), rng.choice(("", "x")), Requirement(f"{name}>=1")))
+    index = UnmetIndex(unmet)
+    names = [normalize_name(r.name) for _, _, r in unmet]
+    for soname in sonames:
+        went = set(rng.sample(names, min(len(names), rng.randint(0, 2))))
+        walk = (
+            u
+            for u, n in zip(unmet, names, strict=True)
+            if named_after(u[2].name, soname) or n in went
+        )
+        expected = next(walk, None)
+        assert index.first(soname, went) == expected, (soname, went, unmet)
