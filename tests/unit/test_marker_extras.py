@@ -30,6 +30,8 @@ ATOMS = (
     'sys_platform == "linux"',
     'sys_platform == "win32"',
     'platform_release >= "{x}"',
+    'platform_release ~= "{x}"',
+    'extra ~= "{x}"',
 )
 EXTRAS = ("cuda", "CUDA", "cu_12", "cu-12", "cu.12", "test", "all", "1", "1.0", "1-0", "v1", "")
 ERRORS = (InvalidRequirement, InvalidMarker, UndefinedComparison, UndefinedEnvironmentName)
