@@ -25,7 +25,7 @@ from cudafix.linker.runtime import BoundLoads
 from cudafix.model.doctor import Difference
 from cudafix.model.names import DistName, EnvPath
 from cudafix.plan.majors import cuda_majors
-from cudafix.plan.requirements import requested_extras
+from cudafix.plan.requirements import requested_extras, requirement_edges
 
 Mismatches = dict[DistName, list[tuple[EnvPath, Difference]]]
 """Per distribution, its files whose bytes are not their RECORD's, with how they differ."""
@@ -64,6 +64,12 @@ class Facts:
         """The extras each distribution was installed with (:func:`requested_extras`),
         derived once: doctor and the planner ask per finding."""
         return requested_extras(self.inventory.distributions, self.marker_env)
+
+    @cached_property
+    def requirement_edges(self) -> Mapping[DistName, tuple[DistName, ...]]:
+        """What each distribution's requirements name through its requested extras
+        (:func:`requirement_edges`), derived once: doctor walks a closure per framework."""
+        return requirement_edges(self.inventory.distributions, self.marker_env, self.extras)
 
     @cached_property
     def cuda_majors(self) -> Mapping[DistName, int]:

@@ -111,6 +111,8 @@ def same_path_switches(
     Consumers the install replaces too are left out: they are the new build themselves.
     """
     changed = {c.path: c for c in clobbers if not c.same_bytes}
+    if not changed:
+        return []  # (a removal replaces no bytes: no need to place every edge)
     out = []
     for edge in before.values():
         provider = to_env_path(prefix, edge.provider) if edge.provider else None

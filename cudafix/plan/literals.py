@@ -42,6 +42,8 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from packaging.requirements import Requirement
+
 from cudafix.env.inventory import Inventory
 from cudafix.env.lastseen import Memory, Seen
 from cudafix.env.pysources import ANY_VERSION, Literals
@@ -91,14 +93,54 @@ def named_after(dist: str, soname: str) -> bool:
     (``cuda`` then ``r`` of ``runtime``; not ``nvidia-cuda-nvrtc`` for ``libcudart``, nor
     ``nvidia-cuda-runtime`` for the driver's ``libcuda``). A short word that is not all of
     the name names nothing: ``libarchive-c`` does not name ``libc.so``."""
-    base = stem(soname).removesuffix(".so").removeprefix("lib").lower()
-    words = [w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w)]
+    base, words = _library_base(soname), _name_words(dist)
     return any(
         (len(w) >= 4 or len(words) == 1)
         and (base == w or base.startswith(w))
         and (i + 1 == len(words) or words[i + 1][:1] == base[len(w) : len(w) + 1])
         for i, w in enumerate(words)
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _library_base(soname: str) -> str:
+    """``cudart`` of ``libcudart.so.12``: what :func:`named_after` compares with."""
+    return stem(soname).removesuffix(".so").removeprefix("lib").lower()
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_words(dist: str) -> tuple[str, ...]:
+    """The words of a distribution's name that may name a library (``nvidia`` and ``cuNN``
+    aside): ``("cuda", "runtime")`` of ``nvidia-cuda-runtime-cu12``."""
+    return tuple(w for w in re.split(r"[-_.]+", normalize_name(dist)) if not _NOISE_TOKENS.match(w))
+
+
+class UnmetIndex:
+    """Unmet requirements (``Brings.unmet``), indexed for :meth:`first`: the words of their
+    names that may begin a library's, and the first of each name."""
+
+    def __init__(self, unmet: Iterable[tuple[DistName, str, Requirement]]) -> None:
+        self.unmet = tuple(unmet)
+        self._by_word: dict[str, list[int]] = defaultdict(list)
+        self._by_name: dict[DistName, int] = {}
+        for i, (_, _, req) in enumerate(self.unmet):
+            words = _name_words(req.name)
+            for w in dict.fromkeys(words):
+                if len(w) >= 4 or len(words) == 1:
+                    self._by_word[w].append(i)
+            self._by_name.setdefault(normalize_name(req.name), i)
+
+    def first(
+        self, soname: str, went: Iterable[DistName]
+    ) -> tuple[DistName, str, Requirement] | None:
+        """The first unmet requirement named after ``soname`` (:func:`named_after`) or
+        naming one of the distributions in ``went``, as a walk through them in order finds
+        it; only those with a word that begins the library's name are asked."""
+        base = _library_base(soname)
+        named = sorted({i for k in range(len(base) + 1) for i in self._by_word.get(base[:k], ())})
+        hits = [i for i in named if named_after(self.unmet[i][2].name, soname)][:1]
+        hits += [self._by_name[d] for d in went if d in self._by_name]
+        return self.unmet[min(hits)] if hits else None
 
 
 def dir_named_after(dist: str, directory: str) -> bool:
@@ -188,6 +230,7 @@ class _Binder:
                     self.needed_by[(owner, need)].append(rel)
         self.wants = Wants(inventory, marker_env)
         self._shipped: dict[DistName, frozenset[str]] = {}
+        self._unmet_of: dict[DistName, UnmetIndex] = {}
         self.sonames: dict[str, list[Soname]] = defaultdict(list)
         self.paths: dict[str, list[Soname]] = defaultdict(list)
         self.rows: dict[tuple[str, str], RuntimeLoad] = {}
@@ -332,7 +375,7 @@ class _Binder:
         """A library the distribution itself ships (in its RECORD, there or not)."""
         if owner not in self._shipped:
             files = self.inv.distributions[owner].files
-            self._shipped[owner] = frozenset(posixpath.basename(e.path) for e in files)
+            self._shipped[owner] = frozenset(e.path.rpartition("/")[2] for e in files)
         return name in self._shipped[owner] or any(
             owner in self.inv.owners.get(p, ()) for p in self.providers.get(name, ())
         )
@@ -356,11 +399,15 @@ class _Binder:
             out.append((name, path, row, by is not None))
         if out:
             return out
+        if owner not in self._unmet_of:
+            self._unmet_of[owner] = UnmetIndex(brings.unmet)
+        unmet_ = self._unmet_of[owner]
         for name in group:
             went = {s.distribution for s in self.remembered.get(name, ())}
-            for dist, extra, req in brings.unmet:
-                if named_after(req.name, name) or normalize_name(req.name) in went:
-                    return [(name, None, self._row(owner, (dist, extra), name, where), True)]
+            found = unmet_.first(name, went)
+            if found is not None:
+                dist, extra, _ = found
+                return [(name, None, self._row(owner, (dist, extra), name, where), True)]
         return []
 
     def _bringer(self, brings: Brings, path: EnvPath) -> tuple[DistName, str] | None:

@@ -77,6 +77,8 @@ def versioned_as_cuda(name: DistName) -> bool:
 
 def _from_paths(paths: Iterable[str]) -> int | None:
     for path in paths:
+        if "nvidia/cu" not in path:
+            continue  # what _CUDA_DIR spells, looked for first: torch lists 15k files
         m = _CUDA_DIR.search(path)
         if m is not None:
             return int(m.group(1))

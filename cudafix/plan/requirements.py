@@ -18,6 +18,8 @@ from typing import Protocol
 
 from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, Specifier
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from cudafix.model.names import DistName, normalize_name
@@ -42,6 +44,7 @@ Extras = Mapping[DistName, frozenset[str]]
 
 _EXTRA = re.compile(r"""\bextra\s*==\s*["']([^"']+)["']""")
 _MARKER_ERRORS = (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName)
+_EQ = ("==", "!=")
 _SPEC_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
@@ -192,17 +195,44 @@ def _applicable_to(
     requires: tuple[str, ...], env: tuple[tuple[str, str], ...], extras: frozenset[str]
 ) -> tuple[tuple[Requirement, str], ...]:
     """:func:`applicable`, answered once per question: requested-extras inference asks it
-    again for every extra of every distribution (5.6k questions on a torch venv)."""
+    again for every extra of every distribution (5.6k questions on a torch venv). Each
+    requirement's marker is evaluated only for the extras it names (:func:`_extra_literals`)."""
+    ordered = sorted(extras)
+    keys = [canonicalize_name(e) for e in ordered]
     found = []
-    for raw in requires:
+    for raw, req, base, named in _requirement_rows(requires, env):
+        if base:
+            found.append((req, ""))
+            continue
+        if named is not None and named.isdisjoint(keys):
+            continue
+        pairs = zip(ordered, keys, strict=True)
+        asked = ordered if named is None else [e for e, k in pairs if k in named]
         try:
-            req = parse_requirement(raw)
-            which = _holds_for(raw, req, env, extras)
-        except (InvalidRequirement, *_MARKER_ERRORS):
+            which = next((e for e in asked if _marker_holds(raw, e, env)), None)
+        except _MARKER_ERRORS:
             continue
         if which is not None:
             found.append((req, which))
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=1024)
+def _requirement_rows(
+    requires: tuple[str, ...], env: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, Requirement, bool, frozenset[str] | None], ...]:
+    """Each parsable requirement whose marker can be evaluated here: the text, the
+    requirement, whether it holds without an extra, and the extras its marker names
+    (:func:`_extra_literals`); read once per distribution, not once per extra asked of it."""
+    rows = []
+    for raw in requires:
+        try:
+            req = parse_requirement(raw)
+            base = req.marker is None or _marker_holds(raw, "", env)
+        except (InvalidRequirement, *_MARKER_ERRORS):
+            continue
+        rows.append((raw, req, base, None if base else _extra_literals(raw)))
+    return tuple(rows)
 
 
 def _holds_for(
@@ -214,13 +244,64 @@ def _holds_for(
         return ""
     if _marker_holds(raw, "", env):
         return ""
-    return next((e for e in sorted(extras) if _marker_holds(raw, e, env)), None)
+    named = _extra_literals(raw)
+    return next(
+        (
+            e
+            for e in sorted(extras)
+            if (named is None or canonicalize_name(e) in named) and _marker_holds(raw, e, env)
+        ),
+        None,
+    )
 
 
 def _env_key(marker_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """``marker_env`` as a hashable key for the memoised questions about it (built once per
     question asked of :func:`applicable`, not once per requirement)."""
     return tuple(sorted(marker_env.items()))
+
+
+@functools.lru_cache(maxsize=16384)
+def _extra_literals(raw: str) -> frozenset[str] | None:
+    """The extras (normalised) the marker of requirement ``raw`` names, when it compares
+    ``extra`` only as ``extra == "name"`` or ``extra != "name"`` with a name no version
+    specifier reads: the marker then holds for any other extra exactly as it does for none
+    (every such comparison comes out the same), so only these need evaluating. None when
+    it compares ``extra`` otherwise (``in``, a version, a literal on the left): every extra
+    is then evaluated."""
+    marker = parse_requirement(raw).marker
+    if marker is None:
+        return frozenset()
+    named: set[str] = set()
+    todo: list[object] = [getattr(marker, "_markers", None)]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, list):
+            todo += item
+        elif isinstance(item, tuple) and len(item) == 3:
+            lhs, op, rhs = item
+            extra = [type(x).__name__ == "Variable" and str(x) == "extra" for x in (lhs, rhs)]
+            if not any(extra):
+                continue  # a comparison of another value, the same for every extra
+            if extra != [True, False] or type(rhs).__name__ != "Value" or str(op) not in _EQ:
+                return None
+            literal = str(rhs)
+            if not _stringly(literal) or not _stringly(canonicalize_name(literal)):
+                return None
+            named.add(canonicalize_name(literal))
+        elif item not in ("and", "or"):
+            return None
+    return None if "" in named else frozenset(named)
+
+
+def _stringly(value: str) -> bool:
+    """Whether ``extra == value`` compares strings in every packaging release (some read
+    the right-hand side as a version specifier when it parses as one)."""
+    try:
+        Specifier(f"=={value}")
+    except InvalidSpecifier:
+        return True
+    return False
 
 
 @functools.lru_cache(maxsize=65536)
@@ -347,15 +428,37 @@ def requirement_closure(
     ``jax[cuda12]``'s cu12 wheels are required only by ``jax-cuda12-plugin[with-cuda]``:
     without the extras they would look like nobody's leftovers.
     """
+    return reached(requirement_edges(distributions, marker_env, extras), roots)
+
+
+def requirement_edges(
+    distributions: Mapping[DistName, Declared],
+    marker_env: Mapping[str, str],
+    extras: Extras,
+) -> dict[DistName, tuple[DistName, ...]]:
+    """Per distribution, the distributions its Requires-Dist name (markers applied), through
+    the base requirements and those of its requested ``extras``: what every
+    :func:`requirement_closure` walks, read once for many of them."""
+    return {
+        name: tuple(
+            normalize_name(r.name)
+            for r, _ in applicable(dist, marker_env, extras.get(name, frozenset()))
+        )
+        for name, dist in distributions.items()
+    }
+
+
+def reached(
+    edges: Mapping[DistName, Iterable[DistName]], roots: Iterable[DistName]
+) -> frozenset[DistName]:
+    """``roots`` and everything ``edges`` lead to from them, transitively; a name without
+    edges (not installed) is left out."""
     seen: set[DistName] = set()
     todo = list(roots)
     while todo:
         name = todo.pop()
-        if name in seen or name not in distributions:
+        if name in seen or name not in edges:
             continue
         seen.add(name)
-        wanted = extras.get(name, frozenset())
-        todo.extend(
-            normalize_name(r.name) for r, _ in applicable(distributions[name], marker_env, wanted)
-        )
+        todo.extend(edges[name])
     return frozenset(seen)

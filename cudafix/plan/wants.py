@@ -34,12 +34,18 @@ class Brings:
 class Wants:
     """:meth:`brings` per distribution, memoised over one environment's inventory."""
 
-    def __init__(self, inventory: Inventory, marker_env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        inventory: Inventory,
+        marker_env: Mapping[str, str],
+        requested: Mapping[DistName, frozenset[str]] | None = None,
+    ) -> None:
+        """``requested``: :func:`requested_extras` of the inventory, when the caller has it."""
         self.inv, self.env = inventory, marker_env
         self._brings: dict[DistName, Brings] = {}
         self._related: dict[DistName, Brings] = {}
         self._extras: dict[DistName, frozenset[str]] = {}
-        self._requested: dict[DistName, frozenset[str]] | None = None
+        self._requested = requested
 
     def brings(self, name: DistName) -> Brings:
         """What ``name``'s requirements bring, then what those of each distribution that

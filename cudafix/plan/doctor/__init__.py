@@ -23,6 +23,7 @@ from cudafix.plan.doctor.common import (
     IMPORT_KINDS,
     REPAIR,
     Commands,
+    copies_by_name,
     import_roots,
     loaded_closure,
 )
@@ -62,6 +63,7 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
     loaded = loaded_closure(facts, chains)
     foreign = foreign_files(facts)
     cmd = Commands(target_flags)
+    copies = copies_by_name(inv)
     needs = framework_cuda_needs(facts, chains)
     leftovers = cuda_leftovers(facts, needs)
     wanted = jointly(
@@ -84,9 +86,9 @@ def diagnose(facts: Facts, target_flags: TargetFlags = ()) -> DoctorReport:
         *files.clobbered(inv, loaded, cuda.needed_by(needs), cmd),
         *files.foreign_bytes(inv, foreign, cmd),
         *scripts.scripts(facts, cmd),
-        *linkage.unresolved(facts, edges, cmd, wanted),
+        *linkage.unresolved(facts, edges, cmd, wanted, copies),
         *cuda.mixed_cuda(facts, chains, needs, cmd),
-        *linkage.shadowed(facts, edges, cmd),
+        *linkage.shadowed(facts, edges, cmd, copies),
         *requirements.requirements(facts, cmd, wanted, installs, leftovers),
         *records.unsafe(inv),
         *records.unreadable(inv),

@@ -17,7 +17,7 @@ from cudafix.linker.linkage import Chains, Root, RootKind, to_env_path
 from cudafix.model.commands import TargetFlags, cudafix_argv
 from cudafix.model.names import DistName, EnvPath
 from cudafix.plan.facts import Facts
-from cudafix.plan.requirements import requirement_closure
+from cudafix.plan.requirements import reached
 
 IMPORT_KINDS: tuple[RootKind, ...] = ("extension", "run-time")
 """Roots whose chains are what the environment is for (executables are tools it ships)."""
@@ -48,6 +48,10 @@ def owners_abs(inv: Inventory, path: str) -> list[DistName]:
     return list(inv.owners.get(rel, ())) if rel else []
 
 
+Copies = Mapping[str, list[EnvPath]]
+"""Every file of the venv whose name holds ``.so``, by base name (:func:`copies_by_name`)."""
+
+
 def copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:
     """Every file in the venv by base name: where a soname sits, on anyone's path or not."""
     out: dict[str, list[EnvPath]] = defaultdict(list)
@@ -61,8 +65,7 @@ def copies_by_name(inv: Inventory) -> dict[str, list[EnvPath]]:
 def closure(facts: Facts, roots: Iterable[DistName]) -> frozenset[DistName]:
     """:func:`requirement_closure` through the requested extras, as the planner judges
     requirements: what ``roots`` were installed to load."""
-    inv = facts.inventory
-    return requirement_closure(inv.distributions, roots, facts.marker_env, facts.extras)
+    return reached(facts.requirement_edges, roots)
 
 
 def import_roots(chains: Chains) -> list[Root]:

@@ -31,7 +31,13 @@ from cudafix.model.doctor import (
     Unresolved,
 )
 from cudafix.model.names import DistName, EnvPath
-from cudafix.plan.doctor.common import REPAIR, Commands, closure, copies_by_name, owners_abs
+from cudafix.plan.doctor.common import (
+    REPAIR,
+    Commands,
+    Copies,
+    closure,
+    owners_abs,
+)
 from cudafix.plan.doctor.requirements import alternative_found, unmet_specs, was_installed
 from cudafix.plan.facts import Facts
 from cudafix.plan.gone import gone_libraries, pin
@@ -45,6 +51,7 @@ def unresolved(
     edges: Iterable[Edge],
     cmd: Commands,
     wanted: tuple[MissingRequirement, ...],
+    copies: Copies,
 ) -> Iterable[Finding]:
     """Needs nothing provides, graded by what breaks.
 
@@ -55,14 +62,15 @@ def unresolved(
     the object (plugins and optional transports are loaded on demand): then it was judged on
     its own tree. A framework's run-time load is judged by :func:`_run_time_unresolved`.
     When the consumer's distribution requires one that is not installed, installing that is
-    the fix; with no command, the copies the venv holds off the search path are listed.
+    the fix; with no command, the copies the venv holds off the search path are listed
+    (``copies``: :func:`~cudafix.plan.doctor.common.copies_by_name`).
     """
     inv = facts.inventory
     system = facts.host.provided_by_system()
-    elsewhere = copies_by_name(inv)
+    elsewhere = copies
     searched = _Searched(str(inv.prefix))
     edges = sorted(edges, key=lambda e: (e.requester, e.need))
-    wants = Wants(inv, facts.marker_env)
+    wants = Wants(inv, facts.marker_env, facts.extras)
     broken = _gone_by_requirement(facts, edges, wants)
     absent = _stack_absent(facts, edges, wants)
     gone = gone_libraries(facts)
@@ -94,7 +102,7 @@ def unresolved(
             severity, stack_absent = "info", True
         elif severity == "info" and (e.requester, e.need) in broken:
             severity, partly = "error", True
-        copies = elsewhere.get(e.need, []) if host is None and not command else []
+        off_path = elsewhere.get(e.need, []) if host is None and not command else []
         first = searched.first(e)
         dirs = list(dict.fromkeys(e.searched))
         yield Finding(
@@ -111,7 +119,7 @@ def unresolved(
                 system=host,
                 optional_for=optional_for,
                 elsewhere=[
-                    Copy(path=p, owners=list(inv.owners.get(p, ()))) for p in sorted(copies)
+                    Copy(path=p, owners=list(inv.owners.get(p, ()))) for p in sorted(off_path)
                 ],
                 gone=None
                 if seen is None
@@ -265,7 +273,9 @@ def _claimants(inv: Inventory, soname: str) -> list[str]:
     )
 
 
-def shadowed(facts: Facts, edges: Iterable[Edge], cmd: Commands) -> Iterable[Finding]:
+def shadowed(
+    facts: Facts, edges: Iterable[Edge], cmd: Commands, copies: Copies
+) -> Iterable[Finding]:
     """Sonames with several copies in the venv, graded by whether any search competes.
 
     A warning only where one consumer's own search path (the directories ld.so walks for it)
@@ -273,20 +283,20 @@ def shadowed(facts: Facts, edges: Iterable[Edge], cmd: Commands) -> Iterable[Fin
     another CUDA major than that closure: a cu13 torch finding a leftover cu12
     ``libcusparseLt.so.0`` first; removing that copy's distribution is the fix. Copies no
     search path puts side by side (triton's ``cupti``, which triton loads by full path) are
-    information.
+    information. ``copies``: :func:`~cudafix.plan.doctor.common.copies_by_name`.
     """
     inv = facts.inventory
     prefix = str(inv.prefix)
-    copies = {name: {f"{prefix}/{p}" for p in paths} for name, paths in copies_by_name(inv).items()}
+    absolute = {name: {f"{prefix}/{p}" for p in paths} for name, paths in copies.items()}
     by_need: dict[str, list[tuple[Edge, list[str]]]] = defaultdict(list)
     for e in edges:
-        if e.provider is None or len(copies.get(e.need, ())) < 2:
+        if e.provider is None or len(absolute.get(e.need, ())) < 2:
             continue
         dirs = _search_dirs(facts, e)
-        competing = sorted(c for c in copies[e.need] if posixpath.dirname(c) in dirs)
+        competing = sorted(c for c in absolute[e.need] if posixpath.dirname(c) in dirs)
         by_need[e.need].append((e, competing))
     for need, uses in sorted(by_need.items()):
-        places = sorted(copies[need])
+        places = sorted(absolute[need])
         contested = [(e, c) for e, c in uses if len(c) > 1]
         listing = [Copy(path=p, owners=owners_abs(inv, p)) for p in places]
         if not contested:
