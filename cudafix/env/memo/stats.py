@@ -16,18 +16,19 @@ takes its stats fresh.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-_Taken = dict[tuple[str, bool], "os.stat_result | OSError"]
+_Taken = tuple[dict[str, "os.stat_result | OSError"], dict[str, "os.stat_result | OSError"]]
+"""What a reading took: by ``lstat``, and by ``stat``."""
 _TAKEN: ContextVar[_Taken | None] = ContextVar("cudafix_stats", default=None)
 
 
 @contextmanager
 def one_reading() -> Iterator[None]:
     """Within it, :func:`lstat` and :func:`stat` give each path's first answer again."""
-    token = _TAKEN.set({})
+    token = _TAKEN.set(({}, {}))
     try:
         yield
     finally:
@@ -36,26 +37,32 @@ def one_reading() -> Iterator[None]:
 
 def lstat(path: str) -> os.stat_result:
     """``os.lstat(path)``, taken once per reading."""
-    return _taken(path, follow=False)
+    taken = _TAKEN.get()
+    if taken is None:
+        return os.lstat(path)
+    return _given(taken[0], path, os.lstat)
 
 
 def stat(path: str) -> os.stat_result:
     """``os.stat(path)`` (links followed, as the loader follows them), taken once per reading."""
-    return _taken(path, follow=True)
-
-
-def _taken(path: str, *, follow: bool) -> os.stat_result:
     taken = _TAKEN.get()
-    how = os.stat if follow else os.lstat
     if taken is None:
-        return how(path)
-    found = taken.get((path, follow))
+        return os.stat(path)  # noqa: PTH116 - str paths on a hot path
+    return _given(taken[1], path, os.stat)
+
+
+def _given(
+    taken: dict[str, os.stat_result | OSError],
+    path: str,
+    how: Callable[[str], os.stat_result],
+) -> os.stat_result:
+    found = taken.get(path)
     if found is None:
         try:
             found = how(path)
         except OSError as exc:
             found = exc
-        taken[(path, follow)] = found
+        taken[path] = found
     if isinstance(found, OSError):  # raised anew, so no traceback accumulates on it
         raise type(found)(found.errno, found.strerror, path)
     return found

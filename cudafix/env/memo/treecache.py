@@ -122,7 +122,7 @@ class TreeCache:
         stack: list[str] = [""]
         while stack:
             rel = stack.pop()
-            full = os.path.join(prefix, rel) if rel else str(prefix)  # noqa: PTH118
+            full = f"{prefix}/{rel}" if rel else str(prefix)
             listing = self._list(full, rel, start)
             if listing is None:
                 continue
@@ -163,7 +163,7 @@ class TreeCache:
             if name not in out:
                 continue
             self.restatted += 1
-            new = _lstat(os.path.join(full, name))  # noqa: PTH118
+            new = _lstat(f"{full}/{name}")
             if new is None:
                 del out[name]  # vanished during the run: as a fresh walk would see it
             elif new != out[name]:
