@@ -416,9 +416,13 @@ def json_parts(value: Any) -> Iterator[str]:
     millions of rows is never one string: an array or object of more than
     :data:`_ITEMS_AT_ONCE` items is written that many at a time, and so is any object, or
     array of at most :data:`_FEW` items, holding one; anything else in one piece."""
-    if not _holds_long(value) or (
-        isinstance(value, dict) and not all(isinstance(k, str) for k in value)
-    ):
+    return _parts(value, _holds_long(value))
+
+
+def _parts(value: Any, long: bool) -> Iterator[str]:
+    """:func:`json_parts` of ``value``, whose :func:`_holds_long` is ``long`` (each value's
+    is asked once: a tree cache holds 23k rows)."""
+    if not long or (isinstance(value, dict) and not all(isinstance(k, str) for k in value)):
         yield _dumps(value)
     elif isinstance(value, dict):
         yield "{"
@@ -430,7 +434,7 @@ def json_parts(value: Any) -> Iterator[str]:
                     comma, run = ",", {}
                 yield comma + _dumps(key) + ":"
                 comma = ","
-                yield from json_parts(item)
+                yield from _parts(item, True)
                 continue
             run[key] = item
             if len(run) == _ITEMS_AT_ONCE:
