@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cudafix.env.inventory import FileStat
-from cudafix.env.memo.index import PLAIN, ElfRow, FactIndex, stat_key
+from cudafix.env.memo.index import PLAIN, ElfRow, FactIndex, StatKey, stat_key
 from cudafix.env.statedir import STATE_DIR_NAME
 from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf, verdict_from_json, verdict_to_json
 from cudafix.linker.hostview import HostView
@@ -77,12 +77,15 @@ def index_environment(
     found: dict[str, Verdict] = {}
     fresh: dict[str, ElfRow] = {}
     seen: set[str] = set()
+    moved: list[StatKey] = []
     for rel, stat in files.items():
         if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/"):
             continue
         seen.add(rel)
         key = stat_key(stat.dev, stat.ino, stat.size, stat.mtime_ns)
         row = stored.get(rel)
+        if row is not None and row[0] != key:
+            moved.append(row[0])
         if row is not None and row[0] == key:
             if row[1] == PLAIN:
                 plain.append(rel)
@@ -100,7 +103,8 @@ def index_environment(
             kind, body = verdict_to_json(verdict)
             fresh[rel] = (key, kind, json.dumps(body, separators=(",", ":")))
     gone = stored.keys() - seen
-    if index is not None and (fresh or gone) and not index.save_elf(fresh, gone):
+    moved += (row[0] for path in gone if (row := stored[path]) is not None)
+    if index is not None and (fresh or gone) and not index.save_elf(fresh, gone, moved):
         log.debug("could not write the ELF verdicts to the index")
     built = _build(prefix, plain, found, expected, len(fresh))
     odd = _odd_libraries(files)

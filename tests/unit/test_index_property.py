@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import sqlite3
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from cudafix.env.hashing import HashCache, hash_path
-from cudafix.env.memo.index import FactIndex
+from cudafix.env.memo.index import FactIndex, StatKey, stat_key
 from cudafix.env.pysources import python_literals
 from cudafix.linker.elf import ElfInfo, ElfProblem
 from cudafix.linker.elfindex import ElfIndex, index_environment, read_elf_nofollow
@@ -153,6 +155,7 @@ def test_indexed_answers_equal_a_cold_reading_at_every_step(
 ) -> None:
     world = World(tmp_path / "venv", random.Random(seed), objects)
     before: dict[str, tuple[int, int, int, int]] = {}
+    unnamed: set[StatKey] = set()  # keys of files no index row can name
     for number in range(30):
         done = world.step()
         with FactIndex.open(world.prefix) as index:
@@ -170,6 +173,11 @@ def test_indexed_answers_equal_a_cold_reading_at_every_step(
         assert reads.paths == moved, (number, done)  # exactly the files whose key moved
         assert elf.parsed == len(moved)
         before = after
+        now = {stat_key(*key) for key in after.values()}
+        unnamed |= {stat_key(*key) for p, key in after.items() if not _utf8(p)}
+        with closing(sqlite3.connect(world.prefix / ".cudafix" / "cache" / "index.sqlite")) as db:
+            kept = set(db.execute("SELECT dev, ino, size, mtime_ns FROM digests"))
+        assert kept <= now | unnamed, (number, done)  # no digest outlives its bytes' key
 
 
 def test_a_copied_index_answers_nothing_for_other_inodes(

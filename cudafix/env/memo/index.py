@@ -94,6 +94,7 @@ _PUT_LITERALS = """INSERT INTO files (path, dev, ino, size, mtime_ns, literals)
         dev = excluded.dev, ino = excluded.ino, size = excluded.size,
         mtime_ns = excluded.mtime_ns, literals = excluded.literals"""
 """Store literals; the path's verdict stays only while its key is the one it was read at."""
+_FORGET_DIGEST = "DELETE FROM digests WHERE dev = ? AND ino = ? AND size = ? AND mtime_ns = ?"
 
 
 def _i64(value: int) -> int:
@@ -179,13 +180,24 @@ class FactIndex:
         rows = self._read(query, ())
         return {r[0]: ((r[1], r[2], r[3], r[4]), r[5], r[6]) if r[5] else None for r in rows}
 
-    def save_elf(self, fresh: Mapping[str, ElfRow], gone: Iterable[str] = ()) -> bool:
-        """Store the verdicts just read; forget every fact of the paths ``gone``."""
+    def save_elf(
+        self, fresh: Mapping[str, ElfRow], gone: Iterable[str] = (), moved: Iterable[StatKey] = ()
+    ) -> bool:
+        """Store the verdicts just read; forget every fact of the paths ``gone``, and the
+        digests of the keys ``moved`` (those a path was read at before it changed or went:
+        no file holds those bytes under that key now, so the table keeps only what may be
+        asked again)."""
         rows = [
             (p, *key, kind, body) for p, (key, kind, body) in fresh.items() if self._keeps(p, key)
         ]
         forget = [(p,) for p in gone if _storable(p)]
-        return self._write([(_PUT_ELF, rows), ("DELETE FROM files WHERE path = ?", forget)])
+        return self._write(
+            [
+                (_PUT_ELF, rows),
+                ("DELETE FROM files WHERE path = ?", forget),
+                (_FORGET_DIGEST, list(set(moved))),
+            ]
+        )
 
     # --- Python sources -----------------------------------------------------------------
 
