@@ -164,7 +164,7 @@ def plan_repair(
     # requirements unmet before the break (extras installed --no-deps): a plan refused for
     # what installing them brings repairs what is broken without them, and says so
     fixing = tuple(sorted({*needed, *returning}))
-    if plan.verdict == "pass" or not wanted or fixing == specs:
+    if plan.verdict == "pass" or fixing == specs or not (wanted or fixing):
         return plan
     on_event(RunEvent("progress", "  refused with the unmet requirements: planning without them"))
     alone = _repair_plan(facts, wanted, fixing, sources, backend, on_event)

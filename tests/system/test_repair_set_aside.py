@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import as_json, cudafix
-from tests.support.venvs import install, new_venv, site_dir
+from tests.support.loadertree import lib
+from tests.support.venvs import install, new_venv, site_dir, uninstall
 from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
@@ -60,3 +61,37 @@ def test_repair_leaves_out_requirements_whose_install_is_refused(tmp_path: Path)
     assert (site_dir(prefix) / "base" / "__init__.py").read_bytes() == b"B = 1\n"
     after = as_json(cudafix("doctor", "--json", "--venv", prefix))
     assert [f["kind"] for f in after["findings"] if f["severity"] == "error"] == ["requirement"]
+
+
+def _gone_library(tmp: Path) -> tuple[Path, Path]:
+    """``app``'s extension needs ``libfoo.so.1`` from ``prov``, which was uninstalled after
+    a doctor saw it; ``app`` requires ``helper``, whose only wheel overwrites ``base``."""
+    build, wheels = tmp / "build", tmp / "wheels"
+    foo = lib(build / "libfoo.so.1")
+    ext = lib(build / "_ext.so", needed=[foo], rpath=["$ORIGIN/../prov"])
+    make_wheel(wheels, "base", "1.0", {"base/__init__.py": b"B = 1\n"})
+    make_wheel(wheels, "prov", "1.0", {"prov/libfoo.so.1": foo.read_bytes()})
+    make_wheel(wheels, "app", "1.0", {"app/__init__.py": b"", "app/_ext.so": ext.read_bytes()},
+               requires=["helper>=1"])  # fmt: skip
+    make_wheel(wheels, "helper", "1.0", {"helper.py": b"", "base/__init__.py": b"B = 2\n"})
+    prefix = new_venv(tmp / "venv")
+    install(prefix, wheels, "base==1.0", "prov==1.0", "app==1.0", deps=False)
+    assert cudafix("doctor", "--venv", prefix).returncode == 1  # sees libfoo, and helper unmet
+    uninstall(prefix, "prov")
+    return prefix, wheels
+
+
+def test_a_repair_with_nothing_to_reinstall_also_leaves_them_out(tmp_path: Path) -> None:
+    """Its only fix is installing again what provided a library that went."""
+    prefix, wheels = _gone_library(tmp_path)
+    source = ("--venv", prefix, "--offline", "--find-links", wheels)
+    plan = as_json(cudafix("repair", "--dry-run", "--json", *source))
+    assert plan["verdict"] == "pass", plan["reasons"]
+    assert plan["reinstall"] == [] and [i["name"] for i in plan["install"]] == ["prov"]
+    (aside,) = [w for w in plan["warnings"] if w["kind"] == "requirements-set-aside"]
+    assert aside["specs"] == ["helper>=1"]
+
+    done = cudafix("repair", "--yes", *source)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (site_dir(prefix) / "prov" / "libfoo.so.1").is_file()
+    assert (site_dir(prefix) / "base" / "__init__.py").read_bytes() == b"B = 1\n"
