@@ -24,7 +24,7 @@ from cudafix.model.args import FactArgs, TargetArgs
 from cudafix.model.commands import TargetFlags, cudafix_line, venv_flags
 from cudafix.model.errors import LockedError, UnsafeState
 from cudafix.model.transaction import OnEvent, RunEvent, quiet
-from cudafix.tx.recovery import lock_is_held, pending_transactions, unreadable_transactions
+from cudafix.tx.recovery import lock_is_held, unfinished
 
 if TYPE_CHECKING:
     from cudafix.model.doctor import DoctorReport, Finding
@@ -52,8 +52,7 @@ def check_pending(
     Returns the unfinished transactions a read goes on over (none while another run holds
     the lock: that one is in progress, not killed); ``warn=False`` for a caller that
     reports them itself (doctor's finding)."""
-    pending = pending_transactions(target.prefix)
-    hidden = unreadable_transactions(target.prefix)
+    pending, hidden = unfinished(target.prefix)
     if hidden and mutating:
         raise UnsafeState(
             f"transaction {hidden[0]} in {target.prefix} is not readable by this user; "
@@ -155,7 +154,7 @@ def remember_answer(
     warning that must be given again, freshly, each time.
     """
     target = locate(args.target)
-    if pending_transactions(target.prefix) or unreadable_transactions(target.prefix):
+    if any(unfinished(target.prefix)):
         return False
     if read is None:
         state = StateDir(target.prefix)

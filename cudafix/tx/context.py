@@ -37,7 +37,7 @@ from cudafix.tx.history import gc
 from cudafix.tx.lock import EnvLocks, Handover, LockIntrusion, hold
 from cudafix.tx.manifest import Manifest, write_json
 from cudafix.tx.probe import exit_said, run_probes
-from cudafix.tx.recovery import pending_transactions, rollback, unreadable_transactions
+from cudafix.tx.recovery import rollback, unfinished
 
 T = TypeVar("T")
 
@@ -107,7 +107,8 @@ class RunContext:
             raise StepFailed(str(exc)) from exc
 
     def require_no_pending(self) -> None:
-        pending = pending_transactions(self.prefix) + unreadable_transactions(self.prefix)
+        pending, unreadable = unfinished(self.prefix)
+        pending += unreadable
         if pending:
             raise LockedError(
                 f"an unfinished cudafix transaction holds {self.prefix}",

@@ -42,15 +42,27 @@ def pending_transactions(prefix: Path) -> list[str]:
     A transaction directory with no journal record and no snapshot never started (its
     first journal write failed): it holds nothing and blocks nothing.
     """
-    state = StateDir(Path(prefix))
-    return [t for t in state.transaction_ids() if _is_pending(state.tx(t)) is True]
+    return unfinished(prefix)[0]
 
 
 def unreadable_transactions(prefix: Path) -> list[str]:
     """Ids of transactions this user cannot read (another user's, made private): whether
     they are finished is unknown, so only their owner may change the environment."""
+    return unfinished(prefix)[1]
+
+
+def unfinished(prefix: Path) -> tuple[list[str], list[str]]:
+    """(:func:`pending_transactions`, :func:`unreadable_transactions`), each journal read
+    once: every command asks both before it reads or changes anything."""
     state = StateDir(Path(prefix))
-    return [t for t in state.transaction_ids() if _is_pending(state.tx(t)) is None]
+    pending, unreadable = [], []
+    for txid in state.transaction_ids():
+        verdict = _is_pending(state.tx(txid))
+        if verdict is None:
+            unreadable.append(txid)
+        elif verdict:
+            pending.append(txid)
+    return pending, unreadable
 
 
 def _is_pending(tx: TxDir) -> bool | None:
