@@ -49,7 +49,7 @@ from cudafix.model.names import site_relative
 class WordedFinding(BaseModel):
     """One finding as ``doctor --json`` writes it: its words beside its identifying fields."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     kind: FindingKind
     severity: Severity
@@ -74,7 +74,7 @@ class WordedFinding(BaseModel):
 class WordedReport(BaseModel):
     """The report as ``cudafix doctor --json`` writes it (schema ``DOCTOR_SCHEMA_VERSION``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     schema_version: int = DOCTOR_SCHEMA_VERSION
     prefix: str

@@ -41,7 +41,7 @@ Subject = tuple[str, str | None, str | None, str | None]
 
 
 class _Value(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class Copy(_Value):
@@ -357,7 +357,7 @@ InstallWhy = Annotated[RequiredBy | RunTimeNeed | Returning, Field(discriminator
 class Choice(BaseModel):
     """One way out of a finding, as a value the renderer words (``mixed-cuda``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     action: Literal["keep-all", "remove-leftovers", "remove-framework"]
     """``keep-all``: nothing to do, every major is some framework's; ``remove-leftovers``:
@@ -375,7 +375,7 @@ class Choice(BaseModel):
 class Finding(BaseModel):
     """One problem, with where it is, what it was found from and what to do next."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     kind: FindingKind
     severity: Severity
@@ -458,7 +458,7 @@ def new_problems(before: Iterable[Judged], after: Iterable[J]) -> list[J]:
 class DoctorReport(BaseModel):
     """Every finding for one environment, as values (``cudafix doctor --json`` words them)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     schema_version: int = DOCTOR_SCHEMA_VERSION
     prefix: str

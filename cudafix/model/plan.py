@@ -21,7 +21,7 @@ are typed records (:mod:`cudafix.model.reasons`), not text."""
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 # -- the probes a plan carries ---------------------------------------------------------------

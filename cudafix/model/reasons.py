@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class _Said(BaseModel):
     """A decision's identity: what kind, about whom, which paths."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: str
     """What was decided; each record narrows it to its own ``Literal``."""
@@ -282,7 +282,7 @@ ReinstallWhy = Annotated[
 class _Does(BaseModel):
     """What a safer alternative does, as its kind and the pins or paths it concerns."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class RemoveThenReinstall(_Does):
