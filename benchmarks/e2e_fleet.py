@@ -42,7 +42,7 @@ from benchmarks.e2e_frameworks import cache_dir
 from benchmarks.e2e_real import Run, user_env
 from benchmarks.proc import Timed
 from benchmarks.sections import cudafix_argv
-from cudafix.tx.recovery import pending_transactions
+from cudafix.tx.pending import pending_transactions
 from scenarios import build_scenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 

@@ -24,7 +24,7 @@ from cudafix.model.args import FactArgs, TargetArgs
 from cudafix.model.commands import TargetFlags, cudafix_line, venv_flags
 from cudafix.model.errors import LockedError, UnsafeState
 from cudafix.model.transaction import OnEvent, RunEvent, quiet
-from cudafix.tx.recovery import lock_is_held, unfinished
+from cudafix.tx.pending import lock_is_held, unfinished
 
 if TYPE_CHECKING:
     from cudafix.model.doctor import DoctorReport, Finding

@@ -36,8 +36,9 @@ from cudafix.tx import journal, poststate, snapshot, steps, trash
 from cudafix.tx.history import gc
 from cudafix.tx.lock import EnvLocks, Handover, LockIntrusion, hold
 from cudafix.tx.manifest import Manifest, write_json
+from cudafix.tx.pending import unfinished
 from cudafix.tx.probe import exit_said, run_probes
-from cudafix.tx.recovery import rollback, unfinished
+from cudafix.tx.recovery import rollback
 
 T = TypeVar("T")
 

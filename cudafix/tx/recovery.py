@@ -26,58 +26,10 @@ from cudafix.process import group_members
 from cudafix.tx import journal, restore, steps, trash
 from cudafix.tx.history import loaded
 from cudafix.tx.journal import BEFORE_CHANGES
-from cudafix.tx.lock import hold, is_held
+from cudafix.tx.lock import hold
 from cudafix.tx.manifest import Manifest
+from cudafix.tx.pending import lock_is_held, pending_transactions, unreadable_transactions
 from cudafix.tx.steps import Event
-
-
-def lock_is_held(prefix: Path) -> bool:
-    """Whether another process holds the environment's lock now: a run is in progress."""
-    return is_held(StateDir(prefix).lock)
-
-
-def pending_transactions(prefix: Path) -> list[str]:
-    """Ids of transactions that were interrupted and need ``cudafix recover``.
-
-    A transaction directory with no journal record and no snapshot never started (its
-    first journal write failed): it holds nothing and blocks nothing.
-    """
-    return unfinished(prefix)[0]
-
-
-def unreadable_transactions(prefix: Path) -> list[str]:
-    """Ids of transactions this user cannot read (another user's, made private): whether
-    they are finished is unknown, so only their owner may change the environment."""
-    return unfinished(prefix)[1]
-
-
-def unfinished(prefix: Path) -> tuple[list[str], list[str]]:
-    """(:func:`pending_transactions`, :func:`unreadable_transactions`), each journal read
-    once: every command asks both before it reads or changes anything."""
-    state = StateDir(Path(prefix))
-    pending, unreadable = [], []
-    for txid in state.transaction_ids():
-        verdict = _is_pending(state.tx(txid))
-        if verdict is None:
-            unreadable.append(txid)
-        elif verdict:
-            pending.append(txid)
-    return pending, unreadable
-
-
-def _is_pending(tx: TxDir) -> bool | None:
-    """Whether ``tx`` needs ``recover``; None when this user cannot read it."""
-    try:
-        return _needs_recovery(tx)
-    except PermissionError:
-        return None
-
-
-def _needs_recovery(tx: TxDir) -> bool:
-    records = journal.read(tx.journal)
-    if not records:
-        return tx.snapshot.exists() or tx.manifest.exists()
-    return not journal.is_done(records)
 
 
 @dataclass(frozen=True)

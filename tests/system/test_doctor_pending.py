@@ -15,7 +15,7 @@ from cudafix.flows.target import doctor
 from cudafix.model.args import FactArgs, TargetArgs
 from cudafix.model.doctor import PendingTransaction
 from cudafix.model.errors import ExitCode
-from cudafix.tx.recovery import pending_transactions
+from cudafix.tx.pending import pending_transactions
 from tests.support.cli import as_json, cudafix, offline
 from tests.support.doctor import with_facts
 from tests.support.venvs import install, new_venv

@@ -28,7 +28,7 @@ import pytest
 
 from cudafix.env.statedir import StateDir
 from cudafix.faults import CRASH_ENV, FAIL_ENV
-from cudafix.tx.recovery import pending_transactions
+from cudafix.tx.pending import pending_transactions
 from scenarios import BuiltScenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import cudafix, repair_pa, uv_uninstall

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cudafix.faults import CRASH_ENV, FAIL_ENV, FILL_ENV
-from cudafix.tx.recovery import pending_transactions
+from cudafix.tx.pending import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import cudafix, repair_pa
 from tests.support.tx import B_BYTES, shared_pair

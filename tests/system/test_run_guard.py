@@ -20,7 +20,7 @@ import pytest
 
 from cudafix.process import group_members
 from cudafix.tx.history import history, show
-from cudafix.tx.recovery import pending_transactions
+from cudafix.tx.pending import pending_transactions
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import as_json, cudafix
 from tests.support.venvs import UV, settle, site_dir, site_rel, uv_env, venv_with

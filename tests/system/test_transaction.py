@@ -31,7 +31,8 @@ from cudafix.model.transaction import RunEvent
 from cudafix.tx.apply import run_transaction
 from cudafix.tx.difference import Deviation
 from cudafix.tx.history import gc, history, show
-from cudafix.tx.recovery import pending_transactions, recover
+from cudafix.tx.pending import pending_transactions
+from cudafix.tx.recovery import recover
 from cudafix.tx.undo import undo
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.tx import B_BYTES, make_plan, remove_pa_plan

@@ -30,8 +30,9 @@ from cudafix.tx.difference import Difference
 from cudafix.tx.history import history, show
 from cudafix.tx.manifest import Entry
 from cudafix.tx.manifest import load as load_manifest
+from cudafix.tx.pending import pending_transactions
 from cudafix.tx.poststate import post_state_from_json
-from cudafix.tx.recovery import pending_transactions, recover
+from cudafix.tx.recovery import recover
 from cudafix.tx.steps import Opening, RollbackBegin
 from cudafix.tx.undo import undo
 from scenarios.fingerprint import fingerprint
