@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -399,6 +400,35 @@ def load_cache(path: Path, fmt: str, version: int, *, own: bool = False) -> dict
     return data
 
 
+def load_cache_lines(path: Path, fmt: str, version: int) -> tuple[dict[str, Any], list[str]] | None:
+    """A cache :func:`save_cache_lines` wrote with this format and version: its header and
+    its lines (each left as text, for the caller to parse); else None, as :func:`load_cache`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            lines = fh.read().decode("utf-8").split("\n")
+        header = json.loads(lines[0])
+    except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict) or (header.get("format"), header.get("version")) != (
+        fmt,
+        version,
+    ):
+        return None
+    if lines[-1] != "":  # every line ends with a newline: a file cut short does not
+        return None
+    return header, lines[1:-1]
+
+
+def save_cache_lines(
+    path: Path, fmt: str, version: int, header: Mapping[str, Any], lines: Iterable[str]
+) -> bool:
+    """Write a cache of ``lines`` (JSON texts: none holds a newline) after a header line,
+    ``header`` with the format and version (:func:`save_cache_file`'s rules)."""
+    head = compact_json({"format": fmt, "version": version, **header})
+    return save_cache_file(path, chain([head + "\n"], (f"{text}\n" for text in lines)))
+
+
 def save_cache(path: Path, fmt: str, version: int, body: Mapping[str, Any]) -> bool:
     """Write ``body`` with its format and version (:func:`save_cache_file`'s rules)."""
     payload = {"format": fmt, "version": version, **body}
@@ -423,30 +453,30 @@ def _parts(value: Any, long: bool) -> Iterator[str]:
     """:func:`json_parts` of ``value``, whose :func:`_holds_long` is ``long`` (each value's
     is asked once: a tree cache holds 23k rows)."""
     if not long or (isinstance(value, dict) and not all(isinstance(k, str) for k in value)):
-        yield _dumps(value)
+        yield compact_json(value)
     elif isinstance(value, dict):
         yield "{"
         comma, run = "", dict[str, Any]()
         for key, item in value.items():
             if _holds_long(item):
                 if run:
-                    yield comma + _dumps(run)[1:-1]
+                    yield comma + compact_json(run)[1:-1]
                     comma, run = ",", {}
-                yield comma + _dumps(key) + ":"
+                yield comma + compact_json(key) + ":"
                 comma = ","
                 yield from _parts(item, True)
                 continue
             run[key] = item
             if len(run) == _ITEMS_AT_ONCE:
-                yield comma + _dumps(run)[1:-1]
+                yield comma + compact_json(run)[1:-1]
                 comma, run = ",", {}
         if run:
-            yield comma + _dumps(run)[1:-1]
+            yield comma + compact_json(run)[1:-1]
         yield "}"
     elif len(value) > _ITEMS_AT_ONCE:
         yield "["
         for start in range(0, len(value), _ITEMS_AT_ONCE):
-            yield ("," if start else "") + _dumps(value[start : start + _ITEMS_AT_ONCE])[1:-1]
+            yield ("," if start else "") + compact_json(value[start : start + _ITEMS_AT_ONCE])[1:-1]
         yield "]"
     else:
         yield "["
@@ -469,5 +499,5 @@ def _holds_long(value: Any) -> bool:
 
 
 _CONTAINERS = (list, tuple, dict)
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
 """``json.dumps(value, separators=(",", ":"))``, without making an encoder each time."""

@@ -12,14 +12,18 @@ File timestamps come from a clock coarser than ``time.time_ns``: a directory or 
 whose timestamp lies within :data:`RACY_NS` of the scan is not remembered, so a change in
 the same tick as the scan can never hide behind an equal mtime (git's "racy clean" rule).
 
-The cache is plain JSON in ``.cudafix/cache/`` (written by ``statedir.save_cache_file``):
-``tree-cache.json``, the listings and watched paths, and ``dist-infos.json``, the parsed
-dist-infos with every RECORD row, read only by a reading that needs them. A missing,
-foreign or corrupt file is an empty cache, never an error.
+The cache is JSON text in ``.cudafix/cache/`` (written by ``statedir.save_cache_file``):
+``tree-cache.json``, a header line (format, version, watched paths, how many listings) then
+one line per directory, its name and its listing; and ``dist-infos.json``, the parsed
+dist-infos with every RECORD row, read only by a reading that needs them. A listing nothing
+changed in is written again as the text it was read from: after one wheel changed, a save
+encodes the few directories it touched, not 2,000. A missing, foreign, corrupt or cut-short
+file is an empty cache, never an error.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import stat
@@ -30,18 +34,26 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from cudafix.env.memo import stats
-from cudafix.env.statedir import STATE_DIR_NAME, load_cache, save_cache
+from cudafix.env.statedir import (
+    STATE_DIR_NAME,
+    compact_json,
+    load_cache,
+    load_cache_lines,
+    save_cache,
+    save_cache_lines,
+)
 from cudafix.model.names import EnvPath
 
 FORMAT = "cudafix-tree-cache"
 DISTS_FORMAT = "cudafix-dist-infos"
 """The format of the parsed dist-infos' file (:func:`dists_file`)."""
-VERSION = 7
+VERSION = 8
 """4: no ctime per file (a hard link or copy moves it, and nothing decides on it);
 5: RECORDs read as uv reads them (no field limit, BOM, strict quoting);
 6: every file but bytecode watched (a cache of 5 left ``.py`` files unwatched);
 7: a dist-info's RECORD entries kept as columns (paths, hashes, sizes), not one list per
-row, and the parsed dist-infos in a file of their own."""
+row, and the parsed dist-infos in a file of their own;
+8: the listings one line each, after a header line."""
 RACY_NS = 2_000_000_000
 """Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")
@@ -75,6 +87,8 @@ class _Listing:
     subdirs: tuple[str, ...]
     watched: tuple[str, ...] | None = None
     """Names lstat'ed again on reuse; None until decided (at save, from :func:`watched`)."""
+    text: str | None = None
+    """The JSON it was read from, while nothing in it changed (written again as it was)."""
 
 
 def watched(path: str, st: FileStat) -> bool:
@@ -147,7 +161,8 @@ class TreeCache:
         old = self._listings.get(rel)
         if old is not None and old.key == key:
             self.reused_dirs += 1
-            return _Listing(key, self._refresh(full, rel, old), old.subdirs, old.watched)
+            files, same = self._refresh(full, rel, old)
+            return _Listing(key, files, old.subdirs, old.watched, old.text if same else None)
         self.scanned_dirs += 1
         listing = _scan(full, rel, key)
         if max(st.st_mtime_ns, st.st_ctime_ns) >= start - RACY_NS:
@@ -155,9 +170,10 @@ class TreeCache:
         self._dirty = True
         return listing
 
-    def _refresh(self, full: str, rel: str, old: _Listing) -> dict[str, FileStat]:
-        """The cached stats, with every watched path lstat'ed again."""
+    def _refresh(self, full: str, rel: str, old: _Listing) -> tuple[dict[str, FileStat], bool]:
+        """The cached stats, with every watched path lstat'ed again; and whether all held."""
         out = dict(old.files)
+        same = True
         names = old.watched if old.watched is not None else self._watched_names(rel, old)
         for name in names:
             if name not in out:
@@ -166,10 +182,11 @@ class TreeCache:
             new = _lstat(f"{full}/{name}")
             if new is None:
                 del out[name]  # vanished during the run: as a fresh walk would see it
+                same = False
             elif new != out[name]:
                 out[name] = new
-                self._dirty = True
-        return out
+                self._dirty, same = True, False
+        return out, same
 
     def _watched_names(self, rel: str, listing: _Listing) -> tuple[str, ...]:
         base = rel + "/" if rel else ""
@@ -224,11 +241,14 @@ class TreeCache:
         """
         cache = cls()
         cache._dists_read = dists
-        data = load_cache(cache_file, FORMAT, VERSION)
+        found = load_cache_lines(cache_file, FORMAT, VERSION)
         try:
-            if data is not None:
-                cache._listings = {rel: _decode_listing(row) for rel, row in data["dirs"].items()}
-                cache._watch = {str(p) for p in data["watch"]}
+            if found is not None:
+                header, lines = found
+                cache._listings = dict(map(_listing_line, lines))
+                cache._watch = {str(p) for p in header["watch"]}
+                if len(cache._listings) != header["dirs"]:
+                    raise ValueError("cut short")
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             cache._listings, cache._watch = {}, set()
         parsed = load_cache(dists_file(cache_file), DISTS_FORMAT, VERSION) if dists else None
@@ -253,13 +273,15 @@ class TreeCache:
                 self._dists_dirty = not ok
         if not self._dirty:
             return ok
+        lines = []
         for rel, listing in self._listings.items():
-            listing.watched = self._watched_names(rel, listing)  # read_paths reuses them
-        body: dict[str, Any] = {
-            "dirs": {rel: _encode_listing(v, v.watched or ()) for rel, v in self._listings.items()},
-            "watch": sorted(self._watch),
-        }
-        saved = save_cache(cache_file, FORMAT, VERSION, body)
+            names = self._watched_names(rel, listing)  # read_paths reuses them
+            if listing.text is None or names != listing.watched:
+                listing.text = compact_json(_encode_listing(listing, names))
+            listing.watched = names
+            lines.append(f"{compact_json(rel)}\t{listing.text}")
+        header = {"watch": sorted(self._watch), "dirs": len(lines)}
+        saved = save_cache_lines(cache_file, FORMAT, VERSION, header, lines)
         self._dirty = not saved
         return ok and saved
 
@@ -349,6 +371,17 @@ def _encode_listing(listing: _Listing, watched_names: tuple[str, ...]) -> list[A
             row.append(s.dev)
         rows.append(row)
     return [list(listing.key), list(listing.subdirs), rows, list(watched_names)]
+
+
+def _listing_line(line: str) -> tuple[str, _Listing]:
+    """One line of the cache: a directory's name and its listing, which keeps its text."""
+    name, tab, text = line.partition("\t")
+    rel = json.loads(name)
+    if not tab or not isinstance(rel, str):
+        raise ValueError("not a listing line")
+    listing = _decode_listing(json.loads(text))
+    listing.text = text
+    return rel, listing
 
 
 def _decode_listing(row: list[Any]) -> _Listing:
