@@ -39,10 +39,9 @@ class HeldState:
     missed: int = 0
     """Files no fd was left for (the process's open-file limit)."""
     settled: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    """``(dev, ino, ctime_ns)`` of the store's directories (``""``: the store itself, which
-    holds every file of a flat store) last changed before the journal's last write: while
-    one keeps them, none of its names was removed or replaced, so its files need no check
-    of their own (:func:`state_lost`)."""
+    """``(dev, ino, ctime_ns)`` of the store's directories (``""``: the store itself) last
+    changed before the journal's last write: while one keeps them, none of its names was
+    removed or replaced, so its files need no check of their own (:func:`state_lost`)."""
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -83,11 +82,11 @@ def hold_state(tx: TxDir, manifest: Manifest) -> HeldState:
 
 
 def _settled(tx: TxDir, names: Iterable[str]) -> dict[str, tuple[int, int, int]]:
-    """The store's directories that hold ``names`` (``""``: the store itself, all of a flat
-    store) whose ctime is older than the journal's: a change to a directory's names moves
-    its ctime (which, unlike its mtime, cannot be set back), and any change after the
-    journal's last write gets a ctime no older than it (one clock stamps both). One
-    stamped in the same tick as the journal could change unseen, so it is left out."""
+    """The store's directories that hold ``names``, and the store itself (``""``), whose
+    ctime is older than the journal's: a change to a directory's names moves its ctime
+    (which, unlike its mtime, cannot be set back), and any change after the journal's last
+    write gets a ctime no older than it (one clock stamps both). One stamped in the same
+    tick as the journal could change unseen, so it is left out."""
     store = tx.snapshot
     try:
         now = tx.journal.lstat().st_ctime_ns

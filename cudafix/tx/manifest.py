@@ -48,15 +48,26 @@ class Entry:
     """A hard link's link count once linked: a moved ctime with another count is a link
     made or removed (uv linking from its cache), not a write."""
     slot: int = -1
-    """A file's name in the store, its decimal number: the store is one flat directory,
+    """A file's number in the store, which keeps it by that number alone (:func:`stored`),
     so a snapshot makes no directory per snapshotted one. -1: a snapshot taken before the
     store was flat, which mirrors the prefix (the file is kept at its own path there)."""
 
 
+SLOTS_PER_DIR = 128
+"""Files per directory of the store: a link into an ext4 directory past one block (about
+250 names) costs twice one into a smaller one, so slots go 128 to a directory."""
+
+
 def stored(e: Entry) -> str:
     """Where ``e``'s snapshot of a file is kept, relative to the transaction's store
-    (:attr:`TxDir.snapshot`): every reader of the store goes through this."""
-    return str(e.slot) if e.slot >= 0 else e.path
+    (:attr:`TxDir.snapshot`): every reader of the store goes through this. Slot ``n`` is
+    ``{n // 128}/{n}``; an entry without a slot is at its own path (a mirrored store)."""
+    return slot_name(e.slot) if e.slot >= 0 else e.path
+
+
+def slot_name(slot: int) -> str:
+    """The name of slot ``slot`` in the store (:func:`stored`)."""
+    return f"{slot // SLOTS_PER_DIR}/{slot}"
 
 
 @dataclass(frozen=True)

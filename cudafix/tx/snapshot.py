@@ -1,11 +1,12 @@
 """Taking a snapshot: hard links of the paths a transaction touches, and their manifest.
 
 A hard link costs O(1) whatever the file size; where one is impossible (EXDEV, EPERM,
-EMLINK) the file is copied and its sha256 recorded. The store is one flat directory of
-files named by number (their entries say which); directories, symlinks and FIFOs are kept
-in the manifest alone. Every path is examined with ``lstat``: a symlink is snapshotted as
-a symlink, never followed. Only paths that pass :func:`~cudafix.tx.manifest.check_path`
-(inside the prefix, no symlinked ancestor) are touched.
+EMLINK) the file is copied and its sha256 recorded. The store is flat: files are kept by
+number (their entries say which), 128 to a directory whatever their paths; directories,
+symlinks and FIFOs are kept in the manifest alone. Every path is examined with ``lstat``:
+a symlink is snapshotted as a symlink, never followed. Only paths that pass
+:func:`~cudafix.tx.manifest.check_path` (inside the prefix, no symlinked ancestor) are
+touched.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from pathlib import Path
 from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
 from cudafix.faults import crash_point, fail_point, hooks_armed
-from cudafix.tx.manifest import ROOT, Entry, Manifest, path_syntax, write_json
+from cudafix.tx.manifest import (
+    ROOT,
+    SLOTS_PER_DIR,
+    Entry,
+    Manifest,
+    path_syntax,
+    slot_name,
+    write_json,
+)
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
 
@@ -155,9 +164,10 @@ class _Snapper:
     resolved from the root again). A whole-venv snapshot is 24k entries.
 
     The store is flat: each file is linked into it under its slot's number (recorded in
-    its entry, :func:`~cudafix.tx.manifest.stored`), so a snapshot makes no directory.
-    Directories, symlinks and FIFOs are kept in the manifest alone (mode, listing,
-    target), which is all a restore makes them again from."""
+    its entry, :func:`~cudafix.tx.manifest.stored`), 128 to a directory, so a snapshot
+    makes one directory per 128 files, none per snapshotted one. Directories, symlinks
+    and FIFOs are kept in the manifest alone (mode, listing, target), which is all a
+    restore makes them again from."""
 
     prefix: Path
     store: Path
@@ -236,7 +246,9 @@ class _Snapper:
             fail_point("snapshot")
         slot = self.slots
         self.slots += 1
-        name = str(slot)
+        if slot % SLOTS_PER_DIR == 0:
+            os.mkdir(str(slot // SLOTS_PER_DIR), 0o700, dir_fd=self.dst)
+        name = slot_name(slot)
         sha = None
         if self.copy(path, st.st_size) or not _linked(live, name, src, self.dst):
             sha = _copied(f"{self.prefix}/{path}", f"{self.store}/{name}")

@@ -10,6 +10,7 @@ from pathlib import Path
 from cudafix.env.statedir import TxDir
 from cudafix.model.plan import Options, Plan, Precondition, Reinstall, RemovedDistribution, Target
 from cudafix.model.reasons import MissingFiles
+from cudafix.tx.manifest import Entry, stored
 from tests.support.venvs import install, new_venv, site_rel
 from tests.support.wheels import make_wheel
 
@@ -127,17 +128,20 @@ def mirror_store(tx: TxDir) -> None:
     data = json.loads(tx.manifest.read_text())
     fields = list(data["fields"])
     at = fields.index("slot")
-    entries = [dict(zip(fields, row, strict=True)) for row in data["rows"]]
-    for e in sorted(entries, key=lambda e: str(e["path"])):
-        mirrored = tx.snapshot / e["path"]
-        if e["kind"] == "dir":
+    slotted = {p for p in tx.snapshot.iterdir() if p.name.isdigit()}
+    entries = [Entry(**dict(zip(fields, row, strict=True))) for row in data["rows"]]
+    for e in sorted(entries, key=lambda e: e.path):
+        mirrored = tx.snapshot / e.path
+        if e.kind == "dir":
             mirrored.mkdir(parents=True, exist_ok=True)
-        elif e["kind"] == "symlink":
+        elif e.kind == "symlink":
             mirrored.parent.mkdir(parents=True, exist_ok=True)
-            mirrored.symlink_to(e["target"])
-        elif e["kind"] == "file":
+            mirrored.symlink_to(str(e.target))
+        elif e.kind == "file":
             mirrored.parent.mkdir(parents=True, exist_ok=True)
-            (tx.snapshot / str(e["slot"])).rename(mirrored)
+            (tx.snapshot / stored(e)).rename(mirrored)
+    for emptied in slotted:
+        emptied.rmdir()
     rows = [row[:at] + row[at + 1 :] for row in data["rows"]]
     fields.remove("slot")
     tx.manifest.write_text(json.dumps({**data, "fields": fields, "rows": rows}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,18 +44,22 @@ def test_hard_link_snapshot_and_restore(tmp_path: Path) -> None:
     assert restore.restore(prefix, tx, manifest).left == []  # idempotent
 
 
-def test_the_store_is_one_flat_directory_of_files(tmp_path: Path) -> None:
-    """A snapshot makes no directory in its store: each file is linked under its slot's
-    number; directories and symlinks are in the manifest alone."""
+def test_the_store_is_flat_whatever_the_paths(tmp_path: Path) -> None:
+    """A snapshot makes no directory per snapshotted one: each file is linked under its
+    slot's number, 128 to a directory; directories and symlinks are in the manifest alone."""
     prefix = tree(tmp_path / "env")
     (prefix / "lib/pkg/sub/deeper").mkdir()
-    (prefix / "lib/pkg/sub/deeper/c.py").write_text("c = 1\n")
+    for n in range(127):
+        (prefix / f"lib/pkg/sub/deeper/m{n}.py").write_text(f"m = {n}\n")
     tx = TxDir(tmp_path / "tx")
     manifest = snapshot.take(prefix, tx, ["lib"])
     files = [e for e in manifest.entries if e.kind == "file"]
-    assert sorted(e.slot for e in files) == [0, 1, 2]
-    held = {p.name: p for p in tx.snapshot.iterdir()}
-    assert sorted(held) == sorted(str(e.slot) for e in files)
+    assert sorted(e.slot for e in files) == list(range(129))
+    assert sorted(p.name for p in tx.snapshot.iterdir()) == ["0", "1"]
+    held = {str(p.relative_to(tx.snapshot)): p for p in tx.snapshot.glob("*/*")}
+    assert sorted(held) == sorted(stored(e) for e in files)
+    assert len(list((tx.snapshot / "0").iterdir())) == 128
+    assert stored(next(e for e in files if e.slot == 128)) == "1/128"
     assert all(p.is_file() and not p.is_symlink() for p in held.values())
     for e in files:
         same = os.stat(tx.snapshot / stored(e)), os.stat(prefix / e.path)
@@ -108,7 +113,7 @@ def test_a_manifest_without_slots_reads_as_mirrored_and_a_wrong_slot_is_refused(
         "rows": [row[:at] + row[at + 1 :] for row in data["rows"]],
     }
     assert [stored(e) for e in Manifest.from_json(older).entries] == ["a", "a/b"]
-    assert stored(entries[1]) == "7"
+    assert stored(entries[1]) == "0/7" and stored(replace(entries[1], slot=300)) == "2/300"
     for wrong in ({"slot": 3}, {"slot": -2}):
         rows = [list(row) for row in data["rows"]]
         rows[0 if wrong["slot"] == 3 else 1][at] = wrong["slot"]
