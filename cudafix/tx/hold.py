@@ -13,6 +13,7 @@ import hashlib
 import os
 import resource
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir, read_bytes, write_atomic
 from cudafix.model.errors import UnsafeState
 from cudafix.tx.journal import append as journal_append
-from cudafix.tx.manifest import Manifest, write_json
+from cudafix.tx.manifest import Manifest, stored, write_json
 from cudafix.tx.restore import remove_path
 from cudafix.tx.steps import StateRebuilt
 
@@ -32,14 +33,15 @@ class HeldState:
     outlives its last name), the manifest and the journal as bytes."""
 
     fds: dict[str, int]
+    """By the file's name in the store (:func:`~cudafix.tx.manifest.stored`)."""
     manifest: Manifest
     journal: bytes
     missed: int = 0
     """Files no fd was left for (the process's open-file limit)."""
     settled: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    """``(dev, ino, ctime_ns)`` of the snapshot's directories last changed before the
-    journal's last write: while one keeps them, none of its names was removed or
-    replaced, so its files need no check of their own (:func:`state_lost`)."""
+    """``(dev, ino, ctime_ns)`` of the store's directories (``""``: the store itself) last
+    changed before the journal's last write: while one keeps them, none of its names was
+    removed or replaced, so its files need no check of their own (:func:`state_lost`)."""
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -58,7 +60,7 @@ def hold_state(tx: TxDir, manifest: Manifest) -> HeldState:
     """Hold the snapshot open (the soft open-file limit raised to the hard one), keeping
     :data:`FD_RESERVE` descriptors free; the files beyond that are counted as ``missed``."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    files = [e.path for e in manifest.entries if e.kind == "file"]
+    files = [stored(e) for e in manifest.entries if e.kind == "file"]
     if soft < hard and len(files) + FD_RESERVE > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         soft = hard
@@ -70,28 +72,28 @@ def hold_state(tx: TxDir, manifest: Manifest) -> HeldState:
     held = HeldState({}, manifest, read_bytes(tx.journal), missed=skipped)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     store = tx.snapshot
-    for path in files:
+    for name in files:
         try:
-            held.fds[path] = os.open(f"{store}/{path}", flags)
+            held.fds[name] = os.open(f"{store}/{name}", flags)
         except OSError:
             held.missed += 1
-    held.settled = _settled(tx, manifest)
+    held.settled = _settled(tx, held.fds)
     return held
 
 
-def _settled(tx: TxDir, manifest: Manifest) -> dict[str, tuple[int, int, int]]:
-    """The snapshot's directories (``""``: its root) whose ctime is older than the
-    journal's: a change to a directory's names moves its ctime (which, unlike its mtime,
-    cannot be set back), and any change after the journal's last write gets a ctime no
-    older than it (one clock stamps both). One stamped in the same tick as the journal
-    could change unseen, so it is left out."""
+def _settled(tx: TxDir, names: Iterable[str]) -> dict[str, tuple[int, int, int]]:
+    """The store's directories that hold ``names``, and the store itself (``""``), whose
+    ctime is older than the journal's: a change to a directory's names moves its ctime
+    (which, unlike its mtime, cannot be set back), and any change after the journal's last
+    write gets a ctime no older than it (one clock stamps both). One stamped in the same
+    tick as the journal could change unseen, so it is left out."""
     store = tx.snapshot
     try:
         now = tx.journal.lstat().st_ctime_ns
     except OSError:
         return {}
     out = {}
-    for directory in ("", *(e.path for e in manifest.entries if e.kind == "dir")):
+    for directory in {"", *(name.rpartition("/")[0] for name in names)}:
         with contextlib.suppress(OSError):
             st = os.lstat(f"{store}/{directory}" if directory else store)
             if stat.S_ISDIR(st.st_mode) and st.st_ctime_ns < now:
@@ -118,10 +120,10 @@ def state_lost(tx: TxDir, held: HeldState) -> bool:
             st = os.lstat(f"{store}/{directory}" if directory else store)
             if (st.st_dev, st.st_ino, st.st_ctime_ns) != was:
                 return True
-        for path, fd in held.fds.items():
-            if path.rpartition("/")[0] in held.settled:
+        for name, fd in held.fds.items():
+            if name.rpartition("/")[0] in held.settled:
                 continue  # its directory's names are as they were
-            live, opened = os.lstat(f"{store}/{path}"), os.fstat(fd)
+            live, opened = os.lstat(f"{store}/{name}"), os.fstat(fd)
             if (live.st_dev, live.st_ino) != (opened.st_dev, opened.st_ino):
                 return True
     except (OSError, UnsafeState):
@@ -140,14 +142,15 @@ def rebuild(prefix: Path, tx: TxDir, held: HeldState) -> tuple[Manifest, list[st
     statedir.ensure_dir(tx.snapshot, mode=0o700)
     entries, lost = [], []
     for e in held.manifest.entries:
-        fd = held.fds.get(e.path)
-        if e.kind != "file" or not _link_gone(tx.snapshot / e.path, fd):
+        name = stored(e)
+        fd = held.fds.get(name)
+        if e.kind != "file" or not _link_gone(tx.snapshot / name, fd):
             entries.append(e)
         elif fd is None:
             entries.append(e)
             lost.append(e.path)
         else:
-            entries.append(replace(e, sha256=_copy_fd(fd, tx.snapshot / e.path)))
+            entries.append(replace(e, sha256=_copy_fd(fd, tx.snapshot / name)))
     manifest = Manifest(tuple(entries), held.manifest.listings)
     write_json(tx.manifest, manifest.to_json())
     write_atomic(tx.journal, held.journal.decode("utf-8"))

@@ -47,6 +47,27 @@ class Entry:
     nlink: int = 0
     """A hard link's link count once linked: a moved ctime with another count is a link
     made or removed (uv linking from its cache), not a write."""
+    slot: int = -1
+    """A file's number in the store, which keeps it by that number alone (:func:`stored`),
+    so a snapshot makes no directory per snapshotted one. -1: a snapshot taken before the
+    store was flat, which mirrors the prefix (the file is kept at its own path there)."""
+
+
+SLOTS_PER_DIR = 128
+"""Files per directory of the store: a link into an ext4 directory past one block (about
+250 names) costs twice one into a smaller one, so slots go 128 to a directory."""
+
+
+def stored(e: Entry) -> str:
+    """Where ``e``'s snapshot of a file is kept, relative to the transaction's store
+    (:attr:`TxDir.snapshot`): every reader of the store goes through this. Slot ``n`` is
+    ``{n // 128}/{n}``; an entry without a slot is at its own path (a mirrored store)."""
+    return slot_name(e.slot) if e.slot >= 0 else e.path
+
+
+def slot_name(slot: int) -> str:
+    """The name of slot ``slot`` in the store (:func:`stored`)."""
+    return f"{slot // SLOTS_PER_DIR}/{slot}"
 
 
 @dataclass(frozen=True)
@@ -92,16 +113,24 @@ _row = attrgetter(*FIELDS)
 
 def _entry_dicts(data: Mapping[str, Any]) -> Iterator[Any]:
     """The entries of either form: rows under ``fields`` (written now), or one dict per
-    entry (written before; a transaction left pending by an older cudafix still restores)."""
+    entry (written before; a transaction left pending by an older cudafix still restores).
+    Rows under fewer fields (written before one was added) take the others' defaults."""
     if "rows" not in data:
         yield from data["entries"]
         return
-    if data["fields"] != list(FIELDS):
-        raise ValueError(f"unknown manifest fields {str(data['fields'])[:80]}")
+    names = data["fields"]
+    if (
+        not isinstance(names, list)
+        or not all(isinstance(n, str) for n in names)
+        or set(names) - set(FIELDS)
+        or len(set(names)) != len(names)
+        or "path" not in names
+    ):
+        raise ValueError(f"unknown manifest fields {str(names)[:80]}")
     for row in data["rows"]:
-        if not isinstance(row, list) or len(row) != len(FIELDS):
+        if not isinstance(row, list) or len(row) != len(names):
             raise ValueError(f"not a snapshot row: {str(row)[:80]}")
-        yield dict(zip(FIELDS, row, strict=True))
+        yield dict(zip(names, row, strict=True))
 
 
 _ENTRY_TYPES: Mapping[str, tuple[type, ...]] = {
@@ -117,6 +146,7 @@ _ENTRY_TYPES: Mapping[str, tuple[type, ...]] = {
     "detach": (bool,),
     "ctime_ns": (int,),
     "nlink": (int,),
+    "slot": (int,),
 }
 
 
@@ -133,6 +163,8 @@ def _entry(data: Any) -> Entry:
         raise ValueError(f"entry {entry.path!r}: kind {entry.kind!r} mode {entry.mode:o}")
     if entry.kind == "symlink" and entry.target is None:
         raise ValueError(f"entry {entry.path!r}: a symlink without a target")
+    if entry.slot < -1 or (entry.slot != -1 and entry.kind != "file"):
+        raise ValueError(f"entry {entry.path!r}: kind {entry.kind!r} in store slot {entry.slot}")
     return entry
 
 

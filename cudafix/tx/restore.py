@@ -23,7 +23,7 @@ from cudafix.env.inventory import is_bytecode
 from cudafix.env.statedir import TxDir
 from cudafix.faults import crash_point, fail_point
 from cudafix.tx.difference import Difference, difference_text
-from cudafix.tx.manifest import ROOT, Entry, Manifest, check_path, write_json
+from cudafix.tx.manifest import ROOT, Entry, Manifest, check_path, stored, write_json
 from cudafix.tx.snapshot import _join, _link_or_copy, _listing, ancestors, sha256_file
 
 
@@ -141,7 +141,7 @@ def restore_entry(prefix: Path, tx: TxDir, e: Entry) -> None:
         os.mkfifo(live, e.mode)
         live.chmod(e.mode)
     else:
-        _link_or_copy(tx.snapshot / e.path, live)
+        _link_or_copy(tx.snapshot / stored(e), live)
         live.chmod(e.mode)
     crash_point("restore-file")
 

@@ -1,15 +1,16 @@
 """Taking a snapshot: hard links of the paths a transaction touches, and their manifest.
 
 A hard link costs O(1) whatever the file size; where one is impossible (EXDEV, EPERM,
-EMLINK) the file is copied and its sha256 recorded. Every path is examined with
-``lstat``: a symlink is snapshotted as a symlink, never followed. Only paths that pass
+EMLINK) the file is copied and its sha256 recorded. The store is flat: files are kept by
+number (their entries say which), 128 to a directory whatever their paths; directories,
+symlinks and FIFOs are kept in the manifest alone. Every path is examined with ``lstat``:
+a symlink is snapshotted as a symlink, never followed. Only paths that pass
 :func:`~cudafix.tx.manifest.check_path` (inside the prefix, no symlinked ancestor) are
 touched.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -24,7 +25,15 @@ from pathlib import Path
 from cudafix.env import statedir
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
 from cudafix.faults import crash_point, fail_point, hooks_armed
-from cudafix.tx.manifest import ROOT, Entry, Manifest, path_syntax, write_json
+from cudafix.tx.manifest import (
+    ROOT,
+    SLOTS_PER_DIR,
+    Entry,
+    Manifest,
+    path_syntax,
+    slot_name,
+    write_json,
+)
 
 _COPY_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK})
 
@@ -122,14 +131,18 @@ def take(
     # (names from listing a real directory by descriptor, symlinked directories not entered).
     asked = set(_acceptable(prefix, paths))
     statedir.ensure_dir(tx.snapshot, mode=0o700)
-    snap = _Snapper(prefix, tx.snapshot, set(detach), copy, hooks_armed())
-    walked: set[str] = set()
-    for path in sorted(asked | ancestors(asked)):
-        if walked and any(a in walked for a in ancestors([path])):
-            continue  # a tree walked below already holds it
-        if snap.one(path).kind == "dir" and path in asked:
-            snap.walk(path)
-            walked.add(path)
+    store = os.open(tx.snapshot, _ROOT_FLAGS | os.O_NOFOLLOW)
+    try:
+        snap = _Snapper(prefix, tx.snapshot, store, set(detach), copy, hooks_armed())
+        walked: set[str] = set()
+        for path in sorted(asked | ancestors(asked)):
+            if walked and any(a in walked for a in ancestors([path])):
+                continue  # a tree walked below already holds it
+            if snap.one(path).kind == "dir" and path in asked:
+                snap.walk(path)
+                walked.add(path)
+    finally:
+        os.close(store)
     entries, listings = snap.entries, snap.listings
     for e in entries:
         unlisted = e.kind == "dir" and e.path not in listings  # an ancestor of what was asked
@@ -148,18 +161,25 @@ class _Snapper:
     """Snapshots paths into ``store``, collecting their entries and the listing of each
     directory it walks. A tree is walked in one pass: each directory is listed once, by
     descriptor, and its names are linked, statted and recorded relative to it (no path is
-    resolved from the root again). A whole-venv snapshot is 24k entries."""
+    resolved from the root again). A whole-venv snapshot is 24k entries.
+
+    The store is flat: each file is linked into it under its slot's number (recorded in
+    its entry, :func:`~cudafix.tx.manifest.stored`), 128 to a directory, so a snapshot
+    makes one directory per 128 files, none per snapshotted one. Directories, symlinks
+    and FIFOs are kept in the manifest alone (mode, listing, target), which is all a
+    restore makes them again from."""
 
     prefix: Path
     store: Path
+    dst: int
+    """The store, open: every link is made relative to it."""
     rewritten: set[str]
     copy: CopyWhen
     hooks: bool
     entries: list[Entry] = field(default_factory=list)
     listings: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    made: set[str] = field(default_factory=lambda: {""})
-    """Directories created in the store by :meth:`one`: paths come sorted, parents first,
-    so most need no ``makedirs`` of their own."""
+    slots: int = 0
+    """Files linked or copied into the store so far: the next one's slot."""
 
     def one(self, path: str) -> Entry:
         """Snapshot one path by its full name (a directory's content is not walked)."""
@@ -168,18 +188,11 @@ class _Snapper:
             st = os.lstat(live)
         except FileNotFoundError:
             return self._add(Entry(path, "absent"))
-        if (parent := posixpath.dirname(path)) not in self.made:
-            os.makedirs(f"{self.store}/{parent}", exist_ok=True)  # noqa: PTH103 - str paths
-            self.made.add(parent)
-        entry = self._record(path, st, live, f"{self.store}/{path}", None, None)
-        if entry.kind == "dir":
-            self.made.add(path)
-        return self._add(entry)
+        return self._add(self._record(path, st, live, None))
 
     def walk(self, top: str) -> None:
         """Entries for everything below the real directory ``top`` (snapshotted already)."""
         base = os.open(self.prefix, _ROOT_FLAGS)  # the prefix may be reached by a symlink
-        dest = os.open(self.store, _ROOT_FLAGS)
         try:
             pending = [top]
             while pending:
@@ -189,18 +202,13 @@ class _Snapper:
                 except OSError:
                     continue  # unreadable: recorded as a directory, its content not
                 try:
-                    dst = os.open(directory, _LIST_FLAGS, dir_fd=dest)
-                    try:
-                        pending += self._directory(directory, src, dst)
-                    finally:
-                        os.close(dst)
+                    pending += self._directory(directory, src)
                 finally:
                     os.close(src)
         finally:
-            os.close(dest)
             os.close(base)
 
-    def _directory(self, directory: str, src: int, dst: int) -> list[str]:
+    def _directory(self, directory: str, src: int) -> list[str]:
         """Snapshot the names in one directory; its subdirectories, to be walked next."""
         with os.scandir(src) as listed:
             found = list(listed)
@@ -213,7 +221,7 @@ class _Snapper:
                 self._add(Entry(path, "absent"))
                 continue
             names.append(item.name)
-            if self._add(self._record(path, st, item.name, item.name, src, dst)).kind == "dir":
+            if self._add(self._record(path, st, item.name, src)).kind == "dir":
                 below.append(path)
         self.listings[directory] = tuple(sorted(names))
         return below
@@ -222,37 +230,38 @@ class _Snapper:
         self.entries.append(entry)
         return entry
 
-    def _record(
-        self, path: str, st: os.stat_result, live: str, dest: str, src: int | None, dst: int | None
-    ) -> Entry:
-        """Snapshot ``path``, whose lstat is ``st``: ``live`` and ``dest`` are its names
-        relative to the descriptors ``src`` and ``dst`` (full paths where those are None).
-        A directory is made in the store, not walked."""
+    def _record(self, path: str, st: os.stat_result, live: str, src: int | None) -> Entry:
+        """Snapshot ``path``, whose lstat is ``st``: ``live`` is its name relative to the
+        descriptor ``src`` (its full path where that is None). A directory is not walked."""
         mode = stat.S_IMODE(st.st_mode)
         if stat.S_ISDIR(st.st_mode):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(dest, dir_fd=dst)
             return Entry(path, "dir", mode=mode)
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(live, dir_fd=src)
-            os.symlink(target, dest, dir_fd=dst)
-            return Entry(path, "symlink", target=target)
+            return Entry(path, "symlink", target=os.readlink(live, dir_fd=src))
         if stat.S_ISFIFO(st.st_mode):  # never opened (it would block); recreated on restore
             return Entry(path, "fifo", mode=mode)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, _NOT_SNAPSHOTTABLE, f"{self.prefix}/{path}")
         if self.hooks:
             fail_point("snapshot")
+        slot = self.slots
+        self.slots += 1
+        if slot % SLOTS_PER_DIR == 0:
+            os.mkdir(str(slot // SLOTS_PER_DIR), 0o700, dir_fd=self.dst)
+        name = slot_name(slot)
         sha = None
-        if self.copy(path, st.st_size) or not _linked(live, dest, src, dst):
-            sha = _copied(f"{self.prefix}/{path}", f"{self.store}/{path}")
+        if self.copy(path, st.st_size) or not _linked(live, name, src, self.dst):
+            sha = _copied(f"{self.prefix}/{path}", f"{self.store}/{name}")
         if self.hooks:
             crash_point("snapshot-file")
-        linked = os.stat(dest, dir_fd=dst, follow_symlinks=False) if sha is None else None
+        # the link moved the file's ctime: read it once linked, the mark a later write in
+        # place is told by (:func:`cudafix.tx.restore.written_in_place`)
+        linked = os.stat(name, dir_fd=self.dst, follow_symlinks=False) if sha is None else None
         return Entry(
             path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha,
             path in self.rewritten,
             ctime_ns=linked.st_ctime_ns if linked else 0, nlink=linked.st_nlink if linked else 0,
+            slot=slot,
         )  # fmt: skip
 
 

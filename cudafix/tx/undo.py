@@ -32,7 +32,7 @@ from cudafix.tx import journal, poststate, steps
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.history import entry, existing
 from cudafix.tx.lock import acquired
-from cudafix.tx.manifest import Entry, Manifest, load_json, path_syntax
+from cudafix.tx.manifest import Manifest, load_json, path_syntax, stored
 from cudafix.tx.manifest import load as load_manifest
 from cudafix.tx.restore import mismatch, remove_path
 from cudafix.tx.restore import restore as restore_snapshot
@@ -247,8 +247,7 @@ def _undo_conflicts(
         if now[p] != post[p]
     ]
     for e in manifest.entries:
-        if e.kind == "file" and e.sha256 is None:
-            live = Entry(**{**e.__dict__, "path": f"snapshot/{e.path}"})
-            if mismatch(old.root, live) is not None:
-                conflicts.append(f"{site_relative(e.path, sites)}: its snapshot was modified")
+        linked = e.kind == "file" and e.sha256 is None
+        if linked and mismatch(old.snapshot, replace(e, path=stored(e))) is not None:
+            conflicts.append(f"{site_relative(e.path, sites)}: its snapshot was modified")
     return conflicts

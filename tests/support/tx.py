@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from cudafix.env.statedir import TxDir
 from cudafix.model.plan import Options, Plan, Precondition, Reinstall, RemovedDistribution, Target
 from cudafix.model.reasons import MissingFiles
+from cudafix.tx.manifest import Entry, stored
 from tests.support.venvs import install, new_venv, site_rel
 from tests.support.wheels import make_wheel
 
@@ -116,3 +119,29 @@ def remove_pa_plan(prefix: Path, wheelhouse: Path, **kw: object) -> Plan:
     args: dict[str, object] = {"remove": [("pa", "1.0")], "reinstall": [("pb", "1.0")]}
     args.update(kw)
     return make_plan(prefix, wheelhouse, deleted=deleted, **args)  # type: ignore[arg-type]
+
+
+def mirror_store(tx: TxDir) -> None:
+    """Put a transaction's store and manifest in the form cudafix wrote before its store was
+    flat: each file at its own path, below directories mirroring the environment's, its
+    symlinks as symlinks, and manifest rows without a slot."""
+    data = json.loads(tx.manifest.read_text())
+    fields = list(data["fields"])
+    at = fields.index("slot")
+    slotted = {p for p in tx.snapshot.iterdir() if p.name.isdigit()}
+    entries = [Entry(**dict(zip(fields, row, strict=True))) for row in data["rows"]]
+    for e in sorted(entries, key=lambda e: e.path):
+        mirrored = tx.snapshot / e.path
+        if e.kind == "dir":
+            mirrored.mkdir(parents=True, exist_ok=True)
+        elif e.kind == "symlink":
+            mirrored.parent.mkdir(parents=True, exist_ok=True)
+            mirrored.symlink_to(str(e.target))
+        elif e.kind == "file":
+            mirrored.parent.mkdir(parents=True, exist_ok=True)
+            (tx.snapshot / stored(e)).rename(mirrored)
+    for emptied in slotted:
+        emptied.rmdir()
+    rows = [row[:at] + row[at + 1 :] for row in data["rows"]]
+    fields.remove("slot")
+    tx.manifest.write_text(json.dumps({**data, "fields": fields, "rows": rows}))

@@ -485,9 +485,10 @@ def test_a_command_that_replaces_the_state_with_a_symlink(venv: Path, tmp_path: 
 def test_a_command_that_removes_or_replaces_one_snapshotted_file_is_rolled_back(
     venv: Path, change: str
 ) -> None:
-    """One name deep in the snapshot, not the whole state: found through its directory."""
+    """One name in the snapshot, not the whole state: found through its directory."""
     before = fingerprint(venv)
-    snap = f'"$VIRTUAL_ENV"/.cudafix/transactions/*/snapshot/{site_rel(venv)}/pa_mod.py'
+    store = '"$VIRTUAL_ENV"/.cudafix/transactions/*/snapshot'
+    snap = f"$(find {store} -samefile {site_dir(venv)}/pa_mod.py)"
     script = f"echo x > {site_dir(venv)}/new_mod.py; for f in {snap}; do {change}; done"
     done = cudafix("run", "--venv", venv, "--", "sh", "-c", script)
     assert done.returncode == 1, done.stderr

@@ -21,6 +21,7 @@ from cudafix.model.errors import (
     DamagedState,
     ExitCode,
     RollbackIncomplete,
+    StalePlan,
     TransactionFailed,
     UnsafeState,
 )
@@ -28,7 +29,7 @@ from cudafix.tx import journal
 from cudafix.tx.apply import run_transaction
 from cudafix.tx.difference import Difference
 from cudafix.tx.history import history, show
-from cudafix.tx.manifest import Entry
+from cudafix.tx.manifest import Entry, stored
 from cudafix.tx.manifest import load as load_manifest
 from cudafix.tx.pending import pending_transactions
 from cudafix.tx.poststate import post_state_from_json
@@ -36,7 +37,7 @@ from cudafix.tx.recovery import recover
 from cudafix.tx.steps import Opening, RollbackBegin
 from cudafix.tx.undo import undo
 from scenarios.fingerprint import fingerprint
-from tests.support.tx import remove_pa_plan
+from tests.support.tx import mirror_store, remove_pa_plan
 from tests.support.venvs import site_rel
 
 pytestmark = pytest.mark.slow
@@ -168,6 +169,45 @@ def test_manifest_of_an_older_cudafix_still_restores(
     recover(prefix)
     assert_same(prefix, before)
     assert [e.state for e in history(prefix)] == ["rolled-back"]
+
+
+def test_a_mirrored_store_of_an_older_cudafix_still_recovers(
+    venv: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A transaction left pending by a cudafix whose store mirrored the environment (each
+    file at its own path, a manifest without slots): recover restores byte-identically."""
+    prefix, wheels = venv
+    before = fingerprint(prefix)
+    t = _only_tx(_crashed(prefix, wheels, tmp_path))
+    mirror_store(t)
+    assert all(e.slot == -1 for e in load_manifest(t).entries)
+    recover(prefix)
+    assert_same(prefix, before)
+    assert [e.state for e in history(prefix)] == ["rolled-back"]
+
+
+@pytest.mark.parametrize("layout", ["flat", "mirrored"])
+def test_undo_refuses_a_replaced_snapshot_file_and_undoes_either_layout(
+    venv: tuple[Path, Path], layout: str
+) -> None:
+    """Undo reads each file of the store where its entry says (a number in a flat store, its
+    own path in a mirrored one): one replaced there is refused, the intact store undone."""
+    prefix, wheels = venv
+    before = fingerprint(prefix)
+    done = run_transaction(remove_pa_plan(prefix, wheels), probes=OK)
+    t = StateDir(prefix).tx(done.txid)
+    if layout == "mirrored":
+        mirror_store(t)
+    [e] = [e for e in load_manifest(t).entries if e.path.endswith("/pa_mod.py")]
+    kept = t.snapshot / stored(e)
+    aside = kept.rename(t.snapshot / "aside")
+    kept.write_bytes(aside.read_bytes())  # the same bytes in another file
+    with pytest.raises(StalePlan) as info:
+        undo(prefix, done.txid)
+    assert any("its snapshot was modified" in c for c in info.value.context)
+    aside.rename(kept)
+    undo(prefix, done.txid)
+    assert_same(prefix, before)
 
 
 def test_post_state_outside_is_refused_by_undo(venv: tuple[Path, Path], tmp_path: Path) -> None:

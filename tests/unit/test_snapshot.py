@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from cudafix.env.statedir import TxDir
-from cudafix.tx import restore, snapshot
+from cudafix.tx import hold, restore, snapshot
 from cudafix.tx.difference import Deviation, Difference, deviation_text, difference_text
-from cudafix.tx.manifest import check_path
+from cudafix.tx.manifest import Entry, Manifest, check_path, stored
+from cudafix.tx.manifest import load as load_manifest
 from scenarios.fingerprint import diff_fingerprints, fingerprint
+from tests.support.tx import mirror_store
 
 
 def tree(root: Path) -> Path:
@@ -30,15 +34,93 @@ def test_hard_link_snapshot_and_restore(tmp_path: Path) -> None:
     manifest = snapshot.take(prefix, tx, ["lib/pkg"])
     a = manifest.by_path()["lib/pkg/a.so"]
     assert (a.kind, a.sha256) == ("file", None)
-    assert os.stat(tx.snapshot / "lib/pkg/a.so").st_ino == os.stat(prefix / "lib/pkg/a.so").st_ino
+    assert os.stat(tx.snapshot / stored(a)).st_ino == os.stat(prefix / "lib/pkg/a.so").st_ino
     assert manifest.by_path()["lib/pkg/link"].target == "/etc"
-    assert (tx.snapshot / "lib/pkg/link").is_symlink()
     restore.remove_path(prefix / "lib/pkg")
     (prefix / "lib/new").mkdir()
     (prefix / "lib/new/x").write_text("created by the transaction")
     assert restore.restore(prefix, tx, manifest).left == []
     assert not diff_fingerprints(before, fingerprint(prefix))
     assert restore.restore(prefix, tx, manifest).left == []  # idempotent
+
+
+def test_the_store_is_flat_whatever_the_paths(tmp_path: Path) -> None:
+    """A snapshot makes no directory per snapshotted one: each file is linked under its
+    slot's number, 128 to a directory; directories and symlinks are in the manifest alone."""
+    prefix = tree(tmp_path / "env")
+    (prefix / "lib/pkg/sub/deeper").mkdir()
+    for n in range(127):
+        (prefix / f"lib/pkg/sub/deeper/m{n}.py").write_text(f"m = {n}\n")
+    tx = TxDir(tmp_path / "tx")
+    manifest = snapshot.take(prefix, tx, ["lib"])
+    files = [e for e in manifest.entries if e.kind == "file"]
+    assert sorted(e.slot for e in files) == list(range(129))
+    assert sorted(p.name for p in tx.snapshot.iterdir()) == ["0", "1"]
+    held = {str(p.relative_to(tx.snapshot)): p for p in tx.snapshot.glob("*/*")}
+    assert sorted(held) == sorted(stored(e) for e in files)
+    assert len(list((tx.snapshot / "0").iterdir())) == 128
+    assert stored(next(e for e in files if e.slot == 128)) == "1/128"
+    assert all(p.is_file() and not p.is_symlink() for p in held.values())
+    for e in files:
+        same = os.stat(tx.snapshot / stored(e)), os.stat(prefix / e.path)
+        assert same[0].st_ino == same[1].st_ino and e.nlink == same[0].st_nlink == 2
+        assert e.ctime_ns == same[1].st_ctime_ns
+    assert load_manifest(tx) == manifest
+    before = fingerprint(prefix)
+    restore.remove_path(prefix / "lib")
+    assert restore.restore(prefix, tx, manifest).left == []
+    assert not diff_fingerprints(before, fingerprint(prefix))
+
+
+@pytest.mark.parametrize("layout", ["flat", "mirrored"])
+def test_a_store_of_either_layout_restores_and_is_rebuilt_from_held_files(
+    tmp_path: Path, layout: str
+) -> None:
+    """A store mirroring the prefix (written before the store was flat) restores as a flat
+    one does; held open, either is written again when the command deletes it."""
+    prefix = tree(tmp_path / "env")
+    tx = TxDir(prefix / ".cudafix/transactions/t1")
+    before = fingerprint(prefix)
+    snapshot.take(prefix, tx, ["lib"])
+    if layout == "mirrored":
+        mirror_store(tx)
+        assert (tx.snapshot / "lib/pkg/sub/b.py").read_text() == "b = 1\n"
+    manifest = load_manifest(tx)
+    assert all(e.slot == (-1 if layout == "mirrored" else e.slot) for e in manifest.entries)
+    tx.journal.write_text("")
+    held = hold.hold_state(tx, manifest)
+    try:
+        assert len(held.fds) == 2 and not hold.state_lost(tx, held)
+        restore.remove_path(prefix / "lib")
+        restore.remove_path(tx.snapshot)  # the command deleted cudafix's state
+        assert hold.state_lost(tx, held)
+        rebuilt, lost = hold.rebuild(prefix, tx, held)
+    finally:
+        held.close()
+    assert lost == [] and all(e.sha256 for e in rebuilt.entries if e.kind == "file")
+    assert restore.restore(prefix, tx, rebuilt).left == []
+    assert not diff_fingerprints(before, fingerprint(prefix))
+
+
+def test_a_manifest_without_slots_reads_as_mirrored_and_a_wrong_slot_is_refused() -> None:
+    entries = (Entry("a", "dir", mode=0o755), Entry("a/b", "file", mode=0o644, slot=7))
+    data = json.loads(json.dumps(Manifest(entries, {"a": ("b",)}).to_json()))
+    assert Manifest.from_json(data).entries == entries
+    at = data["fields"].index("slot")
+    older = {
+        **data,
+        "fields": [f for f in data["fields"] if f != "slot"],
+        "rows": [row[:at] + row[at + 1 :] for row in data["rows"]],
+    }
+    assert [stored(e) for e in Manifest.from_json(older).entries] == ["a", "a/b"]
+    assert stored(entries[1]) == "0/7" and stored(replace(entries[1], slot=300)) == "2/300"
+    for wrong in ({"slot": 3}, {"slot": -2}):
+        rows = [list(row) for row in data["rows"]]
+        rows[0 if wrong["slot"] == 3 else 1][at] = wrong["slot"]
+        with pytest.raises(ValueError, match="slot"):
+            Manifest.from_json({**data, "rows": rows})
+    with pytest.raises(ValueError, match="unknown manifest fields"):
+        Manifest.from_json({**data, "fields": [*data["fields"][:-1], "elsewhere"]})
 
 
 def test_copy_fallback_across_filesystems(tmp_path: Path) -> None:
@@ -93,7 +175,7 @@ def test_detach_leaves_the_snapshot_unreachable(tmp_path: Path) -> None:
     manifest = snapshot.take(prefix, tx, ["lib/pkg/a.so"], detach=["lib/pkg/a.so"])
     assert restore.detach(prefix, manifest) == ["lib/pkg/a.so"]
     (prefix / "lib/pkg/a.so").write_bytes(b"rewritten by the backend")
-    assert (tx.snapshot / "lib/pkg/a.so").read_bytes() == b"A" * 1000
+    assert (tx.snapshot / stored(manifest.by_path()["lib/pkg/a.so"])).read_bytes() == b"A" * 1000
     assert restore.restore(prefix, tx, manifest).left == []
     assert (prefix / "lib/pkg/a.so").read_bytes() == b"A" * 1000
 
