@@ -1,10 +1,11 @@
-"""The fast literal scans find exactly what one plain pattern scan of the whole input finds.
+"""The fast scans find exactly what one plain pattern scan of the whole input finds.
 
 Each scan skips most of its input (an ELF object's ``.rodata`` is read only around each
 ``.so``, a Python source is matched only when it holds a ``.so`` that a literal could end
 with); the straightforward scans are written out here and both run on generated inputs
 that put names, quotes, templates and long runs of name bytes everywhere, chunk and
-window edges included.
+window edges included. A linker script's words are looked for in one search, not one
+search a word.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import struct
 from pathlib import Path
 
 from cudafix.env.pysources import _QUOTED, _TEMPLATE, ANY_VERSION, source_literals
+from cudafix.linker.elf import _LINKER_SCRIPT_WORDS, ElfProblem, _not_elf, read_elf
 from cudafix.linker.literals import (
     _AFTER,
     _BEFORE,
@@ -216,3 +218,29 @@ def test_an_objects_chunks_are_scanned_as_whole_chunks(tmp_path: Path) -> None:
     assert len(fast) >= 12
     assert "libtail.so" in fast
     assert all(re.fullmatch(rb"lib.*\.so[.0-9]*", n.encode()) for n in fast)
+
+
+def _plain_is_script(head: bytes) -> bool:
+    text = head[:512].lstrip()
+    return any(word in text for word in _LINKER_SCRIPT_WORDS)
+
+
+def test_a_linker_script_is_told_by_one_search_as_by_each_word(tmp_path: Path) -> None:
+    """Words whole, cut, after blank space, at either end of the 512 bytes sniffed."""
+    rng = random.Random(13)
+    pieces = (*_LINKER_SCRIPT_WORDS, b"GROU", b"NPUT", b"/", b"*", b" ", b"\n\t", b"x", b"\0")
+    scripts = 0
+    for _ in range(3000):
+        head = b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12)))
+        verdict = _not_elf("f", head)
+        assert (verdict.reason == "linker-script") == _plain_is_script(head), head
+        scripts += verdict.reason == "linker-script"
+    assert scripts > 1000
+    for word in _LINKER_SCRIPT_WORDS:
+        for at in (0, 1, 512 - len(word), 512 - len(word) + 1, 600):
+            path = tmp_path / "libx.so"
+            head = b" " * at + word + b"\n"
+            path.write_bytes(head)
+            verdict = read_elf(path)
+            assert isinstance(verdict, ElfProblem)
+            assert (verdict.reason == "linker-script") == _plain_is_script(head), (word, at)
