@@ -137,7 +137,8 @@ def scan_record(
                 return (), f"line {line}: a field holds a line break or NUL"
             raw, reasons = _parse_row(row)
             entry(*raw)
-            problems.extend(RecordProblem(line, ",".join(row), r) for r in reasons)
+            if reasons:  # rarely: no generator for the others
+                problems.extend(RecordProblem(line, ",".join(row), r) for r in reasons)
     except csv.Error as exc:
         return (), f"line {line + 1}: {exc}"
     return tuple(problems), None
