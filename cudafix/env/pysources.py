@@ -31,6 +31,10 @@ _QUOTED = re.compile(rb"""(["'])(""" + SONAME_LITERAL + rb""")\1""")
 _TEMPLATE = re.compile(
     rb"""(["'])(lib[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*?\.so)\.(?:\{[^{}"'\n]{0,64}\}|%[sd])\1"""
 )
+_CANDIDATE = re.compile(rb"""\.so(?:["']|\.[0-9{%])""")
+"""What every match of :data:`_QUOTED` or :data:`_TEMPLATE` holds: ``.so`` then the closing
+quote, a version's dot and digit, or a template's ``.{`` / ``.%``. Most sources that spell
+``.so`` at all (``x.sort()``, ``.solve``) hold no such thing and are never scanned further."""
 ANY_VERSION = ".*"
 """The suffix of a template's name: ``libcufft.so.*``."""
 
@@ -41,7 +45,7 @@ Literals = Mapping[EnvPath, tuple[Soname, ...]]
 def source_literals(data: bytes) -> tuple[Soname, ...]:
     """The string literals in ``data`` that are a soname and nothing else, in order; then
     the templates that build one's version (``libcufft.so.*``)."""
-    if b".so" not in data:
+    if _CANDIDATE.search(data) is None:
         return ()
     found = dict.fromkeys(Soname(m.group(2).decode("ascii")) for m in _QUOTED.finditer(data))
     for m in _TEMPLATE.finditer(data):

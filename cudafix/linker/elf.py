@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
@@ -153,6 +154,9 @@ _PAGE = 4096
 _MAX_STRING = 1 << 16
 """Longer than any path or symbol name: a string running on this far is damage."""
 _LINKER_SCRIPT_WORDS = (b"GROUP", b"INPUT", b"OUTPUT_FORMAT", b"SEARCH_DIR", b"/*")
+_LINKER_SCRIPT = re.compile(b"|".join(map(re.escape, _LINKER_SCRIPT_WORDS)))
+"""Any of the words, in one search (no word begins with blank space: leading blanks are
+no matter)."""
 
 
 class _Layout(NamedTuple):
@@ -298,8 +302,7 @@ def _read_fd(path: str | Path, fd: int) -> ElfInfo | ElfProblem:
 
 
 def _not_elf(path: str | Path, head: bytes) -> ElfProblem:
-    text = head.lstrip()
-    if any(word in text for word in _LINKER_SCRIPT_WORDS):
+    if _LINKER_SCRIPT.search(head) is not None:
         return ElfProblem("linker-script", f"{path}: a GNU ld linker script, not an ELF object")
     return ElfProblem("not-elf", f"{path}: no ELF magic")
 

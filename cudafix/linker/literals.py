@@ -31,6 +31,10 @@ _BEFORE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345
 """A byte that makes the match part of a longer word or of a path (``/usr/lib/libc.so.6``:
 a full path is a load by path of a system file, not a name the loader searches for)."""
 _AFTER = _BEFORE - {ord(".")}
+_WORD = bytes(sorted(_BEFORE - {ord("/")}))
+"""The bytes a match is made of: every match lies in one run of them."""
+_ANCHOR = re.compile(rb"\.so")
+"""What every match holds (a regex search: faster here than ``bytes.find``)."""
 
 # e_shoff, e_shentsize, e_shnum, e_shstrndx: offsets and formats per ELF class
 _HEADERS = {1: (0x20, "I", 0x2E), 2: (0x28, "Q", 0x3A)}
@@ -40,17 +44,52 @@ _SECTION = {1: "IIIIII", 2: "IIQQQQ"}
 
 def soname_literals(data: bytes) -> list[Soname]:
     """Every soname spelled as a word of its own in ``data``, first occurrence order."""
+    return _literals(data, len(data))
+
+
+def _literals(data: bytes | bytearray, size: int) -> list[Soname]:
+    """:func:`soname_literals` of ``data[:size]``, read in place.
+
+    Exactly the matches of one pattern scan of the whole, found faster: a match holds
+    ``.so`` and only :data:`_WORD` bytes, so it lies inside the run of such bytes around
+    some ``.so``; only those runs are matched, each once.
+    """
     out: dict[Soname, None] = {}
-    for match in _PATTERN.finditer(data):
-        start, end = match.span()
-        if start and data[start - 1] in _BEFORE:
-            continue
-        if end < len(data) and data[end] in _AFTER:
-            continue
-        out.setdefault(Soname(match.group().decode("ascii")), None)
-        if len(out) >= MAX_LITERALS:
-            break
+    at = 0
+    while (hit := _ANCHOR.search(data, at, size)) is not None:
+        first, at = _run(data, hit.start(), size)
+        for match in _PATTERN.finditer(data, first, at):
+            start, end = match.span()
+            if start and data[start - 1] in _BEFORE:
+                continue
+            if end < size and data[end] in _AFTER:
+                continue
+            out.setdefault(Soname(match.group().decode("ascii")), None)
+            if len(out) >= MAX_LITERALS:
+                return list(out)
     return list(out)
+
+
+def _run(data: bytes | bytearray, at: int, size: int) -> tuple[int, int]:
+    """``[first, end)``: the longest run of :data:`_WORD` bytes in ``data[:size]`` holding
+    ``data[at]``, read through windows that grow fourfold (a run costs its own length)."""
+    step, first = 64, at
+    while first:
+        low = max(0, first - step)
+        kept = len(data[low:first].rstrip(_WORD))
+        first = low + kept
+        if kept:
+            break
+        step *= 4
+    step, end = 64, at
+    while end < size:
+        window = data[end : min(end + step, size)]
+        left = len(window.lstrip(_WORD))
+        end += len(window) - left
+        if left:
+            break
+        step *= 4
+    return first, end
 
 
 def read_literals(fd: int, head: bytes) -> tuple[Soname, ...]:
@@ -66,14 +105,18 @@ def read_literals(fd: int, head: bytes) -> tuple[Soname, ...]:
         return ()
     found: dict[Soname, None] = {}
     budget = MAX_SCAN
+    # One buffer per object, read into again for each chunk: a fresh one per chunk costs
+    # the kernel a page fault for each of its pages.
+    buffer = bytearray(min(max((s for _, s in sections), default=0), MAX_SCAN, _CHUNK + _OVERLAP))
+    view = memoryview(buffer)
     for offset, size in sections:
         at, end = offset, offset + min(size, budget)
         budget -= end - offset
         while at < end:
-            chunk = os.pread(fd, min(_CHUNK + _OVERLAP, end - at), at)
-            if not chunk:
+            got = os.preadv(fd, [view[: min(_CHUNK + _OVERLAP, end - at)]], at)
+            if not got:
                 break
-            for name in soname_literals(chunk):
+            for name in _literals(buffer, got):
                 found.setdefault(name, None)
             at += _CHUNK
         if budget <= 0 or len(found) >= MAX_LITERALS:
