@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -238,7 +239,11 @@ STEPS: Mapping[Event, type[Step]] = MappingProxyType(
 )
 """The record type of each event."""
 
-_HINTS: Mapping[Event, dict[str, Any]] = {e: typing.get_type_hints(c) for e, c in STEPS.items()}
+@functools.cache
+def _hints(event: Event) -> dict[str, Any]:
+    """The field types of ``event``'s step, resolved on first use: resolving all of them
+    at import cost every command that only asks whether a transaction is pending."""
+    return typing.get_type_hints(STEPS[event])
 
 
 def encode(step: Step) -> dict[str, Any]:
@@ -253,7 +258,7 @@ def encode(step: Step) -> dict[str, Any]:
 
 def decode(event: Event, data: Mapping[str, Any]) -> Step:
     """The step ``event`` records, from its payload; junk fields take their defaults."""
-    cls, hints = STEPS[event], _HINTS[event]
+    cls, hints = STEPS[event], _hints(event)
     given = {
         f.name: _READERS[hints[f.name]](data[key])
         for f in dataclasses.fields(cls)
