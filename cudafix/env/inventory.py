@@ -7,6 +7,7 @@ The value and the queries over it. :mod:`cudafix.env.reading` builds it once, up
 from __future__ import annotations
 
 import posixpath
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
@@ -238,21 +239,32 @@ class Inventory:
         caller that keeps only some of them (those on disk)."""
         dist = self.distributions[name]
         yield from (e.path for e in dist.files)
-        info_prefix = dist.dist_info + "/"
-        yield from (p for p in self.files if p.startswith(info_prefix))
+        yield from self._under(dist.dist_info + "/")
         for e in dist.files:
             if e.path.endswith(".py"):
-                yield from self._pyc_index.get(e.path, ())
+                yield from self._bytecode_of(e.path)
 
     @cached_property
-    def _pyc_index(self) -> Mapping[str, tuple[EnvPath, ...]]:
-        """The cache files of each source path (:func:`pyc_source`)."""
-        index: dict[str, list[EnvPath]] = {}
-        for p in self.files:
-            source = pyc_source(p)
-            if source is not None:
-                index.setdefault(source, []).append(p)
-        return {k: tuple(v) for k, v in index.items()}
+    def _sorted_files(self) -> list[EnvPath]:
+        """:attr:`files`' paths sorted: the paths under a directory are a run of it."""
+        return sorted(self.files)
+
+    def _under(self, start: str) -> list[EnvPath]:
+        """The paths of :attr:`files` that start with ``start``, sorted (one bisection, not a
+        scan of every file for each distribution)."""
+        paths = self._sorted_files
+        i = j = bisect_left(paths, start)
+        while j < len(paths) and paths[j].startswith(start):
+            j += 1
+        return paths[i:j]
+
+    def _bytecode_of(self, source: str) -> Iterator[EnvPath]:
+        """The cache files of ``source`` (those whose :func:`pyc_source` it is): in its
+        directory's ``__pycache__``, named after its module and a dot. The paths of
+        :attr:`files` are EnvPaths, as the walk makes them (relative, no empty component)."""
+        directory, _, name = source.rpartition("/")
+        cache = f"{directory}/__pycache__/" if directory else "__pycache__/"
+        return (p for p in self._under(f"{cache}{name[:-3]}.") if pyc_source(p) == source)
 
 
 def changed_since_record(inv: Inventory, names: Iterable[DistName]) -> list[EnvPath]:
@@ -295,6 +307,13 @@ def pyc_source(path: str) -> str | None:
     and anything deeper in it are bytecode, but no ``.py`` names them nor recompiles them."""
     if not path.endswith(".pyc") or "__pycache__/" not in path:
         return None  # cheap string tests first: callers visit every file of an environment
+    if "//" not in path and not path.startswith("/"):  # no slashes for posixpath to fold
+        head, _, name = path.rpartition("/")
+        parent, _, last = head.rpartition("/")
+        if last != "__pycache__":
+            return None
+        stem = name.split(".", 1)[0] + ".py"
+        return f"{parent}/{stem}" if parent else stem
     head, name = posixpath.split(path)
     if posixpath.basename(head) != "__pycache__":
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from cudafix.linker.bypath import by_path
@@ -142,26 +142,31 @@ def judge(
     trees of ``on_demand`` roots (loads known from literals alone) give edges but count no
     chain: what only they reach is judged as what nothing loads (needs met by path count).
     """
-    edges: dict[EdgeKey, Edge] = {}
+    chosen: dict[EdgeKey, tuple[Lookup, str]] = {}
+    """The step each need is judged by, with its tree's root (its Edge made once, at the end)."""
     chains: dict[EdgeKey, int] = {}
-    real_path: dict[str, str] = {}
     for tree in real:
         seen: set[EdgeKey] = set()
+        counted = tree.root not in on_demand
         for step in tree.steps:
             key = (canonical(step.requester), step.need)
-            if key not in seen and tree.root not in on_demand:
+            if counted and key not in seen:
                 seen.add(key)
                 chains[key] = chains.get(key, 0) + 1
-            old = edges.get(key)
-            if old is None or (old.provider is None and step.provider is not None):
-                edges[key] = _edge(step, real_path, key[0], tree.root)
+            old = chosen.get(key)
+            if old is None or (old[0].provider is None and step.provider is not None):
+                chosen[key] = (step, tree.root)
     for tree in own:
         root = canonical(tree.root)
         for step in tree.steps:
             key = (canonical(step.requester), step.need)
-            if key[0] == root and key not in edges:
-                edges[key] = _edge(step, real_path, root, tree.root)
-    return {k: replace(e, chains=chains.get(k, 0)) for k, e in sorted(edges.items())}
+            if key[0] == root and key not in chosen:
+                chosen[key] = (step, tree.root)
+    real_path: dict[str, str] = {}
+    return {
+        key: _edge(step, real_path, key[0], root, chains.get(key, 0))
+        for key, (step, root) in sorted(chosen.items())
+    }
 
 
 def _canonicaliser(view: LibraryView) -> Callable[[str], str]:
@@ -188,14 +193,14 @@ def resolve_trees(
     return {root: resolve(root, view, config, dlopen) for root in roots}
 
 
-def _edge(step: Lookup, real: dict[str, str], requester: str, root: str) -> Edge:
+def _edge(step: Lookup, real: dict[str, str], requester: str, root: str, chains: int) -> Edge:
     """The provider with symlinks resolved (memoised per call: providers repeat a lot)."""
     provider = step.provider
     if provider is not None:
         if provider not in real:
             real[provider] = os.path.realpath(provider)
         provider = real[provider]
-    return Edge(requester, step.need, provider, step.how, step.searched, root=root)
+    return Edge(requester, step.need, provider, step.how, step.searched, chains, root)
 
 
 def env_objects(prefix: str, index: ElfIndex, gone: frozenset[EnvPath] = frozenset()) -> list[str]:
@@ -214,10 +219,18 @@ def to_env_path(prefix: str, path: str) -> EnvPath | None:
         tail = path[len(base) :]  # already normal: the common case, without relpath's cost
         if tail and "//" not in path and not tail.endswith("/"):
             return EnvPath(tail)
+    elif _normal_absolute(base) and _normal_absolute(path):
+        return None  # a system library: outside, as relpath would find at more cost
     rel = os.path.relpath(path, prefix)
     if rel == os.curdir or rel.startswith(os.pardir + os.sep) or rel == os.pardir:
         return None
     return EnvPath(rel.replace(os.sep, "/"))
+
+
+def _normal_absolute(path: str) -> bool:
+    """Whether ``path`` is absolute with no ``.`` or ``..`` component and no empty one
+    (but a last): lexical normalisation leaves it as it is, less a trailing ``/``."""
+    return path.startswith("/") and "/." not in path and "//" not in path
 
 
 def in_env(prefix: str, path: str) -> str:

@@ -335,10 +335,15 @@ def _linkage(
     every real load chain through the consumer fails them.
     """
     inv, prefix = facts.inventory, str(facts.inventory.prefix)
+    unseen = not wheels and not _loader_may_see(facts, gone)
+    if unseen and not any(p in facts.elf.objects for p in changed):
+        # Every provider is an ELF object of the index (or a host file): with none of them
+        # changed and nothing the loader sees deleted, no need is lost, switched or touched.
+        return [], [], set(), []
     roots = load_roots(facts, gone)
     objects = env_objects(prefix, facts.elf, gone)
     before = resolve_chains(roots, objects, view, facts.search, facts.dlopen).edges
-    if wheels or _loader_may_see(facts, gone):
+    if not unseen:
         after_view = install.after_view(view, gone, wheels)
         after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
     else:
