@@ -301,9 +301,21 @@ def _freeable_under(top: Path) -> int:
 
 
 def collectable(prefix: Path, keep: int = DEFAULT_KEEP) -> list[str]:
-    """What :func:`gc` would delete, without deleting it."""
-    entries = [e for e in history(Path(prefix)) if e.snapshot and e.state != "pending"]
-    committed = [e for e in entries if e.state == "committed"]
-    return [e.txid for e in entries if e.state != "committed"] + [
-        e.txid for e in committed[: max(0, len(committed) - keep)]
+    """What :func:`gc` would delete, without deleting it: of the transactions
+    :func:`history` lists with a snapshot and not pending, each journal's last record alone
+    read (the state is all that is asked of it)."""
+    state = StateDir(Path(prefix))
+    entries: list[tuple[str, str]] = []
+    for txid in state.transaction_ids():
+        tx = state.tx(txid)
+        try:
+            final = journal.last(tx.journal)
+        except PermissionError:
+            continue  # listed as unreadable, without a snapshot
+        said = _STATES.get(final.event, "pending") if final is not None else "pending"
+        if said != "pending" and tx.snapshot.is_dir() and tx.manifest.is_file():
+            entries.append((txid, said))
+    committed = [txid for txid, said in entries if said == "committed"]
+    return [txid for txid, said in entries if said != "committed"] + committed[
+        : max(0, len(committed) - keep)
     ]

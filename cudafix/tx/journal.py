@@ -209,6 +209,20 @@ def read(path: Path) -> list[Record]:
     return load(path).records
 
 
+def last(path: Path) -> Record | None:
+    """The last complete record, as ``read(path)[-1]`` (None: there is none), decoding the
+    lines from the end only until one is a record: a state check, which needs no more,
+    skips the plan the first record carries."""
+    try:
+        raw = read_bytes(path)
+    except FileNotFoundError:
+        return None
+    for line in reversed(raw.split(b"\n")):
+        if line.strip() and (record := decode(line)) is not None:
+            return record
+    return None
+
+
 def events(records: Sequence[Record]) -> list[Event]:
     return [r.event for r in records]
 

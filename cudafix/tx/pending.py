@@ -1,8 +1,8 @@
 """Which transactions are unfinished: what every command asks before it reads or changes.
 
 Apart from :mod:`cudafix.tx.recovery`, which finishes them, so that asking costs a read of
-each journal and no more: a ``doctor`` or a ``run`` imports neither the rollback nor the
-history to learn that nothing is pending.
+each journal's last record and no more: a ``doctor`` or a ``run`` imports neither the
+rollback nor the history to learn that nothing is pending.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _is_pending(tx: TxDir) -> bool | None:
 
 
 def _needs_recovery(tx: TxDir) -> bool:
-    records = journal.read(tx.journal)
-    if not records:
+    final = journal.last(tx.journal)  # only the last record decides, not the plan before it
+    if final is None:
         return tx.snapshot.exists() or tx.manifest.exists()
-    return not journal.is_done(records)
+    return final.event not in journal.DONE_EVENTS
