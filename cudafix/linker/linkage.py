@@ -221,6 +221,8 @@ def to_env_path(prefix: str, path: str) -> EnvPath | None:
             return EnvPath(tail)
     elif _normal_absolute(base) and _normal_absolute(path):
         return None  # a system library: outside, as relpath would find at more cost
+    elif path and not path.startswith("/"):  # a soname: relpath's answer from the cwd
+        return to_env_path(prefix, f"{os.getcwd()}/{path}")  # noqa: PTH109 - str, hot path
     rel = os.path.relpath(path, prefix)
     if rel == os.curdir or rel.startswith(os.pardir + os.sep) or rel == os.pardir:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,25 @@ def _reference(prefix: str, path: str) -> str | None:
 
 def _random_path(rng: random.Random) -> str:
     return "/" + "/".join(rng.choice(_PARTS) for _ in range(rng.randint(0, 5)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_relative_path_is_placed_from_the_working_directory(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """relpath makes a relative path (a soname) absolute from the cwd: inside the prefix
+    when the cwd is."""
+    rng = random.Random(seed)
+    prefix = tmp_path / "venv"
+    (prefix / "lib").mkdir(parents=True)
+    for cwd in (tmp_path, prefix, prefix / "lib", Path("/")):
+        monkeypatch.chdir(cwd)
+        for _ in range(300):
+            path = _random_path(rng).lstrip("/") or "libc.so.6"
+            for base in (str(prefix), f"{prefix}/", "/elsewhere"):
+                assert to_env_path(base, path) == _reference(base, path), (cwd, base, path)
+    with pytest.raises(ValueError, match="no path"):
+        to_env_path(str(prefix), "")  # as relpath says
 
 
 @pytest.mark.parametrize("seed", range(5))
