@@ -19,14 +19,17 @@ from tests.support.loadertree import lib
 
 EXT = "app/_ext.so"
 NEED = "libsys.so.1"
+TOOL_LIB = "tool/libtool.so"
 
 
-def _facts(host_dir: Path, view: HostView) -> Facts:
+def _facts(host_dir: Path, view: HostView, *, tool_lib: bool = False) -> Facts:
     """An extension module needing ``libsys.so.1``, which no wheel ships: the loader looks
-    for it in ``host_dir/lib`` only, through ``view``."""
+    for it in ``host_dir/lib`` only, through ``view``. ``tool_lib``: the distribution
+    ``tool`` ships a library too (removing it then changes what the loader sees)."""
+    tool = {"tool/x.py": "x", **({TOOL_LIB: "lib"} if tool_lib else {})}
     made = facts(
-        [Dist("app", "1.0", {EXT: "ext"}), Dist("tool", "1.0", {"tool/x.py": "x"})],
-        {EXT: Lib(needed=(NEED,))},
+        [Dist("app", "1.0", {EXT: "ext"}), Dist("tool", "1.0", tool)],
+        {EXT: Lib(needed=(NEED,)), TOOL_LIB: Lib("libtool.so")},
     )
     search = SearchConfig(default_dirs=(str(host_dir / "lib"),), lib="lib")
     return dataclasses.replace(made, search=search, host=view)
@@ -56,7 +59,8 @@ def test_the_planner_resolves_through_the_view_and_the_view_saves_what_it_consul
     cache.parent.mkdir(parents=True)
     view = HostView(cache)
     names = (DistName("tool"),)
-    plan = build_plan(_facts(tmp_path, view), Request(names, names, Options()))
+    made = _facts(tmp_path, view, tool_lib=True)  # a library removed: the loader resolves
+    plan = build_plan(made, Request(names, names, Options()))
     assert plan.verdict == "pass"
     consulted = view.consulted()
     assert str(tmp_path / "lib") in consulted
