@@ -239,6 +239,7 @@ STEPS: Mapping[Event, type[Step]] = MappingProxyType(
 )
 """The record type of each event."""
 
+
 @functools.cache
 def _hints(event: Event) -> dict[str, Any]:
     """The field types of ``event``'s step, resolved on first use: resolving all of them
