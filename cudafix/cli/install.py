@@ -26,7 +26,7 @@ from cudafix.cli.options import (
     plan_options,
     probe_timeout_option,
 )
-from cudafix.cli.output import echo_err, echo_event, echo_json
+from cudafix.cli.output import echo_err, echo_event, echo_json, echo_out
 from cudafix.cli.present import present_and_apply
 from cudafix.cli.render import shown
 from cudafix.cli.shapes import run_json, unchanged_json
@@ -62,7 +62,7 @@ def install(specs: tuple[str, ...], allow_broken_requirements: bool, flags: Plan
     )  # fmt: skip
     if not plan.install and not plan.remove and not flags.as_json:
         done = f"Nothing to install in {plan.target.prefix}: {' '.join(specs)} is satisfied."
-        click.echo(shown(done))
+        echo_out(shown(done))
         raise click.exceptions.Exit(ExitCode.OK)
     present_and_apply(plan, flags)
 
@@ -150,7 +150,7 @@ def run_command(
         if result.in_place
         else ""
     )
-    click.echo(
+    echo_out(
         f"Committed transaction {result.txid}: {shown(shlex.join(argv))};{shown(changed)} "
         "probes passed: "
         f"{len(result.probes)}.\nUndo with: {shown(undo)}{kept}"
@@ -165,7 +165,7 @@ def _unchanged(result: GuardedRun, as_json: bool) -> None:
         echo_json(unchanged_json(result, code))
     else:
         status = f" and failed (exit status {code})" if code else ""
-        click.echo(
+        echo_out(
             f"Nothing changed in {shown(str(result.prefix))}: "
             f"{shown(shlex.join(result.completed.argv))} ran{status}; "
             "no transaction was kept, nothing to undo."

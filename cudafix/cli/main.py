@@ -42,6 +42,8 @@ from cudafix.cli.output import (
     echo_event,
     echo_json,
     echo_out,
+    echo_rendered,
+    gone,
     output_options,
     reset_output,
     stdout_style,
@@ -242,7 +244,7 @@ def repair(flags: PlanFlags) -> None:
         if flags.as_json:
             echo_json(nothing_to_do_json(prefix), indent=None)
         else:
-            click.echo(
+            echo_out(
                 f"Nothing to repair in {shown(str(prefix))}: no distribution has missing "
                 "files or files holding another build's bytes, and every required distribution "
                 "is installed."
@@ -262,12 +264,12 @@ def recover(target: app.TargetArgs, dry_run: bool, lock_timeout: float) -> None:
     """Roll back a transaction that was interrupted (killed, power loss)."""
     report = app.recover(target, dry_run=dry_run, lock_timeout=lock_timeout, on_event=echo_event)
     if not report.transactions:
-        click.echo(f"No unfinished transaction in {shown(str(report.prefix))}.")
+        echo_out(f"No unfinished transaction in {shown(str(report.prefix))}.")
     for action in report.actions if report.transactions else ():
-        click.echo(("would: " if dry_run else "done: ") + shown(action))
+        echo_out(("would: " if dry_run else "done: ") + shown(action))
     if report.trash:
         what = f"the {len(report.trash)} old snapshot(s) an interrupted deletion left"
-        click.echo(f"would: delete {what}" if dry_run else f"done: deleted {what}")
+        echo_out(f"would: delete {what}" if dry_run else f"done: deleted {what}")
     if report.trash_left:
         raise _not_deleted(report.prefix, len(report.trash_left))
 
@@ -347,7 +349,7 @@ def undo(
     refusal = _undo_refusal(preview, accept, listed=not as_json)
     if dry_run:  # decided as the undo decides: the same refusal, the same exit code
         if refusal is not None and not as_json:
-            click.echo(render_error(refusal, style_for(sys.stderr.isatty())), err=True)
+            echo_rendered(render_error(refusal, style_for(sys.stderr.isatty())))
         code = refusal.exit_code if refusal is not None and preview.readable else ExitCode.OK
         raise click.exceptions.Exit(code)
     if refusal is not None:
@@ -368,7 +370,7 @@ def undo(
     if as_json:
         echo_json(undone_json(result), indent=None)
         return
-    click.echo(
+    echo_out(
         f"Undid {preview.entry.txid} as transaction {result.txid}; probes passed: "
         f"{len(result.probes)}.\n{undo_line(result.txid, result.prefix)}"
     )
@@ -387,7 +389,7 @@ def undo(
 def gc(target: app.TargetArgs, keep: int, lock_timeout: float) -> None:
     """Delete old snapshots, keeping the newest KEEP committed ones."""
     gone, freed, left = app.gc(target, keep, lock_timeout)
-    click.echo(f"Deleted {len(gone)} snapshot(s), freeing {size_text(freed)}.")
+    echo_out(f"Deleted {len(gone)} snapshot(s), freeing {size_text(freed)}.")
     if left:
         raise _not_deleted(left[0].parents[2], len(left))
 
@@ -474,7 +476,7 @@ def _fail(err: CudafixError, as_json: bool) -> NoReturn:
     """
     if as_json and not err.json_emitted:
         emit_json_error(err)
-    click.echo(render_error(err, style_for(sys.stderr.isatty())), err=True)  # escapes its values
+    echo_rendered(render_error(err, style_for(sys.stderr.isatty())))  # escapes its values
     cause = err.__cause__
     if isinstance(cause, KeyboardInterrupt) and err.exit_code == ExitCode.FAILURE:
         sys.exit(_interrupted_code(cause))
@@ -538,6 +540,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt as exc:
         echo_err("interrupted")
         sys.exit(_interrupted_code(exc))
+    except BrokenPipeError:  # a reader gone before a last line (``| head``): nothing to tell
+        gone(sys.stdout)
+        gone(sys.stderr)
+        sys.exit(ExitCode.FAILURE)
     except OSError as exc:
         _fail(_os_error(exc), as_json)
     except Exception as exc:  # a bug: one line by default, the traceback on request

@@ -70,7 +70,7 @@ def echo_err(message: str) -> None:
     line, escaped with :func:`~cudafix.cli.render.shown`: it carries paths and the
     command's argv, and a name holding a newline or an ESC sequence must not forge a line
     or drive the terminal."""
-    click.echo(shown(message), err=True, color=OUTPUT.colours(sys.stderr.isatty()))
+    _echo(shown(message), err=True)
 
 
 _LEAD: dict[RunEventKind, str] = {
@@ -101,13 +101,46 @@ def shows_progress() -> bool:
 
 def echo_out(message: str) -> None:
     """The report on stdout, coloured as ``--color`` says."""
-    click.echo(message, color=OUTPUT.colours(sys.stdout.isatty()))
+    _echo(message, err=False)
 
 
 def echo_json(value: object, *, indent: int | None = 2) -> None:
     """One JSON value on stdout (``indent`` None: on one line); tuples and other iterables
     as lists."""
-    click.echo(json.dumps(value, indent=indent, default=list))
+    _echo(json.dumps(value, indent=indent, default=list), err=False, color=False)
+
+
+def echo_rendered(text: str) -> None:
+    """An error rendered already (its values escaped) for stderr."""
+    _echo(text, err=True)
+
+
+def _echo(message: str, *, err: bool, color: bool | None = None) -> None:
+    """``click.echo``; a reader that went away (``cudafix ... | head -1``) ends the output,
+    never the command: a transaction under way commits or rolls back as it would have,
+    and what it says after is dropped (the stream is pointed at ``/dev/null``)."""
+    stream = sys.stderr if err else sys.stdout
+    if color is None:
+        color = OUTPUT.colours(stream.isatty())
+    try:
+        click.echo(message, err=err, color=color)
+    except BrokenPipeError:
+        gone(stream)
+
+
+def gone(stream: Any) -> None:
+    """Point ``stream``'s descriptor at ``/dev/null``: its reader went away, and what is
+    still to be said (a flush at exit included) must not fail the process."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 def _set_verbosity(level: int) -> Callable[[click.Context, click.Parameter, bool], None]:

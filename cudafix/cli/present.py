@@ -119,7 +119,7 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
     if flags.out and not flags.as_json:
         echo_err(f"Plan written to {flags.out}.")
     if not flags.as_json:
-        click.echo(render_plan(plan, stdout_style(), verbosity=OUTPUT.verbosity))
+        echo_out(render_plan(plan, stdout_style(), verbosity=OUTPUT.verbosity))
     try:
         app.refuse_unless_allowed(plan, flags.run.force)
     except PlanRefused as err:
@@ -131,7 +131,7 @@ def present_and_apply(plan: Plan, flags: PlanFlags) -> None:
     if flags.as_json:
         echo_json(result_json(plan, result))
         return
-    click.echo(
+    echo_out(
         f"Committed transaction {result.txid}: removed {len(result.removed)}, reinstalled "
         f"{len(result.reinstalled)}, installed {len(result.installed)}; probes passed: "
         f"{len(result.probes)}.\n{undo_line(result.txid, result.prefix)}"
