@@ -386,38 +386,46 @@ def load_cache(path: Path, fmt: str, version: int, *, own: bool = False) -> dict
     only a file this user owns (checked on the open descriptor), for what is printed as
     it was stored.
     """
+    text = _cache_text(path, own=own)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as fh:
-            if own and os.fstat(fd).st_uid != os.geteuid():
-                return None
-            text = fh.read().decode("utf-8")  # the bytes let go before the parse
-        data = json.loads(text)
-    except (OSError, ValueError):
+        data = json.loads(text) if text is not None else None
+    except ValueError:
         return None
-    if not isinstance(data, dict) or data.get("format") != fmt or data.get("version") != version:
-        return None
-    return data
+    return data if _stamped(data, fmt, version) else None
 
 
 def load_cache_lines(path: Path, fmt: str, version: int) -> tuple[dict[str, Any], list[str]] | None:
     """A cache :func:`save_cache_lines` wrote with this format and version: its header and
     its lines (each left as text, for the caller to parse); else None, as :func:`load_cache`."""
+    text = _cache_text(path)
+    if text is None:
+        return None
+    lines = text.split("\n")
+    try:
+        header = json.loads(lines[0])
+    except ValueError:
+        return None
+    if not _stamped(header, fmt, version) or lines[-1] != "":  # a file cut short ends no line
+        return None
+    return header, lines[1:-1]
+
+
+def _cache_text(path: Path, *, own: bool = False) -> str | None:
+    """A cache file's text, read without following a final symlink (``own``: only a file
+    this user owns); None when there is none to read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
-            lines = fh.read().decode("utf-8").split("\n")
-        header = json.loads(lines[0])
+            if own and os.fstat(fd).st_uid != os.geteuid():
+                return None
+            return fh.read().decode("utf-8")  # the bytes let go before the parse
     except (OSError, ValueError):
         return None
-    if not isinstance(header, dict) or (header.get("format"), header.get("version")) != (
-        fmt,
-        version,
-    ):
-        return None
-    if lines[-1] != "":  # every line ends with a newline: a file cut short does not
-        return None
-    return header, lines[1:-1]
+
+
+def _stamped(data: Any, fmt: str, version: int) -> bool:
+    """Whether ``data`` is a JSON object of this cache's format and version."""
+    return isinstance(data, dict) and data.get("format") == fmt and data.get("version") == version
 
 
 def save_cache_lines(
