@@ -47,6 +47,14 @@ def offline(wheelhouse: Path) -> list[str]:
     return ["--offline", "--find-links", str(wheelhouse)]
 
 
+def repair_offline(
+    built: BuiltScenario, *args: str | Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``cudafix repair --yes`` on a scenario venv, offline from its wheelhouse."""
+    flags = ("--venv", built.venv, "--yes", *offline(built.wheelhouse))
+    return cudafix("repair", *flags, *args, env=env)
+
+
 def remove_pa(
     prefix: Path, wheelhouse: Path, *args: str | Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from scenarios import BuiltScenario
-from tests.support.cli import as_json, cudafix, uv_uninstall
+from tests.support.cli import as_json, cudafix, repair_offline, uv_uninstall
 from tests.support.venvs import build_toml, site_dir
 
 pytestmark = pytest.mark.slow
@@ -115,9 +115,7 @@ def test_a_preloaded_need_is_protected_diagnosed_and_repaired(tmp_path: Path) ->
     assert list(report["install"]) == ["pb==1.0"]
     assert cudafix("doctor", "--venv", built.venv).returncode == 1  # and still, read again
 
-    done = cudafix(
-        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse
-    )
+    done = repair_offline(built)
     assert done.returncode == 0, done.stdout + done.stderr
     assert preloaded_load(built).returncode == 0
     assert cudafix("doctor", "--venv", built.venv).returncode == 0

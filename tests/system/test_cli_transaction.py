@@ -13,7 +13,7 @@ import pytest
 
 from scenarios import BuiltScenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint
-from tests.support.cli import as_json, assert_one_line_error, cudafix
+from tests.support.cli import as_json, assert_one_line_error, cudafix, repair_offline
 from tests.support.venvs import ScenarioFactory, try_import
 from tests.support.wheels import make_wheel
 
@@ -112,9 +112,7 @@ def test_repair_command_fixes_what_plain_uv_broke(scenario: ScenarioFactory) -> 
     )
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert "+ nvidia-cudnn-cu12==" in dry.stdout
-    done = cudafix(
-        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse
-    )
+    done = repair_offline(built)
     assert done.returncode == 0, done.stdout + done.stderr
     assert try_import(built.python, "torch").returncode == 0
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import ScenarioFactory
 
 from scenarios import BuiltScenario
-from tests.support.cli import as_json, cudafix, uv_uninstall
+from tests.support.cli import as_json, cudafix, repair_offline, uv_uninstall
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs the CLI on them: left out of ``make test-fast``."""
@@ -62,14 +62,6 @@ def _errors(report: Any) -> dict[str, str]:
         for f in report["findings"]
         if f["kind"] == "unresolved" and f["severity"] == "error"
     }
-
-
-def _repair(built: BuiltScenario, env: dict[str, str]) -> None:
-    done = cudafix(
-        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse,
-        env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _python(built: BuiltScenario, code: str) -> subprocess.CompletedProcess[str]:
@@ -142,7 +134,8 @@ def test_plain_breaks_of_jax_and_cupy_are_diagnosed_and_repaired_from_literals_a
         "nvidia-cudnn-cu12<10.0,>=9.1",
         "nvidia-curand-cu12==10.3.5.147",
     ]
-    _repair(built, no_table)
+    done = repair_offline(built, env=no_table)
+    assert done.returncode == 0, done.stdout + done.stderr
     assert _plugin_dlopen(built, PLUGIN12, "libcudnn.so.9")
     assert _python(built, "import cupy").returncode == 0
     assert _doctor(built, no_table)[0] == 0
@@ -183,6 +176,7 @@ def test_cuda13_plain_breaks_are_diagnosed_and_repaired_from_literals_alone(
         "nvidia-cudnn-cu13<10.0,>=9.12.0.46",
         "nvidia-nvshmem-cu13>=3.3.20",
     ]
-    _repair(built, no_table)
+    done = repair_offline(built, env=no_table)
+    assert done.returncode == 0, done.stdout + done.stderr
     assert _plugin_dlopen(built, PLUGIN13, "libcudnn.so.9")
     assert _doctor(built, no_table)[0] == 0

@@ -21,7 +21,7 @@ from cudafix.model.doctor import RequirementUnmet, SharedPaths
 from cudafix.model.probe import ProbeSpec
 from cudafix.tx.probe import run_probes
 from scenarios import BuiltScenario
-from tests.support.cli import as_json, assert_one_line_error, cudafix, uv_uninstall
+from tests.support.cli import as_json, assert_one_line_error, cudafix, repair_offline, uv_uninstall
 from tests.support.doctor import diagnosed, with_facts
 from tests.support.venvs import ScenarioFactory, site_dir
 
@@ -41,13 +41,6 @@ def plugin_dlopen(built: BuiltScenario, soname: str) -> subprocess.CompletedProc
     return subprocess.run(
         [str(built.python), "-c", code], capture_output=True, text=True, check=False
     )
-
-
-def _repair(built: BuiltScenario, *more: str) -> subprocess.CompletedProcess[str]:
-    return cudafix(
-        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse,
-        *more,
-    )  # fmt: skip
 
 
 def test_removing_a_library_the_plugin_dlopens_is_refused_naming_it_and_the_extra(
@@ -88,7 +81,7 @@ def test_doctor_names_the_lost_run_time_library_and_repair_installs_the_extras_p
     assert "jax-cuda12-plugin[with-cuda]" in {
         u.requested_as for _, u in with_facts(found, RequirementUnmet)
     }
-    done = _repair(built, "--json")
+    done = repair_offline(built, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     result = as_json(done)
     assert result["installed"] == ["nvidia-cudnn-cu12==9.1.0.70"]  # uv's pick for the range
@@ -121,7 +114,7 @@ def test_cupy_by_path_load_refused_diagnosed_and_repaired(scenario: ScenarioFact
         for f in errors
     ), errors
     assert list(report["install"]) == ["nvidia-curand-cu12==10.3.5.147"]
-    done = _repair(built)
+    done = repair_offline(built)
     assert done.returncode == 0, done.stdout + done.stderr
     ok = subprocess.run([str(built.python), "-c", "import cupy"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr

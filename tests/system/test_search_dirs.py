@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from scenarios import BuiltScenario
-from tests.support.cli import as_json, cudafix, uv_uninstall
+from tests.support.cli import as_json, cudafix, repair_offline, uv_uninstall
 from tests.support.venvs import build_toml, site_dir
 
 pytestmark = pytest.mark.slow
@@ -137,20 +137,12 @@ def test_a_built_name_through_the_search_path_is_protected_diagnosed_and_repaire
     # what went, at the version that went: not the newest release its range allows (1.1)
     assert list(report["install"]) == ["nvidia-rt-cu12==1.0"]
 
-    _repair(built, no_table)
+    done = repair_offline(built, env=no_table)
+    assert done.returncode == 0, done.stdout + done.stderr
     assert _loads(built, "lib", "fwrt", ".so.", "12")
     assert cudafix("doctor", "--venv", built.venv, env=no_table).returncode == 0
     site = site_dir(built.venv)
     assert (site / "nvidia_rt_cu12-1.0.dist-info").is_dir()
-
-
-def _repair(built: BuiltScenario, env: dict[str, str]) -> None:
-    """``cudafix repair --yes`` from the scenario's wheelhouse, committed."""
-    done = cudafix(
-        "repair", "--venv", built.venv, "--yes", "--offline", "--find-links", built.wheelhouse,
-        env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _imports(built: BuiltScenario) -> bool:
@@ -185,5 +177,6 @@ def test_a_name_whose_version_python_formats_is_protected_diagnosed_and_repaired
     assert ("pyfw/__init__.py", "libfwrt.so.12") in named
     assert list(report["install"]) == ["nvidia-rt-cu12==1.0"]
 
-    _repair(built, no_table)
+    done = repair_offline(built, env=no_table)
+    assert done.returncode == 0, done.stdout + done.stderr
     assert _imports(built)
