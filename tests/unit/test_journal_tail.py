@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cudafix.env.statedir import StateDir
+from cudafix.env.statedir import StateDir, TxDir
 from cudafix.tx import journal, steps
 from cudafix.tx.history import collectable, history
 from cudafix.tx.pending import pending_transactions, unfinished
@@ -52,17 +52,29 @@ def test_the_last_record_is_the_last_of_every_record(tmp_path: Path, seed: int) 
     assert journal.last(path) is None and journal.read(path) == []
 
 
-def test_pending_is_what_every_record_says(tmp_path: Path) -> None:
-    rng = random.Random(7)
-    state = StateDir(tmp_path)
-    expected = []
+def _transactions(
+    prefix: Path, rng: random.Random, *, snapshots: float, manifests: float
+) -> list[TxDir]:
+    """60 transaction directories, most with a generated journal, some with a snapshot
+    directory or a manifest (each with the odds given)."""
+    state = StateDir(prefix)
+    made = []
     for i in range(60):
         tx = state.tx(f"20260101T000000-{i:09d}-abcdef")
         tx.root.mkdir(parents=True)
         if rng.random() < 0.9:
             tx.journal.write_bytes(_journal(rng))
-        if rng.random() < 0.3:
+        if rng.random() < snapshots:
             tx.snapshot.mkdir()
+        if rng.random() < manifests:
+            tx.manifest.write_text("{}")
+        made.append(tx)
+    return made
+
+
+def test_pending_is_what_every_record_says(tmp_path: Path) -> None:
+    expected = []
+    for tx in _transactions(tmp_path, random.Random(7), snapshots=0.3, manifests=0.0):
         records = journal.read(tx.journal)
         waiting = tx.snapshot.exists() or tx.manifest.exists()
         if (not journal.is_done(records)) if records else waiting:
@@ -83,17 +95,7 @@ def _reference_collectable(prefix: Path, keep: int) -> list[str]:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_gc_collects_what_the_whole_history_says(tmp_path: Path, seed: int) -> None:
-    rng = random.Random(seed)
-    state = StateDir(tmp_path)
-    for i in range(60):
-        tx = state.tx(f"20260101T000000-{i:09d}-abcdef")
-        tx.root.mkdir(parents=True)
-        if rng.random() < 0.9:
-            tx.journal.write_bytes(_journal(rng))
-        if rng.random() < 0.7:
-            tx.snapshot.mkdir()
-        if rng.random() < 0.7:
-            tx.manifest.write_text("{}")
+    _transactions(tmp_path, random.Random(seed), snapshots=0.7, manifests=0.7)
     for keep in (0, 1, 3, 100):
         assert collectable(tmp_path, keep) == _reference_collectable(tmp_path, keep)
     assert collectable(tmp_path, 0)
