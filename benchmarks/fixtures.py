@@ -39,10 +39,23 @@ def pristine(root: Path, params: Mapping[str, int]) -> Path:
     return dest
 
 
+def remove_tree(dest: Path) -> None:
+    """``rm -r dest``, where cudafix's background emptying of its trash may still be
+    unlinking a dropped snapshot inside it: what vanished meanwhile is gone already."""
+
+    def vanished(
+        _func: object, _path: str, exc: tuple[type[BaseException], BaseException, object]
+    ) -> None:
+        if not isinstance(exc[1], FileNotFoundError):
+            raise exc[1]
+
+    shutil.rmtree(dest, onerror=vanished)
+
+
 def copy(src: Path, dest: Path) -> Path:
     """``cp -a`` of ``src`` (holes kept: sparse libraries stay sparse), minus cudafix state."""
     if dest.exists():
-        shutil.rmtree(dest)
+        remove_tree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dest)], check=True)
     forget_state(dest)
@@ -54,7 +67,7 @@ def link_copy(src: Path, dest: Path) -> Path:
     for a 5 GB venv. Safe for what is measured on it: uv and cudafix never write a file in
     place (they unlink, or rename a new file over), and cudafix's own state is dropped."""
     if dest.exists():
-        shutil.rmtree(dest)
+        remove_tree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-al", str(src), str(dest)], check=True)
     forget_state(dest)

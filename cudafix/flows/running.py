@@ -4,7 +4,9 @@
 runs, and the environment is diagnosed again; the run is rolled back when the command
 introduced a problem doctor reports (``accept``: commit anyway) or a probe fails. The
 reading before is doctor's last one when nothing it rests on changed
-(:mod:`cudafix.env.memo.before`), else read now and kept for the next run.
+(:mod:`cudafix.env.memo.before`), else read now and kept for the next run. It is taken
+under the lock once the snapshot is, from the snapshot's own stats: no path is statted
+twice before the command starts.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cudafix.env.memo.answers import ReadSet, settled_stamp, stamp
+from cudafix.env.memo.answers import ReadSet, prefix_stat, settled_stamp, stamp
 from cudafix.env.memo.before import before_run_key, recall_before
 from cudafix.env.target import TargetEnv
 from cudafix.flows.probes import probe_set
@@ -100,7 +102,7 @@ def _read_before(
     findings = diagnose(facts, flags).findings
     facts.host.save()
     kept = {before_run_key(args): before_run_memo(facts, findings)}
-    remember_answer(args, kept, since_ns=started, read=read, ctimes=False)
+    remember_answer(args, kept, since_ns=started, read=read, ctimes=False, own_transaction=True)
     return _Before(
         read,
         frozenset(d.dist_info for d in inv.distributions.values()),
@@ -151,16 +153,24 @@ def run_command(
     if (outside := outside_command(target.prefix, argv)) is not None:
         on_event(RunEvent("warning", _outside_words(target.prefix, outside)))
     flags = target_flags(args.target, target)
-    before = _remembered_before(args, target, on_event) or _read_before(
-        args, target, flags, on_event
-    )
+    taken: list[_Before] = []
     start: list[str] = []
 
     def ready() -> None:
+        # under the lock, the snapshot taken: this reading's stats are the snapshot's, so
+        # nothing is statted again to see what doctor's last reading still holds
+        before = _remembered_before(args, target, on_event) or _read_before(
+            args, target, flags, on_event
+        )
+        taken.append(before)
         start.append(settled_stamp(target.prefix, before.read))
 
+    def owners(paths: Sequence[str]) -> list[str]:
+        return taken[0].owners(paths) if taken else []
+
     def judge() -> Judged:
-        if start and stamp(target.prefix, before.read) == start[0]:
+        before = taken[0]
+        if stamp(target.prefix, before.read) == start[0]:
             on_event(RunEvent("progress", "  nothing the diagnosis reads changed: no new problems"))
             return Judged((), probe_set(run))
         from cudafix.model.doctor import new_problems
@@ -182,8 +192,9 @@ def run_command(
         target.prefix,
         argv,
         judge=judge,
-        owners=before.owners,
+        owners=owners,
         ready=ready,
+        taken_before=prefix_stat(target.prefix),
         accept=accept,
         timeout=live.timeout,
         echo=live.echo,

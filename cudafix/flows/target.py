@@ -145,16 +145,19 @@ def remember_answer(
     since_ns: int,
     read: ReadSet | None = None,
     ctimes: bool = True,
+    own_transaction: bool = False,
 ) -> bool:
     """Keep a read-only command's answers (by key) for its next identical run, stamped with
     what they were read from: ``read``, else what the last walk read (:func:`facts_read_set`);
     ``ctimes`` as :func:`cudafix.env.memo.answers.remember` takes it.
 
     Never while a transaction is unfinished or unreadable: such an answer carries a
-    warning that must be given again, freshly, each time.
+    warning that must be given again, freshly, each time. ``own_transaction``: the answers
+    were read inside ``run``'s own transaction, under cudafix's lock, which was taken only
+    once no other was unfinished; they speak of no transaction.
     """
     target = locate(args.target)
-    if any(unfinished(target.prefix)):
+    if not own_transaction and any(unfinished(target.prefix)):
         return False
     if read is None:
         state = StateDir(target.prefix)

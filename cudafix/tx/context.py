@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import shutil
 import signal
 import threading
@@ -73,6 +74,16 @@ class Unchanged(Exception):
     def __init__(self, value: object) -> None:
         super().__init__("nothing changed")
         self.value = value
+
+
+class NotStarted(Exception):
+    """A step that failed before it changed anything (its command not yet started): the
+    transaction is dropped, as one that changed nothing, and ``error`` is raised as if no
+    transaction had begun."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -142,13 +153,16 @@ class RunContext:
         rewritten: list[str],
         copy: snapshot.CopyWhen = snapshot.never,
         whole: bool = False,
+        seen: dict[str, os.stat_result] | None = None,
+        opened: snapshot.Opened | None = None,
     ) -> Manifest:
         """Snapshot, or refuse having changed nothing (the env is untouched before this).
 
-        ``copy`` and ``whole`` as for :func:`cudafix.tx.snapshot.take`."""
+        ``copy``, ``whole``, ``seen`` and ``opened`` as for
+        :func:`cudafix.tx.snapshot.take`."""
         try:
             journal.append(tx.journal, steps.SnapshotBegin(paths=tuple(paths)))
-            manifest = snapshot.take(self.prefix, tx, paths, rewritten, copy, whole)
+            manifest = snapshot.take(self.prefix, tx, paths, rewritten, copy, whole, seen, opened)
             journal.append(tx.journal, steps.SnapshotDone(entries=len(manifest.entries)))
         except BaseException as exc:  # an interrupt too: nothing changed, nothing left behind
             with interrupts_held():
@@ -201,7 +215,8 @@ class RunContext:
         """Run ``step`` and commit; on any failure (even KeyboardInterrupt) roll back and
         raise. Returns what ``step`` returned; a step that raises :class:`Unchanged` (it
         changed nothing) is neither committed nor rolled back but dropped, and its value
-        returned, so the log holds only transactions that changed something."""
+        returned, so the log holds only transactions that changed something; one that raises
+        :class:`NotStarted` is dropped too, and its error raised."""
         try:
             done = step()
             self.on_event(RunEvent("progress", "committing"))  # the caller says it committed
@@ -209,6 +224,9 @@ class RunContext:
         except Unchanged as same:
             self._drop(tx, manifest)
             return cast(T, same.value)
+        except NotStarted as never:
+            self._drop(tx, manifest)
+            raise never.error from None
         except BaseException as exc:
             narrowed = exc.restore if isinstance(exc, StepFailed) else None
             unheld = exc.unheld if isinstance(exc, StepFailed) else ()

@@ -14,10 +14,12 @@ import contextlib
 import os
 import re
 import shlex
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cudafix.env.memo import stats
 from cudafix.env.statedir import STATE_DIR_NAME, TxDir
 from cudafix.env.target import interpreter
 from cudafix.fetch.backend import UvBackend, uv_path_dirs
@@ -33,10 +35,11 @@ from cudafix.model.transaction import (
 )
 from cudafix.process import Completed, activated, resolve_command, run_live
 from cudafix.tx import hold, journal, restore, steps
-from cudafix.tx.context import RunContext, StepFailed, Unchanged
+from cudafix.tx.context import NotStarted, RunContext, StepFailed, Unchanged
 from cudafix.tx.lock import Writer
 from cudafix.tx.manifest import Manifest
 from cudafix.tx.recovery import boot_id
+from cudafix.tx.snapshot import Opened
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,9 @@ class GuardArgs:
     """File descriptors the command's stdout and stderr are copied to."""
     owners: Owners = _no_owners
     ready: Callable[[], None] = _nothing
-    """Called last before the command starts (the snapshot taken): the state it starts from."""
+    """Called last before the command starts (the snapshot taken): the state it starts
+    from. It runs as one reading (:func:`cudafix.env.memo.stats.one_reading`) of the
+    snapshot's stats; what it raises drops the transaction and is raised as it is."""
 
 
 COPY_LIMIT = 1 << 20
@@ -85,7 +90,8 @@ are snapshotted by copy: tools append to them in place."""
 
 
 def _small_outside_site_packages(path: str, size: int) -> bool:
-    return size <= COPY_LIMIT and "site-packages" not in path.split("/")
+    # asked of each of a torch venv's 22k files: a search, not a split
+    return size <= COPY_LIMIT and "/site-packages/" not in f"/{path}"
 
 
 def prefix_roots(prefix: Path) -> list[str]:
@@ -107,20 +113,31 @@ def run_guarded(
     command: Sequence[str] = (),
     owners: Owners = _no_owners,
     ready: Callable[[], None] = _nothing,
+    taken_before: Mapping[str, os.stat_result] | None = None,
     on_event: OnEvent = quiet,
 ) -> GuardedRun:
     """Snapshot the whole environment, run ``argv`` (output copied live to ``echo``), then
     commit only when it succeeded, ``judge`` (what the environment looks like now) has
     nothing new and its probes pass; otherwise roll back and raise. ``accept`` commits
-    despite ``judge``'s findings; ``timeout`` stops the command and rolls back."""
+    despite ``judge``'s findings; ``timeout`` stops the command and rolls back.
+    ``ready``'s reading is given the snapshot's stats and ``taken_before`` (stats taken
+    before the lock, by full path)."""
     args = GuardArgs(tuple(argv), judge, accept, timeout, echo, owners, ready)
     with RunContext.open(prefix, lock_timeout, on_event) as ctx:
         ctx.require_no_pending()
         tx = ctx.begin(steps.Opening(kind="run", command=tuple(command), argv=tuple(argv)))
         roots = prefix_roots(prefix)
         copy = _small_outside_site_packages
-        manifest = ctx.snapshot(tx, roots, [], copy=copy, whole=True)
-        done = ctx.execute(tx, manifest, _Guarded(ctx, tx, manifest, args).step)
+        stats_seen = dict(taken_before or {})
+        seen = restore.Seen(stats_seen, time.time_ns())
+        opened = hold.opened_as_stored()
+        try:
+            manifest = ctx.snapshot(
+                tx, roots, [], copy=copy, whole=True, seen=stats_seen, opened=opened
+            )
+            done = ctx.execute(tx, manifest, _Guarded(ctx, tx, manifest, args, seen, opened).step)
+        finally:
+            opened.close()
     if not done.committed:
         return done
     return replace(done, changed=journal.changes(journal.read(tx.journal)) or ())
@@ -175,14 +192,22 @@ class _Guarded:
     tx: TxDir
     manifest: Manifest
     args: GuardArgs
+    seen: restore.Seen | None = None
+    """Each path's stat as snapshotted (:func:`cudafix.tx.snapshot.take`)."""
+    opened: Opened | None = None
+    """The snapshot's files it held open as it stored them."""
 
     def step(self) -> GuardedRun:
         ctx, tx, args = self.ctx, self.tx, self.args
+        try:
+            with stats.one_reading(self.seen.stats if self.seen else None):
+                args.ready()
+        except BaseException as exc:
+            raise NotStarted(exc) from exc
         journal.append(tx.journal, steps.RunBegin(argv=args.argv))
         ctx.on_event(RunEvent("progress", f"running {shlex.join(args.argv)}"))
-        held = hold.hold_state(tx, self.manifest)
+        held = hold.hold_state(tx, self.manifest, self.opened)
         try:
-            args.ready()
             done, intrusion, foreign = self._run()
             taken = self._state_taken(held)
         finally:
@@ -217,7 +242,7 @@ class _Guarded:
     def _conclude(self, done: Completed, intrusion: StepFailed | None) -> GuardedRun:
         """Judge the command's changes: drop, commit or fail the transaction."""
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
-        found = restore.changes(prefix, self.manifest, in_place=True)
+        found = restore.changes(prefix, self.manifest, in_place=True, seen=self.seen)
         if not done.timed_out and intrusion is None and found.derived_only():
             raise Unchanged(GuardedRun(tx.txid, prefix, done, (), (), (), committed=False))
         in_place = list(found.in_place)

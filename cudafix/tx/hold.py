@@ -23,6 +23,7 @@ from cudafix.model.errors import UnsafeState
 from cudafix.tx.journal import append as journal_append
 from cudafix.tx.manifest import Manifest, stored, write_json
 from cudafix.tx.restore import remove_path
+from cudafix.tx.snapshot import Opened
 from cudafix.tx.steps import StateRebuilt
 
 
@@ -56,20 +57,42 @@ command's pipes, uv and the probes): a snapshot larger than the open-file limit 
 held in part, never to the last descriptor."""
 
 
-def hold_state(tx: TxDir, manifest: Manifest) -> HeldState:
-    """Hold the snapshot open (the soft open-file limit raised to the hard one), keeping
-    :data:`FD_RESERVE` descriptors free; the files beyond that are counted as ``missed``."""
+def opened_as_stored() -> Opened:
+    """Room to hold a snapshot's files open as they are stored (:func:`hold_state` takes
+    them over): up to the soft open-file limit, then the hard one, keeping
+    :data:`FD_RESERVE` descriptors free."""
+    return Opened(room=_room(), widen=_widen)
+
+
+def _room() -> int:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    return max(0, soft - FD_RESERVE - _open_fds())
+
+
+def _widen() -> int:
+    """The soft open-file limit raised to the hard one (once): the room that gives."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    files = [stored(e) for e in manifest.entries if e.kind == "file"]
-    if soft < hard and len(files) + FD_RESERVE > soft:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        soft = hard
-    if soft != resource.RLIM_INFINITY:
-        room = max(0, soft - FD_RESERVE - _open_fds())
-        files, skipped = files[:room], len(files[room:])
-    else:
-        skipped = 0
-    held = HeldState({}, manifest, read_bytes(tx.journal), missed=skipped)
+    if soft == hard:
+        return 0
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return _room()
+
+
+def hold_state(tx: TxDir, manifest: Manifest, opened: Opened | None = None) -> HeldState:
+    """Hold the snapshot open: the files ``opened`` holds already, the others opened now
+    (the soft open-file limit raised to the hard one), keeping :data:`FD_RESERVE`
+    descriptors free; those beyond that are counted as ``missed``."""
+    fds = opened.fds if opened is not None else {}
+    files = [name for e in manifest.entries if e.kind == "file" and (name := stored(e)) not in fds]
+    held = HeldState(fds, manifest, read_bytes(tx.journal))
+    if files:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard and len(files) + FD_RESERVE > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        room = _room()
+        files, held.missed = files[:room], len(files[room:])
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     store = tx.snapshot
     for name in files:

@@ -11,6 +11,7 @@ touched.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -92,6 +93,57 @@ def never(_path: str, _size: int) -> bool:
     return False
 
 
+_HOLD_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+"""Never follows, never blocks: a name replaced by a symlink or a FIFO since it was listed
+is found no regular file by its stat."""
+
+
+def _opened(name: str, store: int) -> int | None:
+    """``name`` in the store opened (None where it cannot be: unreadable, a symlink)."""
+    try:
+        return os.open(name, _HOLD_FLAGS, dir_fd=store)
+    except OSError:
+        return None
+
+
+@dataclass
+class Opened:
+    """Snapshotted files held open as they are stored, for ``run``, whose command may
+    delete cudafix's own state (:mod:`cudafix.tx.hold` takes them over): opening each as
+    it is linked gives its stat too, where a later pass would open all 22k again."""
+
+    room: int
+    """How many more may be opened now."""
+    widen: Callable[[], int]
+    """Makes more room once ``room`` is spent (the open-file limit raised): how much."""
+    fds: dict[str, int] = field(default_factory=dict)
+    """By the file's name in the store (:func:`~cudafix.tx.manifest.stored`)."""
+
+    def stat(self, name: str, store: int) -> os.stat_result:
+        """The stat of the store's ``name`` (never followed), held open where there is room."""
+        if self.room <= 0:
+            self.room = self.widen()
+        fd = _opened(name, store) if self.room > 0 else None
+        if fd is None:
+            return os.stat(name, dir_fd=store, follow_symlinks=False)
+        self.fds[name] = fd
+        self.room -= 1
+        return os.fstat(fd)
+
+    def drop(self, name: str) -> None:
+        """Let go of ``name``, no longer stored as it was opened."""
+        if (fd := self.fds.pop(name, None)) is not None:
+            os.close(fd)
+            self.room += 1
+
+    def close(self) -> None:
+        """Close every descriptor still held (none once :mod:`.hold` has closed them)."""
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+
+
 def _listing(prefix: Path, directory: str) -> tuple[str, ...] | None:
     """The names in ``directory`` (cudafix's own state left out of the prefix's); None when
     it is not a directory, or a symlink (opened with ``O_NOFOLLOW``, never followed)."""
@@ -121,11 +173,16 @@ def take(
     detach: Iterable[str] = (),
     copy: CopyWhen = never,
     whole: bool = False,
+    seen: dict[str, os.stat_result] | None = None,
+    opened: Opened | None = None,
 ) -> Manifest:
     """Snapshot ``paths`` (expanded, plus ancestor dirs) into ``tx``; write the manifest.
 
     Files ``copy`` picks are copied, so even a write in place can be undone. ``whole``:
-    ``paths`` are every entry of the prefix, so what appears beside them goes on restore."""
+    ``paths`` are every entry of the prefix, so what appears beside them goes on restore.
+    ``seen`` is given each snapshotted path's stat as snapshotted, by its full name: the
+    state the transaction starts from, with no path statted again. ``opened`` holds each
+    stored file open (where there is room) as it is stored."""
     # A path below a symlink is the symlink's (its entry restores it); never followed. The
     # paths asked for are checked; what expanding them walks below is sound by construction
     # (names from listing a real directory by descriptor, symlinked directories not entered).
@@ -134,6 +191,9 @@ def take(
     store = os.open(tx.snapshot, _ROOT_FLAGS | os.O_NOFOLLOW)
     try:
         snap = _Snapper(prefix, tx.snapshot, store, set(detach), copy, hooks_armed())
+        if seen is not None:
+            snap.seen = seen
+        snap.opened = opened
         walked: set[str] = set()
         for path in sorted(asked | ancestors(asked)):
             if walked and any(a in walked for a in ancestors([path])):
@@ -180,6 +240,12 @@ class _Snapper:
     listings: dict[str, tuple[str, ...]] = field(default_factory=dict)
     slots: int = 0
     """Files linked or copied into the store so far: the next one's slot."""
+    made: int = 0
+    """Directories of the store made so far."""
+    seen: dict[str, os.stat_result] = field(default_factory=dict)
+    """Each snapshotted path's stat as snapshotted, by its full name (a linked file's
+    through its link: its ctime is the link's), for :func:`take`'s caller."""
+    opened: Opened | None = None
 
     def one(self, path: str) -> Entry:
         """Snapshot one path by its full name (a directory's content is not walked)."""
@@ -215,13 +281,20 @@ class _Snapper:
         names, below = [], []
         for item in found:
             path = f"{directory}/{item.name}"
-            try:
-                st = item.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                self._add(Entry(path, "absent"))
-                continue
+            # a regular file (the directory's own type field says so, no stat) is linked
+            # first and statted once, through its link
+            entry = None
+            if item.is_file(follow_symlinks=False):
+                entry = self._linked_file(path, item.name, src)
+            if entry is None:
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    self._add(Entry(path, "absent"))
+                    continue
+                entry = self._record(path, st, item.name, src)
             names.append(item.name)
-            if self._add(self._record(path, st, item.name, src)).kind == "dir":
+            if self._add(entry).kind == "dir":
                 below.append(path)
         self.listings[directory] = tuple(sorted(names))
         return below
@@ -233,6 +306,7 @@ class _Snapper:
     def _record(self, path: str, st: os.stat_result, live: str, src: int | None) -> Entry:
         """Snapshot ``path``, whose lstat is ``st``: ``live`` is its name relative to the
         descriptor ``src`` (its full path where that is None). A directory is not walked."""
+        self.seen[f"{self.prefix}/{path}"] = st
         mode = stat.S_IMODE(st.st_mode)
         if stat.S_ISDIR(st.st_mode):
             return Entry(path, "dir", mode=mode)
@@ -242,27 +316,64 @@ class _Snapper:
             return Entry(path, "fifo", mode=mode)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, _NOT_SNAPSHOTTABLE, f"{self.prefix}/{path}")
+        if not self.copy(path, st.st_size) and (done := self._linked_file(path, live, src)):
+            return done
         if self.hooks:
             fail_point("snapshot")
-        slot = self.slots
+        name = self._slot()
+        sha = _copied(f"{self.prefix}/{path}", f"{self.store}/{name}")
+        if self.opened is not None:
+            self.opened.stat(name, self.dst)
+        entry = Entry(
+            path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha,
+            path in self.rewritten, slot=self.slots,
+        )  # fmt: skip
         self.slots += 1
-        if slot % SLOTS_PER_DIR == 0:
-            os.mkdir(str(slot // SLOTS_PER_DIR), 0o700, dir_fd=self.dst)
-        name = slot_name(slot)
-        sha = None
-        if self.copy(path, st.st_size) or not _linked(live, name, src, self.dst):
-            sha = _copied(f"{self.prefix}/{path}", f"{self.store}/{name}")
         if self.hooks:
             crash_point("snapshot-file")
-        # the link moved the file's ctime: read it once linked, the mark a later write in
-        # place is told by (:func:`cudafix.tx.restore.written_in_place`)
-        linked = os.stat(name, dir_fd=self.dst, follow_symlinks=False) if sha is None else None
-        return Entry(
-            path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha,
-            path in self.rewritten,
-            ctime_ns=linked.st_ctime_ns if linked else 0, nlink=linked.st_nlink if linked else 0,
-            slot=slot,
+        return entry
+
+    def _linked_file(self, path: str, live: str, src: int | None) -> Entry | None:
+        """Snapshot the regular file ``path`` by a hard link, its entry read from the link's
+        stat: the very inode kept, and the ctime the link gave it (the mark a later write
+        in place is told by, :func:`cudafix.tx.restore.written_in_place`). None, with the
+        link undone, where it must be copied instead (``copy``, or linking is impossible),
+        or it is no longer a regular file (replaced since it was listed)."""
+        if self.hooks:
+            fail_point("snapshot")
+        name = self._slot()
+        try:
+            linked = _linked(live, name, src, self.dst)
+        except FileNotFoundError:
+            return None  # gone since it was listed: statted again, recorded absent
+        if not linked:
+            return None
+        if self.opened is not None:
+            st = self.opened.stat(name, self.dst)
+        else:
+            st = os.stat(name, dir_fd=self.dst, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or self.copy(path, st.st_size):
+            if self.opened is not None:
+                self.opened.drop(name)
+            os.unlink(name, dir_fd=self.dst)
+            return None
+        self.seen[f"{self.prefix}/{path}"] = st  # the prefix's name links the same inode
+        entry = Entry(
+            path, "file", stat.S_IMODE(st.st_mode), st.st_size, None, st.st_dev, st.st_ino,
+            st.st_mtime_ns, None, path in self.rewritten, ctime_ns=st.st_ctime_ns,
+            nlink=st.st_nlink, slot=self.slots,
         )  # fmt: skip
+        self.slots += 1
+        if self.hooks:
+            crash_point("snapshot-file")
+        return entry
+
+    def _slot(self) -> str:
+        """The name of the next free slot in the store, its directory made when new."""
+        if self.slots // SLOTS_PER_DIR == self.made:
+            os.mkdir(str(self.made), 0o700, dir_fd=self.dst)
+            self.made += 1
+        return slot_name(self.slots)
 
 
 def _linked(live: str | Path, dest: str | Path, src: int | None, dst: int | None) -> bool:

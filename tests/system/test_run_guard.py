@@ -645,6 +645,29 @@ def test_a_process_that_leaves_the_group_does_not_outlive_the_run(venv: Path) ->
     assert not late.exists()
 
 
+def test_a_run_that_cannot_read_the_environment_never_starts_its_command(
+    tmp_path: Path,
+) -> None:
+    """The reading before the command is taken under the lock, once the snapshot is: when
+    it fails (here an unreadable ``$CUDAFIX_RUNTIME_TABLE``), the transaction is dropped as
+    one that changed nothing, the command never runs, and the error is said as it is."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "pa", "1.0", {"pa_mod.py": b"A = 1\n"})
+    prefix = venv_with(tmp_path / "venv", wheels, "pa==1.0")
+    bad = tmp_path / "runtime.toml"
+    bad.write_text("[runtime\n")
+    marker = tmp_path / "ran"
+    before = fingerprint(prefix)
+    env = {**os.environ, "CUDAFIX_RUNTIME_TABLE": str(bad)}
+    done = cudafix("run", "--venv", prefix, "--", "touch", marker, env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: $CUDAFIX_RUNTIME_TABLE ")
+    assert "Traceback" not in done.stderr
+    assert not marker.exists()
+    assert pending_transactions(prefix) == [] and history(prefix) == []
+    assert not diff_fingerprints(before, fingerprint(prefix))
+
+
 @pytest.mark.parametrize(("files", "limit"), [(400, 384), (1200, 1600)])
 def test_a_snapshot_larger_than_the_open_file_limit_still_commits(
     tmp_path: Path, files: int, limit: int

@@ -29,10 +29,16 @@ except SystemExit as done:
 """
 
 
+@pytest.mark.parametrize("uv_lock", [True, False], ids=["uv-lock", "no-uv-lock-yet"])
 def test_a_run_that_changed_nothing_imports_no_reader_and_no_pydantic(
-    scenario: Callable[..., BuiltScenario], tmp_path: Path
+    scenario: Callable[..., BuiltScenario], tmp_path: Path, uv_lock: bool
 ) -> None:
+    """Also in a venv uv never touched (``python -m venv`` and pip): taking uv's lock
+    creates its ``.lock`` there, which moves the prefix's mtime, and is no change doctor's
+    reading depends on."""
     built = scenario("clean")
+    if not uv_lock:
+        (built.venv / ".lock").unlink(missing_ok=True)
     assert cudafix("doctor", "--venv", built.venv).returncode == 0
     settle()
     assert cudafix("doctor", "--venv", built.venv).returncode == 0  # its findings remembered
@@ -45,3 +51,4 @@ def test_a_run_that_changed_nothing_imports_no_reader_and_no_pydantic(
     assert "cudafix.tx.guard" in loaded  # the probe saw the run's own imports
     heavy = {"pydantic", "cudafix.gather", "cudafix.plan.doctor", "cudafix.model.doctor"}
     assert not heavy & set(loaded), sorted(heavy & set(loaded))
+    assert (built.venv / ".lock").exists()  # uv's lock was taken, and its file made

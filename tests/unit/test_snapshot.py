@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -100,6 +101,66 @@ def test_a_store_of_either_layout_restores_and_is_rebuilt_from_held_files(
     assert lost == [] and all(e.sha256 for e in rebuilt.entries if e.kind == "file")
     assert restore.restore(prefix, tx, rebuilt).left == []
     assert not diff_fingerprints(before, fingerprint(prefix))
+
+
+def test_files_held_open_as_stored_are_what_hold_state_holds(tmp_path: Path) -> None:
+    """Each stored file is opened as it is linked, its stat read through that descriptor;
+    :func:`hold.hold_state` takes those over and opens only the rest (none, here), and
+    past the room there is, a file is statted, not held, and opened by ``hold_state``."""
+    prefix = tree(tmp_path / "env")
+    (prefix / "lib/pkg/c.py").write_text("c = 1\n")
+    seen: dict[str, os.stat_result] = {}
+    opened = snapshot.Opened(room=2, widen=lambda: 0)
+    tx = TxDir(prefix / ".cudafix/transactions/t1")
+    manifest = snapshot.take(prefix, tx, ["lib"], seen=seen, opened=opened)
+    files = [e for e in manifest.entries if e.kind == "file"]
+    assert len(files) == 3 and len(opened.fds) == 2 and opened.room == 0
+    for e in files:
+        live = os.lstat(prefix / e.path)
+        assert seen[f"{prefix}/{e.path}"].st_ino == live.st_ino == e.ino
+        assert seen[f"{prefix}/{e.path}"].st_ctime_ns == live.st_ctime_ns == e.ctime_ns
+    assert seen[f"{prefix}/lib/pkg/link"].st_mode == os.lstat(prefix / "lib/pkg/link").st_mode
+    tx.journal.write_text("")
+    held = hold.hold_state(tx, manifest, opened)
+    try:
+        assert sorted(held.fds) == sorted(stored(e) for e in files) and held.missed == 0
+        kept = dict(held.fds)
+        assert all(os.fstat(kept[stored(e)]).st_ino == e.ino for e in files)
+    finally:
+        held.close()
+    assert opened.fds == {}  # closed once, by whichever lets go first
+    with pytest.raises(OSError):
+        os.fstat(next(iter(kept.values())))
+
+
+def test_changes_list_only_directories_whose_names_may_have_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given what the snapshot saw, a directory with the inode, mtime and ctime it had is
+    not listed again; a name added after the snapshot moves them, so it is still found.
+    One changed less than a tick before the snapshot began is listed whatever its times."""
+    prefix = tree(tmp_path / "env")
+    seen: dict[str, os.stat_result] = {}
+    tx = TxDir(prefix / ".cudafix/transactions/t1")
+    manifest = snapshot.take(prefix, tx, ["lib"], seen=seen)
+    settled = restore.Seen(seen, time.time_ns() + 10 * restore.TICK_NS)
+    listed: list[str] = []
+    real_listing = restore._listing
+
+    def listing(prefix: Path, directory: str) -> tuple[str, ...] | None:
+        listed.append(directory)
+        return real_listing(prefix, directory)
+
+    monkeypatch.setattr(restore, "_listing", listing)  # counts the real listings
+    assert restore.changes(prefix, manifest, seen=settled).paths == 0
+    assert listed == []
+    (prefix / "lib/pkg/sub/new.py").write_text("n = 1\n")
+    found = restore.changes(prefix, manifest, seen=settled)
+    assert found.new == ("lib/pkg/sub/new.py",) and listed == ["lib/pkg/sub"]
+    listed.clear()
+    recent = restore.Seen(seen, 0)
+    assert restore.changes(prefix, manifest, seen=recent).new == ("lib/pkg/sub/new.py",)
+    assert sorted(listed) == ["lib", "lib/pkg", "lib/pkg/sub"]
 
 
 def test_a_manifest_without_slots_reads_as_mirrored_and_a_wrong_slot_is_refused() -> None:

@@ -220,6 +220,14 @@ def stamp(prefix: Path, read: ReadSet) -> str:
     return _stamp(prefix, read).digest
 
 
+def prefix_stat(prefix: Path) -> dict[str, os.stat_result]:
+    """The stat of the prefix itself (the ``.`` of a read set), by the name a stamp asks it
+    by. ``run`` takes it before cudafix's lock: taking uv's lock creates its ``.lock`` in
+    the prefix where none was, which moves the prefix's mtime but is no change doctor's
+    reading depends on."""
+    return {f"{prefix}/.": os.lstat(prefix)}
+
+
 def settled_stamp(prefix: Path, read: ReadSet) -> str:
     """:func:`stamp`, returned only once the clock has moved a tick past the newest change
     it saw: any write after it returns gives its path a later ctime, so a later
@@ -236,27 +244,41 @@ _OWN_STATE = STATE_DIR_NAME + "/"
 def _stamp(prefix: Path, read: ReadSet) -> _Stamp:
     """One digest of the stat of every path in ``read``: environment paths by ``lstat``
     (a symlink is compared, never followed), host paths both ways (the loader follows);
-    and the same less ctimes (``_Stamp.quiet``)."""
+    and the same less ctimes (``_Stamp.quiet``). Computed once per reading."""
+    return stats.once(("stamp", str(prefix), read), lambda: _stamp_now(prefix, read))
+
+
+_ABSENT = (-1, -1, -1, -1, -1)
+
+
+def _stamp_now(prefix: Path, read: ReadSet) -> _Stamp:
     values, quiet = array("q"), array("q")
     newest = quiet_newest = 0
     base = f"{prefix}/"  # a str join, as the walk's: 19k paths on a torch venv
-    lstat = stats.lstat
-    for rel in read.env:
-        st = _stat(base + rel, lstat)
-        values.extend(st)
-        if st[4] > newest:
-            newest = st[4]
+    found = stats.lstats([base + rel for rel in read.env])
+    for rel, st in zip(read.env, found, strict=True):
+        if st is None:
+            values.extend(_ABSENT)
+            if not rel.startswith(_OWN_STATE):
+                quiet.extend(_ABSENT[:4])
+            continue
+        ctime, mtime = st.st_ctime_ns, st.st_mtime_ns
+        four = (st.st_ino & _INODE_MASK, st.st_mode, st.st_size, mtime)
+        values.extend(four)
+        values.append(ctime)
+        if ctime > newest:
+            newest = ctime
         if not rel.startswith(_OWN_STATE):
-            quiet.extend(st[:4])
-            if st[3] > quiet_newest:
-                quiet_newest = st[3]
+            quiet.extend(four)
+            if mtime > quiet_newest:
+                quiet_newest = mtime
     for path in read.host:
         for how in (stats.lstat, stats.stat):
-            st = _stat(path, how)
-            values.extend(st)
-            quiet.extend(st)
-            newest = max(newest, st[4])
-            quiet_newest = max(quiet_newest, st[4])
+            st5 = _stat(path, how)
+            values.extend(st5)
+            quiet.extend(st5)
+            newest = max(newest, st5[4])
+            quiet_newest = max(quiet_newest, st5[4])
     return _Stamp(_digest(values), newest, _digest(quiet), quiet_newest)
 
 

@@ -8,27 +8,41 @@ torch venv. Inside :func:`one_reading` each is taken once and given again.
 Giving an earlier stat again is safe because every stat of a reading is taken before what
 it vouches for is read: a path changed after its stat was taken is read new and stamped
 old, so the next reading sees the stamp differ and computes again; never the reverse.
-Only a reading that changes nothing of what it stats may be one reading: ``run`` stamps
-before and after its command, with a snapshot's links between (they move ctimes), so it
-takes its stats fresh.
+Only a reading that changes nothing of what it stats may be one reading. ``run`` reads
+before its command what its snapshot saw (each path's stat as snapshotted, a linked
+file's through its link, :func:`one_reading`'s ``lstats``): stats taken before the command
+started, which is all its stamp before must be. Its stamp after is taken fresh.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
-_Taken = tuple[dict[str, "os.stat_result | OSError"], dict[str, "os.stat_result | OSError"]]
-"""What a reading took: by ``lstat``, and by ``stat``."""
-_TAKEN: ContextVar[_Taken | None] = ContextVar("cudafix_stats", default=None)
+T = TypeVar("T")
+
+
+@dataclass
+class _Reading:
+    """What one reading took: by ``lstat``, by ``stat``, and what was computed from them."""
+
+    lstats: dict[str, os.stat_result | OSError]
+    stats: dict[str, os.stat_result | OSError] = field(default_factory=dict)
+    derived: dict[Hashable, object] = field(default_factory=dict)
+
+
+_TAKEN: ContextVar[_Reading | None] = ContextVar("cudafix_stats", default=None)
 
 
 @contextmanager
-def one_reading() -> Iterator[None]:
-    """Within it, :func:`lstat` and :func:`stat` give each path's first answer again."""
-    token = _TAKEN.set(({}, {}))
+def one_reading(lstats: Mapping[str, os.stat_result] | None = None) -> Iterator[None]:
+    """Within it, :func:`lstat` and :func:`stat` give each path's first answer again;
+    ``lstats`` are answers taken already (by full path), given as if taken first here."""
+    token = _TAKEN.set(_Reading(dict(lstats or {})))
     try:
         yield
     finally:
@@ -40,7 +54,7 @@ def lstat(path: str) -> os.stat_result:
     taken = _TAKEN.get()
     if taken is None:
         return os.lstat(path)
-    return _given(taken[0], path, os.lstat)
+    return _given(taken.lstats, path, os.lstat)
 
 
 def stat(path: str) -> os.stat_result:
@@ -48,7 +62,38 @@ def stat(path: str) -> os.stat_result:
     taken = _TAKEN.get()
     if taken is None:
         return os.stat(path)  # noqa: PTH116 - str paths on a hot path
-    return _given(taken[1], path, os.stat)
+    return _given(taken.stats, path, os.stat)
+
+
+def lstats(paths: Sequence[str]) -> list[os.stat_result | None]:
+    """:func:`lstat` of each of ``paths`` (None where there is nothing to stat): the stamp
+    of a torch venv's 19k paths asks them at once, most given by the reading already."""
+    taken = _TAKEN.get()
+    given = taken.lstats if taken is not None else {}
+    out: list[os.stat_result | None] = []
+    add = out.append
+    for path in paths:
+        found = given.get(path)
+        if found is None:
+            try:
+                found = os.lstat(path)
+            except (OSError, ValueError) as exc:
+                found = exc if isinstance(exc, OSError) else OSError(str(exc))
+            if taken is not None:
+                given[path] = found
+        add(None if isinstance(found, OSError) else found)
+    return out
+
+
+def once(key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()``, computed once per reading for ``key``: for what depends on nothing
+    but the reading's stats (the stamp of a read set), which hold for the whole reading."""
+    taken = _TAKEN.get()
+    if taken is None:
+        return compute()
+    if key not in taken.derived:
+        taken.derived[key] = compute()
+    return cast(T, taken.derived[key])  # stored by this key's compute
 
 
 def _given(
