@@ -499,7 +499,11 @@ def _wait(
             stop_group(proc)
             proc.wait()
             return True
-        _pump(channels, _POLL)
+        if channels:
+            _pump(channels, _POLL)
+        else:  # its output closed: its exit is what is waited for, seen at once
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(_POLL)
         if watch is not None:
             watch()
     if watch is not None:

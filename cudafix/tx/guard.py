@@ -207,15 +207,20 @@ class _Guarded:
         journal.append(tx.journal, steps.RunBegin(argv=args.argv))
         ctx.on_event(RunEvent("progress", f"running {shlex.join(args.argv)}"))
         held = hold.hold_state(tx, self.manifest, self.opened)
+        found: restore.Changes | None = None
         try:
             done, intrusion, foreign = self._run()
             taken = self._state_taken(held)
+            if taken is None and not foreign:  # read while the snapshot is still held
+                found = restore.changes(
+                    ctx.prefix, self.manifest, in_place=True, seen=self.seen, held=held.fds
+                )
         finally:
             held.close()
         if taken is not None:
             raise taken
         if not foreign:
-            return self._conclude(done, intrusion)
+            return self._conclude(done, intrusion, found)
         kept = replace(self, manifest=self._keep_out(foreign))
         try:
             return kept._conclude(done, intrusion)
@@ -239,10 +244,14 @@ class _Guarded:
         )
         return restore.adopt(self.tx, self.manifest, foreign)
 
-    def _conclude(self, done: Completed, intrusion: StepFailed | None) -> GuardedRun:
-        """Judge the command's changes: drop, commit or fail the transaction."""
+    def _conclude(
+        self, done: Completed, intrusion: StepFailed | None, found: restore.Changes | None = None
+    ) -> GuardedRun:
+        """Judge the command's changes (``found``, else read now): drop, commit or fail
+        the transaction."""
         ctx, tx, args, prefix = self.ctx, self.tx, self.args, self.ctx.prefix
-        found = restore.changes(prefix, self.manifest, in_place=True, seen=self.seen)
+        if found is None:
+            found = restore.changes(prefix, self.manifest, in_place=True, seen=self.seen)
         if not done.timed_out and intrusion is None and found.derived_only():
             raise Unchanged(GuardedRun(tx.txid, prefix, done, (), (), (), committed=False))
         in_place = list(found.in_place)

@@ -13,7 +13,7 @@ import hashlib
 import os
 import resource
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -82,26 +82,28 @@ def _widen() -> int:
 
 def hold_state(tx: TxDir, manifest: Manifest, opened: Opened | None = None) -> HeldState:
     """Hold the snapshot open: the files ``opened`` holds already, the others opened now
-    (the soft open-file limit raised to the hard one), keeping :data:`FD_RESERVE`
-    descriptors free; those beyond that are counted as ``missed``."""
-    fds = opened.fds if opened is not None else {}
-    files = [name for e in manifest.entries if e.kind == "file" and (name := stored(e)) not in fds]
-    held = HeldState(fds, manifest, read_bytes(tx.journal))
-    if files:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard and len(files) + FD_RESERVE > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        room = _room()
-        files, held.missed = files[:room], len(files[room:])
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    store = tx.snapshot
-    for name in files:
-        try:
-            held.fds[name] = os.open(f"{store}/{name}", flags)
-        except OSError:
-            held.missed += 1
+    (the soft open-file limit raised to the hard one if need be), keeping
+    :data:`FD_RESERVE` descriptors free; those beyond that are counted as ``missed``."""
+    opened = opened if opened is not None else opened_as_stored()
+    held = HeldState(opened.fds, manifest, read_bytes(tx.journal))
+    rest = [
+        name for e in manifest.entries if e.kind == "file" and (name := stored(e)) not in held.fds
+    ]
+    held.missed = len(rest)
+    with contextlib.suppress(OSError), _store(tx) as store:
+        held.missed = sum(opened.hold(name, store) is None for name in rest)
     held.settled = _settled(tx, held.fds)
     return held
+
+
+@contextlib.contextmanager
+def _store(tx: TxDir) -> Iterator[int]:
+    """The transaction's store, open (never followed)."""
+    fd = os.open(tx.snapshot, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _settled(tx: TxDir, names: Iterable[str]) -> dict[str, tuple[int, int, int]]:

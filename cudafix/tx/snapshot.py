@@ -114,21 +114,28 @@ class Opened:
 
     room: int
     """How many more may be opened now."""
-    widen: Callable[[], int]
-    """Makes more room once ``room`` is spent (the open-file limit raised): how much."""
+    widen: Callable[[], int] | None
+    """Makes more room once ``room`` is spent (the open-file limit raised, once): how
+    much. None once called."""
     fds: dict[str, int] = field(default_factory=dict)
     """By the file's name in the store (:func:`~cudafix.tx.manifest.stored`)."""
 
     def stat(self, name: str, store: int) -> os.stat_result:
         """The stat of the store's ``name`` (never followed), held open where there is room."""
-        if self.room <= 0:
-            self.room = self.widen()
-        fd = _opened(name, store) if self.room > 0 else None
+        fd = self.hold(name, store)
         if fd is None:
             return os.stat(name, dir_fd=store, follow_symlinks=False)
-        self.fds[name] = fd
-        self.room -= 1
         return os.fstat(fd)
+
+    def hold(self, name: str, store: int) -> int | None:
+        """The store's ``name`` opened and held, where there is room (None: not held)."""
+        if self.room <= 0 and self.widen is not None:
+            self.room, self.widen = self.widen(), None
+        fd = _opened(name, store) if self.room > 0 else None
+        if fd is not None:
+            self.fds[name] = fd
+            self.room -= 1
+        return fd
 
     def drop(self, name: str) -> None:
         """Let go of ``name``, no longer stored as it was opened."""

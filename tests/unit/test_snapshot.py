@@ -104,17 +104,17 @@ def test_a_store_of_either_layout_restores_and_is_rebuilt_from_held_files(
 
 
 def test_files_held_open_as_stored_are_what_hold_state_holds(tmp_path: Path) -> None:
-    """Each stored file is opened as it is linked, its stat read through that descriptor;
-    :func:`hold.hold_state` takes those over and opens only the rest (none, here), and
-    past the room there is, a file is statted, not held, and opened by ``hold_state``."""
+    """Each stored file is opened as it is linked, its stat read through that descriptor
+    (more room made once, when what there was is spent); :func:`hold.hold_state` takes
+    those over and opens none again."""
     prefix = tree(tmp_path / "env")
     (prefix / "lib/pkg/c.py").write_text("c = 1\n")
     seen: dict[str, os.stat_result] = {}
-    opened = snapshot.Opened(room=2, widen=lambda: 0)
+    opened = snapshot.Opened(room=2, widen=lambda: 1)
     tx = TxDir(prefix / ".cudafix/transactions/t1")
     manifest = snapshot.take(prefix, tx, ["lib"], seen=seen, opened=opened)
     files = [e for e in manifest.entries if e.kind == "file"]
-    assert len(files) == 3 and len(opened.fds) == 2 and opened.room == 0
+    assert len(files) == 3 and len(opened.fds) == 3 and (opened.room, opened.widen) == (0, None)
     for e in files:
         live = os.lstat(prefix / e.path)
         assert seen[f"{prefix}/{e.path}"].st_ino == live.st_ino == e.ino
@@ -131,6 +131,12 @@ def test_files_held_open_as_stored_are_what_hold_state_holds(tmp_path: Path) -> 
     assert opened.fds == {}  # closed once, by whichever lets go first
     with pytest.raises(OSError):
         os.fstat(next(iter(kept.values())))
+    # held after the snapshot, as far as the room goes: the rest are counted as missed
+    held = hold.hold_state(tx, manifest, snapshot.Opened(room=2, widen=None))
+    try:
+        assert (len(held.fds), held.missed) == (2, 1)
+    finally:
+        held.close()
 
 
 def test_changes_list_only_directories_whose_names_may_have_changed(
@@ -161,6 +167,31 @@ def test_changes_list_only_directories_whose_names_may_have_changed(
     recent = restore.Seen(seen, 0)
     assert restore.changes(prefix, manifest, seen=recent).new == ("lib/pkg/sub/new.py",)
     assert sorted(listed) == ["lib", "lib/pkg", "lib/pkg/sub"]
+
+
+def test_changes_read_files_of_unchanged_directories_through_held_links(
+    tmp_path: Path,
+) -> None:
+    """A file of a directory whose names are as snapshotted is read through its held
+    link, and a write in place shows there as it shows by path."""
+    prefix = tree(tmp_path / "env")
+    seen: dict[str, os.stat_result] = {}
+    opened = snapshot.Opened(room=10, widen=None)
+    tx = TxDir(prefix / ".cudafix/transactions/t1")
+    manifest = snapshot.take(prefix, tx, ["lib"], seen=seen, opened=opened)
+    settled = restore.Seen(seen, time.time_ns() + 10 * restore.TICK_NS)
+    a, b = (stored(manifest.by_path()[p]) for p in ("lib/pkg/a.so", "lib/pkg/sub/b.py"))
+    try:
+        assert restore.changes(prefix, manifest, seen=settled, held=opened.fds).paths == 0
+        crossed = {**opened.fds, a: opened.fds[b]}  # what is read is the held link
+        assert restore.changes(prefix, manifest, seen=settled, held=crossed).paths == 1
+        with (prefix / "lib/pkg/a.so").open("r+b") as fh:  # the same inode, other bytes
+            fh.write(b"B")
+        by_link = restore.changes(prefix, manifest, in_place=True, seen=settled, held=opened.fds)
+        by_path = restore.changes(prefix, manifest, in_place=True)
+        assert by_link == by_path and by_link.in_place == ("lib/pkg/a.so",)
+    finally:
+        opened.close()
 
 
 def test_a_manifest_without_slots_reads_as_mirrored_and_a_wrong_slot_is_refused() -> None:
