@@ -23,7 +23,7 @@ from cudafix.model.errors import UnsafeState
 from cudafix.tx.journal import append as journal_append
 from cudafix.tx.manifest import Manifest, stored, write_json
 from cudafix.tx.restore import remove_path
-from cudafix.tx.snapshot import Opened
+from cudafix.tx.snapshot import Opened, close_all
 from cudafix.tx.steps import StateRebuilt
 
 
@@ -45,10 +45,7 @@ class HeldState:
     removed or replaced, so its files need no check of their own (:func:`state_lost`)."""
 
     def close(self) -> None:
-        for fd in self.fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.fds.clear()
+        close_all(self.fds)
 
 
 FD_RESERVE = 256
@@ -81,14 +78,15 @@ def _widen() -> int:
 
 
 def hold_state(tx: TxDir, manifest: Manifest, opened: Opened | None = None) -> HeldState:
-    """Hold the snapshot open: the files ``opened`` holds already, the others opened now
-    (the soft open-file limit raised to the hard one if need be), keeping
-    :data:`FD_RESERVE` descriptors free; those beyond that are counted as ``missed``."""
-    opened = opened if opened is not None else opened_as_stored()
+    """Hold the snapshot open: the files ``opened`` holds already (as the snapshot stored
+    them), the others opened now (the soft open-file limit raised to the hard one if need
+    be), keeping :data:`FD_RESERVE` descriptors free; those beyond that are counted as
+    ``missed``."""
+    if opened is None:
+        opened = opened_as_stored()
+        opened.unheld = {stored(e) for e in manifest.entries if e.kind == "file"}
     held = HeldState(opened.fds, manifest, read_bytes(tx.journal))
-    rest = [
-        name for e in manifest.entries if e.kind == "file" and (name := stored(e)) not in held.fds
-    ]
+    rest = sorted(opened.unheld)
     held.missed = len(rest)
     with contextlib.suppress(OSError), _store(tx) as store:
         held.missed = sum(opened.hold(name, store) is None for name in rest)

@@ -11,7 +11,6 @@ touched.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -119,11 +118,14 @@ class Opened:
     much. None once called."""
     fds: dict[str, int] = field(default_factory=dict)
     """By the file's name in the store (:func:`~cudafix.tx.manifest.stored`)."""
+    unheld: set[str] = field(default_factory=set)
+    """Stored files there was no room (or no way) to hold."""
 
     def stat(self, name: str, store: int) -> os.stat_result:
         """The stat of the store's ``name`` (never followed), held open where there is room."""
         fd = self.hold(name, store)
         if fd is None:
+            self.unheld.add(name)
             return os.stat(name, dir_fd=store, follow_symlinks=False)
         return os.fstat(fd)
 
@@ -135,20 +137,30 @@ class Opened:
         if fd is not None:
             self.fds[name] = fd
             self.room -= 1
+            self.unheld.discard(name)
         return fd
 
     def drop(self, name: str) -> None:
         """Let go of ``name``, no longer stored as it was opened."""
+        self.unheld.discard(name)
         if (fd := self.fds.pop(name, None)) is not None:
             os.close(fd)
             self.room += 1
 
     def close(self) -> None:
         """Close every descriptor still held (none once :mod:`.hold` has closed them)."""
-        for fd in self.fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.fds.clear()
+        close_all(self.fds)
+
+
+def close_all(fds: dict[str, int]) -> None:
+    """Close each of ``fds`` (20k on a torch venv, so no context manager per descriptor)
+    and forget them."""
+    for fd in fds.values():
+        try:  # noqa: SIM105 - not a context manager per descriptor: 20k of them
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
 
 
 def _listing(prefix: Path, directory: str) -> tuple[str, ...] | None:
@@ -350,11 +362,11 @@ class _Snapper:
             fail_point("snapshot")
         name = self._slot()
         try:
-            linked = _linked(live, name, src, self.dst)
-        except FileNotFoundError:
-            return None  # gone since it was listed: statted again, recorded absent
-        if not linked:
-            return None
+            os.link(live, name, src_dir_fd=src, dst_dir_fd=self.dst, follow_symlinks=False)
+        except OSError as exc:  # gone since it was listed (statted again, recorded absent),
+            if exc.errno in _COPY_ERRNOS or isinstance(exc, FileNotFoundError):
+                return None  # or to be copied
+            raise
         if self.opened is not None:
             st = self.opened.stat(name, self.dst)
         else:

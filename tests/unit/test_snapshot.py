@@ -131,10 +131,19 @@ def test_files_held_open_as_stored_are_what_hold_state_holds(tmp_path: Path) -> 
     assert opened.fds == {}  # closed once, by whichever lets go first
     with pytest.raises(OSError):
         os.fstat(next(iter(kept.values())))
-    # held after the snapshot, as far as the room goes: the rest are counted as missed
-    held = hold.hold_state(tx, manifest, snapshot.Opened(room=2, widen=None))
+    # past the room there is, a stored file is statted, not held; hold_state tries it
+    # again, and counts it as missed where there is still no room
+    short = snapshot.Opened(room=2, widen=None)
+    tx2 = TxDir(prefix / ".cudafix/transactions/t2")
+    snapshot.take(prefix, tx2, ["lib"], opened=short)
+    assert (len(short.fds), len(short.unheld)) == (2, 1)
+    tx2.journal.write_text("")
+    held = hold.hold_state(tx2, load_manifest(tx2), short)
     try:
         assert (len(held.fds), held.missed) == (2, 1)
+        short.room = 1  # room made since: the one left is held now
+        held = hold.hold_state(tx2, load_manifest(tx2), short)
+        assert (len(held.fds), held.missed, short.unheld) == (3, 0, set())
     finally:
         held.close()
 
