@@ -9,9 +9,9 @@ nothing changed); a ``doctor`` with ``answers.json`` deleted (for information); 
 uninstall`` of one distribution, then at once a ``doctor`` and the walk, and ``uv pip
 install`` of it again, then at once the dry run and the walk (goal 2: a reading after a
 change); ``cudafix run -- python -c pass`` against the bare command, right after a
-``doctor`` (goal 4; then again, for information: the first run added uv's ``.lock`` to the
-venv's root, so the second reads first and keeps its findings, the third is judged against
-those, and a sixth is the first commit past the five snapshots kept); ``cudafix remove DIST
+``doctor`` (goal 4; then again, for information: each is judged against doctor's findings,
+as uv's ``.lock``, which taking uv's lock makes in a venv uv never touched, is no change they
+depend on; a sixth is the first commit past the five snapshots kept); ``cudafix remove DIST
 --yes --no-probe`` against ``uv pip uninstall DIST`` on twin copies in alternating order
 (goal 5); the peak RSS of the ``doctor`` runs (goal 6; ``make bench``'s section 5 measures
 it against RECORD size). Beside them, for an earlier goal: the unpacked wheels in a private
@@ -55,8 +55,8 @@ def _archives(cache: Path) -> int:
 
 
 _RUNS_AFTER = {
-    "again": "again (the first added uv's .lock to the root: reads first)",
-    "third": "a third time (judged against the findings the second kept)",
+    "again": "again (judged against the same findings)",
+    "third": "a third time",
     "sixth": "a sixth time (past the five snapshots kept: the oldest goes)",
 }
 """The runs of goal 4 after its first, timed for information (``run/<key>``)."""
@@ -123,9 +123,9 @@ def goal_runs(
         _one(m, "bare/cmd", check(timed([py, "-c", "pass"])))
         run: list[str | Path] = ["run", "--venv", a, "--", py, "-c", "pass"]
         _one(m, "run/cmd", sections.cli(run))  # right after a doctor: its findings are current
-        sections.settle()  # the first run made uv's .lock in the root: no recent change now
-        _one(m, "run/again", sections.cli(run))  # reads first (the root changed), keeps findings
-        _one(m, "run/third", sections.cli(run))  # judged against the findings the second kept
+        sections.settle()
+        _one(m, "run/again", sections.cli(run))
+        _one(m, "run/third", sections.cli(run))
         for _ in range(2):
             sections.cli(run)
         _one(m, "run/sixth", sections.cli(run))
