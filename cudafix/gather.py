@@ -225,7 +225,7 @@ def _live_record_digest(prefix: Path, plan: Plan, name: str) -> str | None:
     if info is None:
         return None
     try:
-        dist = read_distribution(prefix, EnvPath(posixpath.dirname(info)), info)
+        dist = read_distribution(prefix, EnvPath(posixpath.dirname(info)), info, requires=False)
     except CudafixError:
         return None
     return record_digest(dist) if dist is not None else None

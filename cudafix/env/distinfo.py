@@ -7,6 +7,7 @@ environment), so both read a distribution the same way.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,40 @@ def parse_metadata(text: str) -> CoreMetadata:
         version=raw.get("version", ""),
         requires=tuple(raw.get("requires_dist", ())),
     )
+
+
+def name_and_version(text: str) -> CoreMetadata | None:
+    """Name and Version of a METADATA text, from its headers, where each is there once on a
+    line of its own (None otherwise, for :func:`parse_metadata`): a quick look, for a
+    question that needs no more (which versions are installed now), without the email
+    parser or ``packaging.metadata``."""
+    found: dict[str, list[str]] = {"name": [], "version": []}
+    last = ""
+    for line in _LINES.split(text):
+        if not line:
+            break  # the end of the headers
+        if line[0] in " \t":  # a header folded onto the next line
+            if last in found:
+                return None
+            continue
+        key, colon, value = line.partition(":")
+        if not colon or not _FIELD.fullmatch(key) or _ODD.search(line):
+            return None
+        last = key.lower()
+        if last in found:
+            found[last].append(value.lstrip(" \t"))  # as the email parser reads it
+    if len(found["name"]) != 1 or len(found["version"]) != 1:
+        return None
+    return CoreMetadata(name=found["name"][0], version=found["version"][0])
+
+
+_LINES = re.compile(r"\r\n|\r|\n")
+"""Where the email parser ends a line."""
+_FIELD = re.compile(r"[\041-\071\073-\176]+")
+"""A header's name as the email parser knows one (a line without one starts the body)."""
+_ODD = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\u2028\u2029]|=\?")
+"""What the email parser may read otherwise than as plain text (controls, line separators
+it does not end a line at, RFC 2047 encoded words): such a METADATA is parsed in full."""
 
 
 def is_installer_file(path: str, dist_info: str) -> bool:

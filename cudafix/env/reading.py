@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cudafix.env.distinfo import CoreMetadata, parse_metadata
+from cudafix.env.distinfo import CoreMetadata, name_and_version, parse_metadata
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import (
     Distribution,
@@ -200,10 +200,15 @@ def _read_distributions(
     return read
 
 
-def read_distribution(prefix: Path, site: EnvPath, info: EnvPath) -> Distribution | None:
-    """One dist-info read exactly as :func:`read_inventory` reads it (None: no RECORD)."""
+def read_distribution(
+    prefix: Path, site: EnvPath, info: EnvPath, *, requires: bool = True
+) -> Distribution | None:
+    """One dist-info read exactly as :func:`read_inventory` reads it (None: no RECORD);
+    without ``requires``, its Requires-Dist may be left unread (what its RECORD says needs
+    none of them, and reading them costs the email parser)."""
     read = _Read()
-    _add_one(info, _parse_one(prefix, site, info, SymlinkGuard(prefix)), read)
+    parsed = _parse_one(prefix, site, info, SymlinkGuard(prefix), requires=requires)
+    _add_one(info, parsed, read)
     _refuse_directory_rows(prefix, read, {}, _ownership(read.distributions.values()))
     return next(iter(read.distributions.values()), None)
 
@@ -276,7 +281,7 @@ def installed_versions(prefix: Path, sites: Sequence[EnvPath]) -> dict[DistName,
             managed = os.path.lexists(prefix / site / name / "RECORD")  # as in read_inventory
             if is_dir and name.endswith(".dist-info") and managed:
                 fallback_name, fallback_version = split_dist_info_name(name) or ("", "")
-                meta = _read_metadata(prefix / site / name / "METADATA")
+                meta = _read_metadata(prefix / site / name / "METADATA", quick=True)
                 dist = normalize_name(meta.name or fallback_name)
                 found.setdefault(dist, meta.version or fallback_version)
     return found
@@ -290,7 +295,9 @@ def _listdir(path: Path) -> list[tuple[str, bool]]:
         raise TargetError(f"{path}: cannot list site-packages ({e.strerror or e})") from e
 
 
-def _parse_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard) -> Any:
+def _parse_one(
+    prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard, *, requires: bool = True
+) -> Any:
     """One dist-info read and parsed, as the JSON-able value the tree cache keeps.
 
     ``["no-record", name]`` or ``["dist", distribution, unsafe rows, issue rows, unreadable]``
@@ -305,7 +312,7 @@ def _parse_one(prefix: Path, site: EnvPath, info: EnvPath, guard: SymlinkGuard) 
     columns, unsafe, tops, problems, unreadable = _read_entries(
         site, _read_text(full / "RECORD", "RECORD"), guard, derive=top_level_txt is None
     )
-    meta = _read_metadata(full / "METADATA")
+    meta = _read_metadata(full / "METADATA", quick=not requires)
     name = normalize_name(meta.name or fallback_name)
     if top_level_txt is not None:
         top_level = sorted({line.strip() for line in top_level_txt.splitlines() if line.strip()})
@@ -411,10 +418,13 @@ def _read_text(path: Path, what: str) -> str:
         ) from e
 
 
-def _read_metadata(path: Path) -> CoreMetadata:
+def _read_metadata(path: Path, *, quick: bool = False) -> CoreMetadata:
+    """``quick``: Name and Version alone, from the headers where they are plain
+    (:func:`~cudafix.env.distinfo.name_and_version`), else as a full parse reads them."""
     if not os.path.lexists(path):
         return CoreMetadata()
-    return parse_metadata(_read_text(path, "METADATA"))
+    text = _read_text(path, "METADATA")
+    return (quick and name_and_version(text)) or parse_metadata(text)
 
 
 def _read_optional(path: Path) -> str | None:
