@@ -38,7 +38,6 @@ from cudafix.plan.install import matching_builds
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from cudafix.plan.preconditions import assumed_paths, check, retarget
 from cudafix.plan.requirements import missing_requirements
-from cudafix.plan.script import load_script, script_options, script_request
 from cudafix.plan.select import select
 from cudafix.plan.versions import jointly
 
@@ -279,6 +278,8 @@ def plan_script(
 ) -> Plan:
     """A cleanup script (TOML, ``text`` read from ``file``) compiled into one plan;
     ``backend`` None keeps the script's."""
+    from cudafix.plan.script import load_script, script_options, script_request  # its models
+
     loaded = load_script(file, text)
     options = script_options(loaded, sources, backend)
     _target, facts = open_target(args, mutating=mutating, on_event=on_event)
