@@ -34,7 +34,7 @@ from cudafix.plan.admit import input_problems, refuse_unless_allowed
 from cudafix.tx import files, journal, restore, steps
 from cudafix.tx.context import RunContext, StepFailed
 from cudafix.tx.difference import Deviation, deviation_text
-from cudafix.tx.manifest import Manifest, check_path
+from cudafix.tx.manifest import Manifest, check_path, checked
 from cudafix.tx.verify import install_mismatches
 
 Verify = Callable[[], list[Deviation]]
@@ -103,7 +103,7 @@ def _check_plan(plan: Plan, force: bool) -> Path:
     named = [*plan.uninstalled_paths, *plan.rewritten_paths]
     named += [r.dist_info for r in plan.remove]
     named += [p for i in plan.install for p in i.paths]
-    problems = [p for path in named if (p := check_path(prefix, path)) is not None]
+    problems = [why for _, why in checked(prefix, named) if why is not None]
     if problems:
         raise PlanRefused("the plan names paths cudafix will not act on", context=problems)
     return prefix
@@ -136,7 +136,7 @@ def _touched(
     site = EnvPath(plan.target.site_packages[0]) if plan.target.site_packages else EnvPath("")
     named = {p for i in plan.install for p in i.paths}
     named |= {p for w in wheels if w is not None for p in written_paths(w, site)}
-    if unsafe := sorted({why for p in named if (why := check_path(prefix, p)) is not None}):
+    if unsafe := sorted({why for _, why in checked(prefix, named) if why is not None}):
         raise PlanRefused("a wheel to install writes paths cudafix will not act on", context=unsafe)
     installed = named
     paths |= installed

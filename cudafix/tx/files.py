@@ -22,7 +22,7 @@ from cudafix.model.plan import Plan
 from cudafix.process import run
 from cudafix.tx import journal, restore, steps
 from cudafix.tx.difference import Deviation
-from cudafix.tx.manifest import Manifest, check_path
+from cudafix.tx.manifest import Manifest, checked
 
 
 def dist_info(prefix: Path, plan: Plan, name: str, version: str) -> str | None:
@@ -40,7 +40,7 @@ def record_paths(prefix: Path, info: str, *, through_symlinks: bool = False) -> 
     rows = parse_record(record.read_text(encoding="utf-8")).entries
     resolved = (resolve_record_path(site, row.path) for row in rows)
     paths: list[str] = [p for p in resolved if not isinstance(p, Refusal)]
-    return paths if through_symlinks else [p for p in paths if check_path(prefix, p) is None]
+    return paths if through_symlinks else [p for p, why in checked(prefix, paths) if why is None]
 
 
 _COMPILE = """\

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from pathlib import Path
@@ -185,15 +185,26 @@ def path_syntax(path: str) -> str | None:
 
 def check_path(prefix: Path, path: str) -> str | None:
     """Why ``path`` must not be acted on, or None: absolute, escaping, or via a symlink."""
-    if (why := path_syntax(path)) is not None:
-        return why
+    return next(checked(prefix, [path]))[1]
+
+
+def checked(prefix: Path, paths: Iterable[str]) -> Iterator[tuple[str, str | None]]:
+    """Each of ``paths`` with :func:`check_path`'s answer, each ancestor directory asked
+    once: a plan names every path of what it removes (24k for a torch venv)."""
     base = str(prefix)  # str and os.path, not pathlib: this runs for every path a plan names
-    cut = path.find("/")
-    while cut != -1:
-        if os.path.islink(f"{base}/{path[:cut]}"):  # noqa: PTH114 - hot path, str paths
-            return f"{path!r}: goes through the symlink {path[:cut]}"
-        cut = path.find("/", cut + 1)
-    return None
+    through: dict[str, bool] = {}
+    for path in paths:
+        why = path_syntax(path)
+        cut = path.find("/") if why is None else -1
+        while cut != -1:
+            parent = path[:cut]
+            if parent not in through:
+                through[parent] = os.path.islink(f"{base}/{parent}")  # noqa: PTH114 - hot path
+            if through[parent]:
+                why = f"{path!r}: goes through the symlink {parent}"
+                break
+            cut = path.find("/", cut + 1)
+        yield path, why
 
 
 ROOT = ""

@@ -30,7 +30,7 @@ from cudafix.tx.manifest import (
     SLOTS_PER_DIR,
     Entry,
     Manifest,
-    path_syntax,
+    checked,
     slot_name,
     write_json,
 )
@@ -411,22 +411,6 @@ _NOT_SNAPSHOTTABLE = "not a file, symlink, FIFO or directory (a socket?)"
 
 
 def _acceptable(prefix: Path, paths: Iterable[str]) -> list[str]:
-    """``paths`` that :func:`check_path` accepts, each ancestor directory asked once (a
-    whole-venv snapshot names 24k paths below a few thousand directories)."""
-    base = str(prefix)
-    through: dict[str, bool] = {}
-    out = []
-    for path in paths:
-        if path_syntax(path) is not None:
-            continue
-        cut = path.find("/")
-        while cut != -1:
-            parent = path[:cut]
-            if parent not in through:
-                through[parent] = os.path.islink(f"{base}/{parent}")  # noqa: PTH114 - hot path
-            if through[parent]:
-                break
-            cut = path.find("/", cut + 1)
-        else:
-            out.append(path)
-    return out
+    """``paths`` that :func:`~cudafix.tx.manifest.check_path` accepts (a whole-venv snapshot
+    names 24k paths below a few thousand directories, each asked once)."""
+    return [path for path, why in checked(prefix, paths) if why is None]
