@@ -55,16 +55,17 @@ def recompile(prefix: Path, python: Path, manifest: Manifest) -> None:
     """Write again the bytecode that was there and the backend deleted (reinstalls run with
     ``--no-compile``), with the target interpreter, so the post-state has it as before."""
     args: list[str] = []
+    base = f"{prefix}/"  # str joins: a removal's snapshot names every path it deletes
     for e in manifest.entries:
         cached = pyc_source(e.path) if e.kind == "file" else None
         if cached is None:
             continue
-        source = prefix / cached
-        if os.path.lexists(prefix / e.path) or not source.is_file():
+        source = base + cached
+        if os.path.lexists(base + e.path) or not os.path.isfile(source):  # noqa: PTH113
             continue
         name = posixpath.basename(e.path)
         level = name.split(".opt-")[1].split(".")[0] if ".opt-" in name else "0"
-        args += [str(source), str(prefix / e.path), level]
+        args += [source, base + e.path, level]
     if args:
         run([python, "-c", _COMPILE, *args], timeout=600)
 
@@ -116,12 +117,15 @@ def complete_deletions(prefix: Path, plan: Plan, manifest: Manifest) -> None:
     entries = manifest.by_path()
     kept = set(plan.kept_paths)
     real_prefix = os.path.realpath(prefix)
+    base = f"{prefix}/"
     for path in plan.deleted_paths:
         entry = entries.get(path)
         if path in kept or (entry is not None and entry.kind == "dir"):
             continue
+        if not os.path.lexists(base + path):  # the backend deleted it: the common case
+            continue
         live = prefix / path
-        if not os.path.lexists(live) or (live.is_dir() and not live.is_symlink()):
+        if live.is_dir() and not live.is_symlink():
             continue
         parent = os.path.realpath(live.parent)
         if parent != real_prefix and not parent.startswith(real_prefix + os.sep):
@@ -158,10 +162,11 @@ def builtin_verify(prefix: Path, plan: Plan, manifest: Manifest) -> list[Deviati
     entries = manifest.by_path()
     rewritten = {e.path for e in manifest.entries if e.detach}
     problems = []
+    base, kept = f"{prefix}/", set(plan.kept_paths)
     for path in plan.deleted_paths:
         entry = entries.get(path)
-        skip = path in plan.kept_paths or path in rewritten or (entry and entry.kind == "dir")
-        if not skip and ((prefix / path).is_symlink() or (prefix / path).exists()):
+        skip = path in kept or path in rewritten or (entry and entry.kind == "dir")
+        if not skip and os.path.lexists(base + path):  # a symlink, even a dangling one, too
             problems.append(Deviation("still-present", path))
     for path in plan.kept_paths:
         if (why := restore.mismatch(prefix, entries[path])) is not None:
