@@ -73,14 +73,11 @@ def lstats(paths: Sequence[str]) -> list[os.stat_result | None]:
     out: list[os.stat_result | None] = []
     add = out.append
     for path in paths:
-        found = given.get(path)
-        if found is None:
-            try:
-                found = os.lstat(path)
-            except (OSError, ValueError) as exc:
-                found = exc if isinstance(exc, OSError) else OSError(str(exc))
-            if taken is not None:
-                given[path] = found
+        try:
+            found = _taken(given, path, os.lstat)
+        except ValueError:  # a NUL in the path: nothing to stat
+            add(None)
+            continue
         add(None if isinstance(found, OSError) else found)
     return out
 
@@ -101,6 +98,19 @@ def _given(
     path: str,
     how: Callable[[str], os.stat_result],
 ) -> os.stat_result:
+    found = _taken(taken, path, how)
+    if isinstance(found, OSError):  # raised anew, so no traceback accumulates on it
+        raise type(found)(found.errno, found.strerror, path)
+    return found
+
+
+def _taken(
+    taken: dict[str, os.stat_result | OSError],
+    path: str,
+    how: Callable[[str], os.stat_result],
+) -> os.stat_result | OSError:
+    """``path``'s answer in ``taken`` (its error, where there was nothing to stat), taken
+    now and kept where there is none yet."""
     found = taken.get(path)
     if found is None:
         try:
@@ -108,6 +118,4 @@ def _given(
         except OSError as exc:
             found = exc
         taken[path] = found
-    if isinstance(found, OSError):  # raised anew, so no traceback accumulates on it
-        raise type(found)(found.errno, found.strerror, path)
     return found
