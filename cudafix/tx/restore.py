@@ -120,11 +120,10 @@ def _differs(prefix: Path, e: Entry, st: os.stat_result | None) -> Difference | 
     if not stat.S_ISREG(st.st_mode):
         return Difference(e.path, "not-a-regular-file")
     if e.sha256 is None:
-        now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        ok = now == (e.dev, e.ino, e.size, e.mtime_ns)
+        ok = _same_linked_file(st, e)
     else:
         ok = st.st_size == e.size and sha256_file(prefix / e.path) == e.sha256
-    ok = ok and stat.S_IMODE(st.st_mode) == e.mode
+        ok = ok and stat.S_IMODE(st.st_mode) == e.mode
     return None if ok else Difference(e.path, "content-or-mode")
 
 
@@ -299,8 +298,8 @@ def changes(
             st = os.fstat(fd)
         else:
             st = _lstat(base + e.path)
-        if _same_linked_file(st, e):  # the common case, inline: 22k files on a torch venv
-            if in_place and e.ctime_ns != 0 and st.st_ctime_ns != e.ctime_ns:
+        if _same_linked_file(st, e):  # the common case, first: 22k files on a torch venv
+            if in_place and _in_place(e, st):
                 found.append(e.path)
             continue
         if _differs(prefix, e, st) is not None:
