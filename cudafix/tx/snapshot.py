@@ -125,19 +125,21 @@ class Opened:
         """The stat of the store's ``name`` (never followed), held open where there is room."""
         fd = self.hold(name, store)
         if fd is None:
-            self.unheld.add(name)
             return os.stat(name, dir_fd=store, follow_symlinks=False)
         return os.fstat(fd)
 
     def hold(self, name: str, store: int) -> int | None:
-        """The store's ``name`` opened and held, where there is room (None: not held)."""
+        """The store's ``name`` opened and held, where there is room (None: not held, and
+        counted among :attr:`unheld`)."""
         if self.room <= 0 and self.widen is not None:
             self.room, self.widen = self.widen(), None
         fd = _opened(name, store) if self.room > 0 else None
-        if fd is not None:
-            self.fds[name] = fd
-            self.room -= 1
-            self.unheld.discard(name)
+        if fd is None:
+            self.unheld.add(name)
+            return None
+        self.fds[name] = fd
+        self.room -= 1
+        self.unheld.discard(name)
         return fd
 
     def drop(self, name: str) -> None:
@@ -342,7 +344,7 @@ class _Snapper:
         name = self._slot()
         sha = _copied(f"{self.prefix}/{path}", f"{self.store}/{name}")
         if self.opened is not None:
-            self.opened.stat(name, self.dst)
+            self.opened.hold(name, self.dst)
         entry = Entry(
             path, "file", mode, st.st_size, None, st.st_dev, st.st_ino, st.st_mtime_ns, sha,
             path in self.rewritten, slot=self.slots,
@@ -362,11 +364,10 @@ class _Snapper:
             fail_point("snapshot")
         name = self._slot()
         try:
-            os.link(live, name, src_dir_fd=src, dst_dir_fd=self.dst, follow_symlinks=False)
-        except OSError as exc:  # gone since it was listed (statted again, recorded absent),
-            if exc.errno in _COPY_ERRNOS or isinstance(exc, FileNotFoundError):
-                return None  # or to be copied
-            raise
+            if not _linked(live, name, src, self.dst):
+                return None  # to be copied
+        except FileNotFoundError:
+            return None  # gone since it was listed: statted again, recorded absent
         if self.opened is not None:
             st = self.opened.stat(name, self.dst)
         else:
