@@ -50,6 +50,20 @@ def env(path: str) -> EnvPath:
     return EnvPath(f"{SITE}/{path}")
 
 
+def bare(name: str, version: str = "1", *requires: str) -> Distribution:
+    """A distribution of no files, only its requirements: what requirement reasoning reads."""
+    return Distribution(
+        name=normalize_name(name),
+        version=version,
+        dist_info=EnvPath(f"site/{name}-{version}.dist-info"),
+        site_packages=EnvPath("site"),
+        installer="uv",
+        requires=requires,
+        files=(),
+        top_level=(),
+    )
+
+
 def _dist(d: Dist) -> Distribution:
     name = normalize_name(d.name)
     info = env(f"{d.name.replace('-', '_')}-{d.version}.dist-info")

@@ -11,9 +11,10 @@ from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvir
 from packaging.requirements import InvalidRequirement, Requirement
 
 from cudafix.env.inventory import Distribution
-from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.model.names import DistName, normalize_name
 from cudafix.plan.literals import named_after
 from cudafix.plan.requirements import _extra_literals, applicable
+from tests.support.facts import bare
 from tests.unit.test_requirements import LINUX_311
 
 ATOMS = (
@@ -75,24 +76,11 @@ def _reference(
     return found
 
 
-def _dist(requires: tuple[str, ...], name: str = "app") -> Distribution:
-    return Distribution(
-        name=normalize_name(name),
-        version="1",
-        dist_info=EnvPath(f"site/{name}-1.dist-info"),
-        site_packages=EnvPath("site"),
-        installer="uv",
-        requires=requires,
-        files=(),
-        top_level=(),
-    )
-
-
 @pytest.mark.parametrize("seed", range(120))
 def test_applicable_equals_evaluating_every_extra(seed: int) -> None:
     rng = random.Random(seed)
     requires = tuple(_requirement(rng, i) for i in range(12))
-    dist = _dist(requires)
+    dist = bare("app", "1", *requires)
     for _ in range(12):
         extras = frozenset(rng.sample(EXTRAS, rng.randint(0, 4)))
         got = [(str(r), e) for r, e in applicable(dist, LINUX_311, extras)]
@@ -146,7 +134,7 @@ def test_each_marker_is_evaluated_for_the_extras_it_names_only() -> None:
 
     extras = [f"feature{i}" for i in range(40)]
     requires = tuple(f'dep{i}-{j} ; extra == "{e}"' for i, e in enumerate(extras) for j in range(3))
-    dist = _dist(requires)
+    dist = bare("app", "1", *requires)
     before = requirements._marker_holds.cache_info().misses
     for e in extras:
         assert [r.name for r, _ in applicable(dist, LINUX_311, frozenset({e}))] == [
@@ -187,7 +175,7 @@ def test_closure_through_edges_read_once_equals_walking(seed: int) -> None:
             dep = rng.choice([*names, "absent"])
             marker = rng.choice(markers)
             reqs.append(f"{dep.upper() if rng.random() < 0.2 else dep}{marker}")
-        dists[DistName(n)] = _dist(tuple(reqs), n)
+        dists[DistName(n)] = bare(n, "1", *reqs)
     extras = {DistName(n): frozenset(rng.sample(["x", "y"], rng.randint(0, 2))) for n in names}
     for _ in range(5):
         roots = [DistName(r) for r in rng.sample([*names, "absent"], rng.randint(1, 3))]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cudafix.env.inventory import Distribution
-from cudafix.model.names import DistName, EnvPath, normalize_name
+from cudafix.model.names import DistName
 from cudafix.model.plan import RequirementBreak
 from cudafix.plan.requirements import (
     check_requirements,
@@ -11,6 +11,7 @@ from cudafix.plan.requirements import (
     requested_extras,
     requirement_closure,
 )
+from tests.support.facts import bare
 
 LINUX_311 = {
     "python_version": "3.11",
@@ -23,30 +24,17 @@ LINUX_311 = {
 }
 
 
-def _dist(name: str, version: str, *requires: str) -> Distribution:
-    return Distribution(
-        name=normalize_name(name),
-        version=version,
-        dist_info=EnvPath(f"site/{name}-{version}.dist-info"),
-        site_packages=EnvPath("site"),
-        installer="uv",
-        requires=requires,
-        files=(),
-        top_level=(),
-    )
-
-
 def _check(*dists: Distribution) -> tuple[RequirementBreak, ...]:
     return check_requirements({d.name: d for d in dists}, LINUX_311)
 
 
 def test_satisfied_set_is_clean() -> None:
-    assert _check(_dist("torch", "2.5.0", "nvidia-cudnn-cu12==9.1.0.70"),
-                  _dist("nvidia_cudnn_cu12", "9.1.0.70")) == ()  # fmt: skip
+    assert _check(bare("torch", "2.5.0", "nvidia-cudnn-cu12==9.1.0.70"),
+                  bare("nvidia_cudnn_cu12", "9.1.0.70")) == ()  # fmt: skip
 
 
 def test_missing_dependency() -> None:
-    (problem,) = _check(_dist("torch", "2.5.0", "Nvidia.CUDNN_cu12==9.1.0.70"))
+    (problem,) = _check(bare("torch", "2.5.0", "Nvidia.CUDNN_cu12==9.1.0.70"))
     assert problem == RequirementBreak(
         distribution=DistName("torch"),
         requirement="Nvidia.CUDNN_cu12==9.1.0.70",
@@ -55,33 +43,33 @@ def test_missing_dependency() -> None:
 
 
 def test_wrong_version() -> None:
-    (problem,) = _check(_dist("app", "1", "dep>=2,<3"), _dist("dep", "3.0"))
+    (problem,) = _check(bare("app", "1", "dep>=2,<3"), bare("dep", "3.0"))
     assert problem.distribution == "app"
     assert problem.reason == "dep 3.0 is installed, <3,>=2 is required"
 
 
 def test_installed_prerelease_satisfies() -> None:
-    assert _check(_dist("app", "1", "dep>=2"), _dist("dep", "2.1rc1")) == ()
+    assert _check(bare("app", "1", "dep>=2"), bare("dep", "2.1rc1")) == ()
 
 
 def test_extras_only_requirements_are_ignored() -> None:
-    assert _check(_dist("app", "1", "absent; extra == 'cuda'")) == ()
+    assert _check(bare("app", "1", "absent; extra == 'cuda'")) == ()
 
 
 def test_false_markers_are_ignored_true_ones_are_not() -> None:
-    app = _dist("app", "1", "winonly; sys_platform == 'win32'", "old; python_version < '3.8'")
+    app = bare("app", "1", "winonly; sys_platform == 'win32'", "old; python_version < '3.8'")
     assert _check(app) == ()
-    needed = _dist("app", "1", "linuxonly; sys_platform == 'linux' and python_version >= '3.10'")
+    needed = bare("app", "1", "linuxonly; sys_platform == 'linux' and python_version >= '3.10'")
     assert [p.reason for p in _check(needed)] == ["linuxonly is not installed"]
 
 
 def test_unparsable_requirement_is_reported_not_raised() -> None:
-    (problem,) = _check(_dist("app", "1", "not a requirement !!"))
+    (problem,) = _check(bare("app", "1", "not a requirement !!"))
     assert problem.reason.startswith("unparsable requirement")
 
 
 def test_unparsable_installed_version() -> None:
-    (problem,) = _check(_dist("app", "1", "dep>=1"), _dist("dep", "banana"))
+    (problem,) = _check(bare("app", "1", "dep>=1"), bare("dep", "banana"))
     assert problem.reason == "dep banana is not a valid version"
 
 
@@ -96,9 +84,9 @@ PLUGIN_REQS = (
 
 def test_an_extra_whose_requirements_are_all_met_is_requested_and_judged() -> None:
     dists = [
-        _dist("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
-        _dist("nvidia-cudnn-cu12", "9.28.0.42"),
-        _dist("nvidia-cufft-cu12", "11.4.1.4"),
+        bare("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
+        bare("nvidia-cudnn-cu12", "9.28.0.42"),
+        bare("nvidia-cufft-cu12", "11.4.1.4"),
     ]
     by_name = {d.name: d for d in dists}
     assert requested_extras(by_name, LINUX_311) == {"jax-cuda12-plugin": frozenset({"with-cuda"})}
@@ -115,8 +103,8 @@ def test_an_extra_whose_requirements_are_all_met_is_requested_and_judged() -> No
 
 def test_an_extra_with_a_wrong_version_is_not_requested() -> None:
     """``jax[ci]`` pins ``jaxlib==0.10.1``: a 0.10.2 jaxlib does not make it requested."""
-    dists = {d.name: d for d in [_dist("jax", "0.10.2", 'jaxlib==0.10.1; extra == "ci"'),
-                                 _dist("jaxlib", "0.10.2")]}  # fmt: skip
+    dists = {d.name: d for d in [bare("jax", "0.10.2", 'jaxlib==0.10.1; extra == "ci"'),
+                                 bare("jaxlib", "0.10.2")]}  # fmt: skip
     assert requested_extras(dists, LINUX_311) == {}
     assert check_requirements(dists, LINUX_311) == ()
 
@@ -127,9 +115,9 @@ def test_a_requested_requirement_requests_the_extras_it_names() -> None:
     dists = {
         d.name: d
         for d in [
-            _dist("jax", "0.10.2", 'jax-cuda12-plugin[with-cuda]==0.10.2; extra == "cuda12"'),
-            _dist("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
-            _dist("nvidia-cufft-cu12", "11.4.1.4"),
+            bare("jax", "0.10.2", 'jax-cuda12-plugin[with-cuda]==0.10.2; extra == "cuda12"'),
+            bare("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
+            bare("nvidia-cufft-cu12", "11.4.1.4"),
         ]
     }
     assert requested_extras(dists, LINUX_311) == {
@@ -146,16 +134,16 @@ def test_the_closure_follows_requested_extras_only() -> None:
     dists = {
         d.name: d
         for d in [
-            _dist(
+            bare(
                 "jax",
                 "0.10.2",
                 'jax-cuda12-plugin[with-cuda]==0.10.2; extra == "cuda12"',
                 'jaxlib==0.10.1; extra == "ci"',
             ),
-            _dist("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
-            _dist("nvidia-cudnn-cu12", "9.28.0.42"),
-            _dist("nvidia-cufft-cu12", "11.4.1.4"),
-            _dist("jaxlib", "0.10.2"),
+            bare("jax-cuda12-plugin", "0.10.2", *PLUGIN_REQS),
+            bare("nvidia-cudnn-cu12", "9.28.0.42"),
+            bare("nvidia-cufft-cu12", "11.4.1.4"),
+            bare("jaxlib", "0.10.2"),
         ]
     }
     extras = requested_extras(dists, LINUX_311)
@@ -173,11 +161,11 @@ def test_an_extra_naming_its_own_unmet_extras_is_not_requested() -> None:
     extra is requested and ``simple-parsing`` is no missing requirement (a real GPU venv
     reported 33 such false errors: etils, xarray, safetensors, tokenizers, transformers, jax)."""
     dists = (
-        _dist("etils", "1.13.0", 'etils[eapp]; extra == "all"', 'etils[epy]; extra == "all"',
+        bare("etils", "1.13.0", 'etils[eapp]; extra == "all"', 'etils[epy]; extra == "all"',
               'absl-py; extra == "eapp"', 'simple-parsing; extra == "eapp"',
               'typing-extensions; extra == "epy"'),
-        _dist("absl-py", "2.3.1"),
-        _dist("typing-extensions", "4.15.0"),
+        bare("absl-py", "2.3.1"),
+        bare("typing-extensions", "4.15.0"),
     )  # fmt: skip
     by_name = {d.name: d for d in dists}
     assert requested_extras(by_name, LINUX_311) == {"etils": frozenset({"epy"})}
@@ -188,9 +176,9 @@ def test_an_extra_whose_wheels_some_base_requirement_pulls_in_is_not_requested()
     """``numpyro[tpu]`` is ``jax[tpu]``: jax is there for numpyro itself, so jax being
     installed says nothing of the extra, and libtpu is not missing."""
     dists = (
-        _dist("numpyro", "0.21.0", "jax>=0.4", 'jax[tpu]; extra == "tpu"'),
-        _dist("jax", "0.11.2", "jaxlib==0.11.2", 'libtpu==0.0.48.*; extra == "tpu"'),
-        _dist("jaxlib", "0.11.2"),
+        bare("numpyro", "0.21.0", "jax>=0.4", 'jax[tpu]; extra == "tpu"'),
+        bare("jax", "0.11.2", "jaxlib==0.11.2", 'libtpu==0.0.48.*; extra == "tpu"'),
+        bare("jaxlib", "0.11.2"),
     )
     assert requested_extras({d.name: d for d in dists}, LINUX_311) == {}
     assert _check(*dists) == ()
@@ -201,11 +189,11 @@ def test_a_fully_met_sibling_extra_explains_the_plugin() -> None:
     plugin's ``with-cuda`` wheels, some absent: the plugin is explained, so the GPU build
     using the host's CUDA is no broken requirement."""
     dists = (
-        _dist("jax", "0.11.2", 'jax-cuda13-plugin[with-cuda]==0.11.2; extra == "cuda13"',
+        bare("jax", "0.11.2", 'jax-cuda13-plugin[with-cuda]==0.11.2; extra == "cuda13"',
               'jax-cuda13-plugin==0.11.2; extra == "cuda13-local"'),
-        _dist("jax-cuda13-plugin", "0.11.2", 'nvidia-cuda-nvcc>=13.0; extra == "with-cuda"',
+        bare("jax-cuda13-plugin", "0.11.2", 'nvidia-cuda-nvcc>=13.0; extra == "with-cuda"',
               'nvidia-cufft>=12.0; extra == "with-cuda"'),
-        _dist("nvidia-cufft", "12.0.0.61"),
+        bare("nvidia-cufft", "12.0.0.61"),
     )  # fmt: skip
     assert requested_extras({d.name: d for d in dists}, LINUX_311) == {
         "jax": frozenset({"cuda13-local"})
