@@ -40,3 +40,21 @@ def test_a_symlink_is_lstatted_and_statted_apart(tmp_path: Path) -> None:
     with stats.one_reading():
         assert stats.lstat(str(tmp_path / "link")).st_size == len("target")
         assert stats.stat(str(tmp_path / "link")).st_size == 3
+
+
+def test_a_scanned_entry_is_its_paths_lstat_for_the_rest_of_the_reading(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"a")
+    path = str(tmp_path / "f")
+    with stats.one_reading():
+        (entry,) = os.scandir(tmp_path)
+        scanned = stats.entry_lstat(entry)
+        (tmp_path / "f").write_bytes(b"longer")
+        assert stats.lstat(path) == scanned  # the stamp after asks what the scan saw
+        assert stats.lstats([path]) == [scanned]
+    with stats.one_reading():
+        first = stats.lstat(path)
+        (tmp_path / "f").write_bytes(b"")
+        (entry,) = os.scandir(tmp_path)
+        assert stats.entry_lstat(entry) == first  # the first answer of a reading holds
+    (entry,) = os.scandir(tmp_path)
+    assert stats.entry_lstat(entry).st_size == 0  # outside a reading: taken afresh

@@ -3,7 +3,8 @@
 A read-only command stats the same paths three times: the stamp of its last answer's read
 set (:mod:`.answers`, to see whether it holds), the walk (:mod:`.treecache`, to see what
 to read again) and the stamp it remembers its new answer with: about 19k paths each on a
-torch venv. Inside :func:`one_reading` each is taken once and given again.
+torch venv. Inside :func:`one_reading` each is taken once and given again, the walk's
+scan of a directory included (:func:`entry_lstat`).
 
 Giving an earlier stat again is safe because every stat of a reading is taken before what
 it vouches for is read: a path changed after its stat was taken is read new and stamped
@@ -63,6 +64,27 @@ def stat(path: str) -> os.stat_result:
     if taken is None:
         return os.stat(path)  # noqa: PTH116 - str paths on a hot path
     return _given(taken.stats, path, os.stat)
+
+
+def entry_lstat(entry: os.DirEntry[str]) -> os.stat_result:
+    """``entry.stat(follow_symlinks=False)``, kept as its path's :func:`lstat` for the rest
+    of the reading: a directory's scan stats each of its files, and the stamp taken after
+    (:mod:`.answers`) asks the same 19k paths again on a cold torch venv. A path statted
+    earlier in the reading keeps its first answer, as :func:`lstat` would give it."""
+    taken = _TAKEN.get()
+    if taken is None:
+        return entry.stat(follow_symlinks=False)
+    found = taken.lstats.get(entry.path)
+    if found is None:
+        try:
+            found = entry.stat(follow_symlinks=False)
+        except OSError as exc:
+            taken.lstats[entry.path] = exc
+            raise
+        taken.lstats[entry.path] = found
+    if isinstance(found, OSError):
+        raise type(found)(found.errno, found.strerror, entry.path)
+    return found
 
 
 def lstats(paths: Sequence[str]) -> list[os.stat_result | None]:

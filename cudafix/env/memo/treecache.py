@@ -333,7 +333,7 @@ def _scan(full: str, rel: str, key: DirKey) -> _Listing:
                     if rel or entry.name != STATE_DIR_NAME:  # cudafix's own state is not the venv's
                         subdirs.append(entry.name)
                     continue
-                st = entry.stat(follow_symlinks=False)
+                st = stats.entry_lstat(entry)
                 link = os.readlink(entry.path) if stat.S_ISLNK(st.st_mode) else None  # noqa: PTH115
             except OSError:
                 continue
