@@ -15,7 +15,6 @@ import posixpath
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -185,6 +184,8 @@ def own_dependencies(prefix: Path) -> frozenset[DistName]:
     """cudafix and everything it imports, when it runs from inside the target."""
     if Path(sys.prefix).resolve() != prefix.resolve():
         return frozenset()
+    from importlib import metadata  # 7 ms, asked only where cudafix runs inside the target
+
     seen: set[DistName] = set()
     todo = ["cudafix"]
     while todo:

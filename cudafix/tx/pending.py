@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from cudafix.env.statedir import StateDir, TxDir
-from cudafix.tx import journal
 from cudafix.tx.lock import is_held
 
 
@@ -57,6 +56,8 @@ def _is_pending(tx: TxDir) -> bool | None:
 
 
 def _needs_recovery(tx: TxDir) -> bool:
+    from cudafix.tx import journal  # its step types cost a fresh environment's doctor 15 ms
+
     final = journal.last(tx.journal)  # only the last record decides, not the plan before it
     if final is None:
         return tx.snapshot.exists() or tx.manifest.exists()

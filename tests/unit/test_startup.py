@@ -59,3 +59,27 @@ def test_the_boundary_serves_the_flows_and_the_refusal_check() -> None:
     assert app.run_command is run_command
     assert app.TargetArgs is TargetArgs
     assert app.refuse_unless_allowed is refuse_unless_allowed
+
+
+_FRESH = """\
+import sys
+from pathlib import Path
+from cudafix.gather import own_dependencies
+from cudafix.tx.pending import unfinished
+assert unfinished(Path(sys.argv[1])) == ([], [])
+assert own_dependencies(Path(sys.argv[1])) == frozenset()
+print("\\n".join(sys.modules), file=sys.stderr)
+"""
+
+
+def test_a_fresh_environment_is_read_without_the_journal_or_importlib_metadata(
+    tmp_path: Path,
+) -> None:
+    """With no transaction to ask about, a ``doctor`` does not import the journal's step
+    types; outside the target it never asks ``importlib.metadata`` for its own."""
+    argv = [sys.executable, "-c", _FRESH, str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    loaded = set(done.stderr.split())
+    assert "cudafix.gather" in loaded and "cudafix.tx.pending" in loaded
+    heavy = {"cudafix.tx.journal", "cudafix.tx.steps", "importlib.metadata"}
+    assert not heavy & loaded, sorted(heavy & loaded)
