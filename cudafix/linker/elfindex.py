@@ -50,8 +50,9 @@ class ElfIndex:
 
 def read_elf_nofollow(path: str) -> ElfInfo | ElfProblem:
     """The index never reads through a symlink (it could point out of the environment); it
-    reads each object's soname literals too, cached with the rest."""
-    return read_elf(path, follow_symlinks=False, literals=True)
+    reads each object's soname literals too, cached with the rest. Only a library-named
+    file is searched for a linker script: in any other, one is no finding (:func:`_build`)."""
+    return read_elf(path, follow_symlinks=False, literals=True, scripts=is_so_name(path))
 
 
 def index_environment(

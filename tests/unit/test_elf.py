@@ -14,7 +14,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_E_MACHINE
 from elftools.elf.hash import ELFHashTable, GNUHashTable
 
-from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf
+from cudafix.linker.elf import NO_MAGIC, ElfInfo, ElfProblem, read_elf
 from cudafix.linker.ldcache import (
     DEBIAN_X86_64,
     entries_for,
@@ -66,6 +66,23 @@ def test_linker_script_and_plain_text(tmp_path: Path) -> None:
     assert read_elf(script) == ElfProblem("linker-script", read_elf(script).detail)
     result = read_elf(text)
     assert isinstance(result, ElfProblem) and result.reason == "not-elf"
+
+
+def test_without_scripts_a_file_without_magic_is_not_elf_and_a_cut_one_still_truncated(
+    tmp_path: Path,
+) -> None:
+    """``scripts=False`` (the index, for a file no linker looks for by name) skips only
+    the search for a linker script."""
+    script = tmp_path / "notes.txt"
+    script.write_text("/* GNU ld script */\nGROUP ( /lib/libc.so.6 )\n")
+    assert read_elf(script) == ElfProblem("linker-script", read_elf(script).detail)
+    assert read_elf(script, scripts=False) == NO_MAGIC
+    cut = tmp_path / "plugin"
+    cut.write_bytes(b"\x7fEL")
+    cut_short = read_elf(cut, scripts=False)
+    assert isinstance(cut_short, ElfProblem) and cut_short.reason == "truncated"
+    good = lib(tmp_path / "libgood.so.1")
+    assert isinstance(read_elf(good, scripts=False), ElfInfo)
 
 
 def test_every_cut_is_truncated(tmp_path: Path) -> None:
