@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from cudafix.flows.applying import execute
     from cudafix.flows.log import gc, history, recover, show, undo, undo_preview
     from cudafix.flows.planning import (
+        Planned,
         plan_install,
         plan_remove,
         plan_repair,
@@ -70,6 +71,7 @@ _FLOWS = {
         "remember_answer",
     ),
     "cudafix.flows.planning": (
+        "Planned",
         "plan_remove",
         "plan_repair",
         "plan_install",
@@ -101,6 +103,7 @@ __all__ = [
     "InstallArgs",
     "LiveArgs",
     "OnEvent",
+    "Planned",
     "ReadSet",
     "RemoveArgs",
     "RunArgs",

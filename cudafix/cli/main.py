@@ -89,7 +89,6 @@ from cudafix.model.errors import (
 if TYPE_CHECKING:
     from importlib.abc import Traversable
 
-    from cudafix.model.plan import Plan
     from cudafix.model.transaction import UndoPreview
 
 
@@ -210,7 +209,7 @@ def remove(
 
 
 def _remove(request: app.RemoveArgs, flags: PlanFlags) -> None:
-    def plan(on_event: app.OnEvent) -> Plan:
+    def plan(on_event: app.OnEvent) -> app.Planned:
         return app.plan_remove(
             flags.facts,
             request,
@@ -224,11 +223,11 @@ def _remove(request: app.RemoveArgs, flags: PlanFlags) -> None:
 
         def dry_run(on_event: app.OnEvent) -> Computed:
             made = plan(on_event)
-            staged = bool(made.reinstall or made.install)  # its answer depends on an index
-            return Computed(dry_run_answer(made, flags), keep=not staged)
+            staged = bool(made.plan.reinstall or made.plan.install)  # it depends on an index
+            return Computed(dry_run_answer(made.plan, flags), keep=not staged, read=made.read)
 
         answer_once(flags.facts, ("remove", request, flags, OUTPUT.argv, can_ask()), dry_run)
-    present_and_apply(plan(echo_event), flags)
+    present_and_apply(plan(echo_event).plan, flags)
 
 
 @cli.command(epilog=EXIT_CODES_HELP)

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from cudafix.env.memo.answers import ReadSet
 from cudafix.env.target import interpreter
 from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
 from cudafix.fetch.staging import Pin, Staging, stage
-from cudafix.flows.target import check_pending, locate, open_target, read_facts
+from cudafix.flows.target import check_pending, facts_read_set, locate, open_target, read_facts
 from cudafix.gather import with_hashes, with_staging
 from cudafix.model.args import FactArgs, InstallArgs, RemoveArgs, TargetArgs
 from cudafix.model.commands import cudafix_argv, venv_flags
@@ -110,6 +111,17 @@ def _stage(facts: Facts, pins: Sequence[Pin], sources: Sources) -> Staging:
     return stage(python, pins, sources, inv.site_packages[0])
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A plan, and what it was read from."""
+
+    plan: Plan
+    read: ReadSet
+    """The walk's paths and the host files the planning consulted
+    (:func:`~cudafix.flows.target.facts_read_set`): a dry run's answer is remembered by
+    them, with no second reading of the tree cache to learn them."""
+
+
 def plan_remove(
     args: FactArgs,
     request: RemoveArgs,
@@ -118,9 +130,9 @@ def plan_remove(
     *,
     mutating: bool,
     on_event: OnEvent = quiet,
-) -> Plan:
+) -> Planned:
     """The plan for removing what ``request`` selects (``mutating``: it will be applied)."""
-    _target, facts = open_target(args, mutating=mutating, on_event=on_event)
+    target, facts = open_target(args, mutating=mutating, on_event=on_event)
     inventory = facts.inventory
     versions = {n: d.version for n, d in inventory.distributions.items()}
     names = select(
@@ -133,7 +145,10 @@ def plan_remove(
         keep_shared=request.keep_shared,
         allow_broken_requirements=request.allow_broken_requirements,
     )
-    return _plan(facts, Request(names, request.selectors, options), sources, on_event)
+    plan = _plan(facts, Request(names, request.selectors, options), sources, on_event)
+    return Planned(
+        plan, facts_read_set(args, target, facts.read_paths, host=facts.host.consulted())
+    )
 
 
 def plan_repair(

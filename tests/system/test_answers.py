@@ -141,6 +141,26 @@ def test_a_change_to_the_environment_is_answered_afresh(
     assert fresh == _cold(built)
 
 
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_dry_run_is_planned_afresh_after_each_change(
+    scenario: Callable[..., BuiltScenario], change: str
+) -> None:
+    """A dry run is remembered by what its own planning read (``Planned.read``): each
+    change to it makes the next dry run plan again, as a cold one would."""
+    built = scenario("incident")
+    _first_runs(built)
+    dry = ["remove", "nvidia-cudnn-cu13", "--dry-run", "--no-fetch", "-v", "--venv", built.venv]
+    cudafix(*dry)
+    again = cudafix(*dry)
+    assert GIVEN_AGAIN in again.stderr
+    CHANGES[change](built)
+    fresh = cudafix(*dry)
+    assert GIVEN_AGAIN not in fresh.stderr  # uv's uninstall took the very distribution
+    shutil.rmtree(StateDir(built.venv).cache)
+    cold = cudafix(*dry)
+    assert (fresh.returncode, fresh.stdout) == (cold.returncode, cold.stdout)
+
+
 def test_what_lies_outside_the_environment_is_part_of_the_question(
     scenario: Callable[..., BuiltScenario], tmp_path: Path
 ) -> None:

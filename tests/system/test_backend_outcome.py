@@ -51,7 +51,7 @@ def _plan(venv: Path, wheelhouse: Path, selector: str, **how: bool) -> Plan:
     sources = Sources(offline=True, find_links=(str(wheelhouse),))
     request = app.RemoveArgs((selector,), **how)
     target = app.FactArgs(app.TargetArgs(venv=str(venv)))
-    return app.plan_remove(target, request, sources, "uv", mutating=True)
+    return app.plan_remove(target, request, sources, "uv", mutating=True).plan
 
 
 @pytest.mark.parametrize(
