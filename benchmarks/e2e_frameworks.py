@@ -30,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import uv
-
 from benchmarks import machine
 from benchmarks.e2e_real import Run, user_env
 from benchmarks.ldd_compare import compare
+from benchmarks.proc import uv_argv
 from benchmarks.sections import cudafix_argv
 from benchmarks.stats import table
 
@@ -119,10 +118,6 @@ TORCH_ORACLE = "import torch; print(torch.__version__, torch.version.cuda)"
 def cache_dir() -> Path:
     configured = os.environ.get("CUDAFIX_REAL_CACHE")
     return Path(configured) if configured else Path.home() / ".cache" / "cudafix-real"
-
-
-def uv_argv(*args: str | Path) -> list[str | Path]:
-    return [uv.find_uv_bin(), *args]
 
 
 def build(run: Run, root: Path, name: str, spec: str, python3: str) -> Path:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from benchmarks import e2e_frameworks as fw
 from benchmarks.e2e_real import Run, user_env
+from benchmarks.proc import uv_argv
 from cudafix.linker.runtime import RUNTIME_TABLE_VARIABLE, RuntimeTable
 from cudafix.model.names import normalize_name
 
@@ -204,7 +205,7 @@ def broken(run: Run, work: Path, base: Path, stack: Stack, lib: Library, stub: P
     before = fw.cudafix(run, f"{name}: cudafix doctor (before)", "doctor", "--venv", venv)
     run.check(f"{name}: doctor exits 0 before", before.returncode == 0, fw.problems(before))
     run.step(f"{name}: uv pip uninstall {lib.dist}",
-             fw.uv_argv("pip", "uninstall", "--python", python, lib.dist))  # fmt: skip
+             uv_argv("pip", "uninstall", "--python", python, lib.dist))  # fmt: skip
     run.check(f"{name}: the loader fails after the plain uninstall",
               not oracle(run, f"{name}: oracle after uninstall", venv, stack, stub))  # fmt: skip
     doctor = fw.cudafix(run, f"{name}: cudafix doctor (broken)", "doctor", "--venv", venv)

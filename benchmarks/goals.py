@@ -29,10 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import uv
-
 from benchmarks import fixtures, sections
-from benchmarks.proc import Timed, check, timed
+from benchmarks.proc import Timed, check, timed, uv_argv
 from benchmarks.stats import median, table
 
 
@@ -43,10 +41,6 @@ class Wheel:
 
     pin: str
     index_url: str
-
-
-def _uv_argv(*args: str | Path) -> list[str | Path]:
-    return [uv.find_uv_bin(), *args]
 
 
 def _archives(cache: Path) -> int:
@@ -66,7 +60,7 @@ def _one(m: dict[str, list[float]], key: str, done: Timed) -> None:
     m[key].append(done.seconds)
 
 
-def _version(venv: Path, dist: str) -> str:
+def installed_version(venv: Path, dist: str) -> str:
     """The installed version of ``dist`` in ``venv`` (from its dist-info directory name)."""
     site = next((venv / "lib").glob("python3*/site-packages"))
     stem = dist.replace("-", "_").lower()
@@ -89,7 +83,7 @@ def goal_runs(
     it comes back from."""
     m: dict[str, list[float]] = defaultdict(list)
     change_dist = change[0] if change else "mpmath"
-    version = _version(pristine, change_dist)
+    version = installed_version(pristine, change_dist)
     for i in range(env.runs):
         a = fixtures.link_copy(pristine, env.work / "goal-a")
         b = fixtures.link_copy(pristine, env.work / "goal-b")
@@ -111,11 +105,11 @@ def goal_runs(
         _one(m, "doctor/recomputed", sections.cli(doctor, ok=(0, 1)))
         py = a / "bin" / "python"
         uv_env = {**os.environ, "UV_DEFAULT_INDEX": change[1]} if change else None
-        check(timed(_uv_argv("pip", "uninstall", "--python", py, change_dist)))
+        check(timed(uv_argv("pip", "uninstall", "--python", py, change_dist)))
         _one(m, "change/removed", sections.cli(doctor, ok=(0, 1)))
         _one(m, "walk/removed", sections.inproc("walk", a)[0])
         pin = f"{change_dist}=={version}"
-        check(timed(_uv_argv("pip", "install", "--python", py, pin), env=uv_env))
+        check(timed(uv_argv("pip", "install", "--python", py, pin), env=uv_env))
         _one(m, "change/installed", sections.cli(dry, ok=(0, 3)))
         _one(m, "walk/installed", sections.inproc("walk", a)[0])
         sections.settle()
@@ -130,7 +124,7 @@ def goal_runs(
             sections.cli(run)
         _one(m, "run/sixth", sections.cli(run))
         ours: list[str | Path] = ["remove", tx_dist, "--yes", "--no-probe", "--venv", a]
-        theirs = _uv_argv("pip", "uninstall", "--python", b / "bin" / "python", tx_dist)
+        theirs = uv_argv("pip", "uninstall", "--python", b / "bin" / "python", tx_dist)
         for who in ("cudafix", "uv") if i % 2 == 0 else ("uv", "cudafix"):
             done = sections.cli(ours) if who == "cudafix" else check(timed(theirs))
             _one(m, f"tx/{who}", done)
@@ -175,7 +169,7 @@ def cache_growth(
     shutil.rmtree(plain, ignore_errors=True)
     py = venv / "bin" / "python"
     for _ in range(3):
-        again = _uv_argv("pip", "install", "--reinstall", "--python", py, wheel.pin)
+        again = uv_argv("pip", "install", "--reinstall", "--python", py, wheel.pin)
         check(timed(again, env={**os.environ, **index, "UV_CACHE_DIR": str(plain)}))
         out["uv"].append(_archives(plain))
     shutil.rmtree(venv, ignore_errors=True)

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import uv
+
 
 @dataclass(frozen=True)
 class Timed:
@@ -60,3 +62,8 @@ def check(done: Timed, allowed: Sequence[int] = (0,)) -> Timed:
             + "\n".join(tail)
         )
     return done
+
+
+def uv_argv(*args: str | Path) -> list[str | Path]:
+    """The bundled uv binary with ``args``: the uv cudafix itself runs."""
+    return [uv.find_uv_bin(), *args]

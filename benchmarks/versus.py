@@ -21,6 +21,12 @@ baseline process of the same copy. ``--scenario`` runs on ``make bench``'s synth
 ``large`` venv (built once under ``--work``) where the real venv is not at hand:
 
     python -m benchmarks.versus --base CHECKOUT --what doctor --scenario --runs 5
+
+``--what uv`` measures goals 2 and 5 as ``goals`` does, per run and checkout in the same
+alternation, on the real venv: past a ``doctor`` and a remembered ``remove PLAN_DIST
+--dry-run``, ``uv pip uninstall CHANGE_DIST`` then a timed ``doctor``; ``uv pip install`` of
+it again then the timed dry run; then a timed ``remove TX_DIST --yes --no-probe``, over
+``uv pip uninstall TX_DIST`` of an identical copy timed right before it.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ import sys
 from pathlib import Path
 
 from benchmarks import fixtures, sections
-from benchmarks.proc import Timed, check, timed
+from benchmarks.goals import installed_version
+from benchmarks.proc import Timed, check, timed, uv_argv
 from benchmarks.real import DEFAULT_VENV
 from benchmarks.stats import median, spread, table
 
@@ -92,23 +99,75 @@ def _doctor_side_by_side(
     return got
 
 
+UV_STEPS = ("uninstalled", "installed", "remove")
+"""``--what uv``'s timed runs: ``doctor`` after uv's uninstall, the dry run after uv's
+install, ``remove --yes`` over uv's uninstall."""
+
+
+def _uv_side_by_side(
+    trees: dict[str, Path], venv: Path, work: Path, runs: int, dists: tuple[str, str, str]
+) -> dict[str, dict[str, list[float]]]:
+    """Per checkout and step of :data:`UV_STEPS`, seconds (``remove``: over uv's); and the
+    walk right after each change, as ``goals`` takes it."""
+    plan_dist, change_dist, tx_dist = dists
+    pin = f"{change_dist}=={installed_version(venv, change_dist)}"
+    got: dict[str, dict[str, list[float]]] = {
+        k: {s: [] for s in (*UV_STEPS, "walk")} for k in trees
+    }
+    for i in range(runs):
+        for name in list(trees) if i % 2 == 0 else list(reversed(trees)):
+            copy = fixtures.link_copy(venv, work / name)
+            twin = fixtures.link_copy(venv, work / f"{name}-uv")
+            py, tree, steps = copy / "bin" / "python", trees[name], got[name]
+            dry: list[str | Path] = ["remove", plan_dist, "--dry-run", "--venv", copy]
+            sections.settle()
+            _cli(tree, "doctor", "--venv", copy, ok=(0, 1))
+            sections.settle()
+            _cli(tree, "doctor", "--venv", copy, ok=(0, 1))
+            _cli(tree, *dry, ok=(0, 3))
+            check(timed(uv_argv("pip", "uninstall", "--python", py, change_dist)))
+            steps["uninstalled"].append(_cli(tree, "doctor", "--venv", copy, ok=(0, 1)).seconds)
+            steps["walk"].append(sections.inproc("walk", copy)[0].seconds)
+            check(timed(uv_argv("pip", "install", "--offline", "--python", py, pin)))
+            steps["installed"].append(_cli(tree, *dry, ok=(0, 3)).seconds)
+            theirs = uv_argv("pip", "uninstall", "--python", twin / "bin" / "python", tx_dist)
+            bare = check(timed(theirs)).seconds
+            ours = _cli(tree, "remove", tx_dist, "--yes", "--no-probe", "--venv", copy)
+            steps["remove"].append(ours.seconds - bare)
+            fixtures.remove_tree(twin)
+    return got
+
+
+def _print_steps(
+    trees: dict[str, Path],
+    got: dict[str, dict[str, list[float]]],
+    labels: dict[str, str],
+    over: frozenset[str] = frozenset(),
+) -> None:
+    """One row per step and checkout (its ratio to the walk, or for a step in ``over``, the
+    seconds over the bare command), then this / base."""
+    rows = []
+    for step in labels:
+        for name in trees:
+            walk = median(got[name]["walk"])
+            to_walk = "" if step in over else f", {median(got[name][step]) / walk:.2f}x the walk"
+            rows.append(
+                [labels[step], f"{name} ({trees[name]})", spread(got[name][step]) + to_walk]
+            )
+        ratio = median(got["this"][step]) / median(got["base"][step])
+        rows.append([labels[step], "this / base", f"{ratio:.2f}x"])
+    walks = [w for name in trees for w in got[name]["walk"]]
+    print(table(["measure", "checkout", "seconds (median, min-max), ratio to the walk"], rows))
+    print(f"\nwalk+sniff of the same copies: {spread(walks)}")
+
+
 def _print_doctor(trees: dict[str, Path], got: dict[str, dict[str, list[float]]]) -> None:
     labels = {
         "first": "first doctor on a cp -al copy",
         "warm": "warm doctor computing its answer",
         "changed": "doctor after one library replaced",
     }
-    rows = []
-    for step in DOCTOR_STEPS:
-        for name in trees:
-            walk = median(got[name]["walk"])
-            cell = f"{spread(got[name][step])}, {median(got[name][step]) / walk:.2f}x the walk"
-            rows.append([labels[step], f"{name} ({trees[name]})", cell])
-        ratio = median(got["this"][step]) / median(got["base"][step])
-        rows.append([labels[step], "this / base", f"{ratio:.2f}x"])
-    walks = [w for name in trees for w in got[name]["walk"]]
-    print(table(["measure", "checkout", "seconds (median, min-max), ratio to the walk"], rows))
-    print(f"\nwalk+sniff of the same copies: {spread(walks)}")
+    _print_steps(trees, got, labels)
 
 
 def main() -> int:
@@ -118,7 +177,12 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=None, help="where copies go (default: beside it)")
     p.add_argument("--runs", type=int, default=6)
     p.add_argument("--kept", type=int, default=0, help="untimed runs committed first")
-    p.add_argument("--what", choices=("run", "doctor"), default="run", help="what is measured")
+    p.add_argument(
+        "--what", choices=("run", "doctor", "uv"), default="run", help="what is measured"
+    )
+    p.add_argument("--plan-dist", default="nvidia-cusparselt-cu13", help="--what uv: dry run's")
+    p.add_argument("--change-dist", default="mpmath", help="--what uv: uninstalled, installed")
+    p.add_argument("--tx-dist", default="pip", help="--what uv: removed with --yes")
     p.add_argument("--scenario", action="store_true", help="the synthetic large venv instead")
     p.add_argument("--files", type=int, default=20000, help="--scenario: files in the venv")
     args = p.parse_args()
@@ -133,6 +197,20 @@ def main() -> int:
     if args.what == "doctor":
         try:
             _print_doctor(trees, _doctor_side_by_side(trees, args.venv, work, args.runs))
+        finally:
+            for name in trees:
+                shutil.rmtree(work / name, ignore_errors=True)
+        return 0
+    if args.what == "uv":
+        dists = (args.plan_dist, args.change_dist, args.tx_dist)
+        labels = {
+            "uninstalled": "doctor right after uv pip uninstall",
+            "installed": "remove --dry-run right after uv pip install of it again",
+            "remove": "remove --yes --no-probe, over uv pip uninstall",
+        }
+        try:
+            got_uv = _uv_side_by_side(trees, args.venv, work, args.runs, dists)
+            _print_steps(trees, got_uv, labels, over=frozenset({"remove"}))
         finally:
             for name in trees:
                 shutil.rmtree(work / name, ignore_errors=True)
