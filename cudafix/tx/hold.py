@@ -14,7 +14,7 @@ import os
 import resource
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudafix.env import statedir
@@ -173,7 +173,7 @@ def rebuild(prefix: Path, tx: TxDir, held: HeldState) -> tuple[Manifest, list[st
             entries.append(e)
             lost.append(e.path)
         else:
-            entries.append(replace(e, sha256=_copy_fd(fd, tx.snapshot / name)))
+            entries.append(e._replace(sha256=_copy_fd(fd, tx.snapshot / name)))
     manifest = Manifest(tuple(entries), held.manifest.listings)
     write_json(tx.manifest, manifest.to_json())
     write_atomic(tx.journal, held.journal.decode("utf-8"))

@@ -248,6 +248,6 @@ def _undo_conflicts(
     ]
     for e in manifest.entries:
         linked = e.kind == "file" and e.sha256 is None
-        if linked and mismatch(old.snapshot, replace(e, path=stored(e))) is not None:
+        if linked and mismatch(old.snapshot, e._replace(path=stored(e))) is not None:
             conflicts.append(f"{site_relative(e.path, sites)}: its snapshot was modified")
     return conflicts

@@ -129,7 +129,7 @@ def test_manifest_paths_outside_are_refused(
         data["listings"][key].append("../../../../outside")
     else:
         assert isinstance(tamper, dict)
-        written = vars(Entry(**tamper))
+        written = Entry(**tamper)._asdict()
         data["rows"].append([written[f] for f in data["fields"]])
     t.manifest.write_text(json.dumps(data))
     mid = fingerprint(prefix)

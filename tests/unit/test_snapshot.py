@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -214,7 +213,7 @@ def test_a_manifest_without_slots_reads_as_mirrored_and_a_wrong_slot_is_refused(
         "rows": [row[:at] + row[at + 1 :] for row in data["rows"]],
     }
     assert [stored(e) for e in Manifest.from_json(older).entries] == ["a", "a/b"]
-    assert stored(entries[1]) == "0/7" and stored(replace(entries[1], slot=300)) == "2/300"
+    assert stored(entries[1]) == "0/7" and stored(entries[1]._replace(slot=300)) == "2/300"
     for wrong in ({"slot": 3}, {"slot": -2}):
         rows = [list(row) for row in data["rows"]]
         rows[0 if wrong["slot"] == 3 else 1][at] = wrong["slot"]
