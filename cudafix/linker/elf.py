@@ -292,7 +292,7 @@ def read_elf(
 
 def _read_fd(path: str | Path, fd: int, scripts: bool = True) -> ElfInfo | ElfProblem:
     head = os.pread(fd, _PAGE, 0)
-    if head[:4] != ELF_MAGIC:
+    if not is_elf(head):
         if head and len(head) < len(ELF_MAGIC) and ELF_MAGIC.startswith(head):
             return ElfProblem("truncated", f"{path}: {len(head)} bytes, cut inside the ELF magic")
         return _not_elf(path, head[:_SNIFF]) if scripts else NO_MAGIC
