@@ -74,17 +74,7 @@ def entry_lstat(entry: os.DirEntry[str]) -> os.stat_result:
     taken = _TAKEN.get()
     if taken is None:
         return entry.stat(follow_symlinks=False)
-    found = taken.lstats.get(entry.path)
-    if found is None:
-        try:
-            found = entry.stat(follow_symlinks=False)
-        except OSError as exc:
-            taken.lstats[entry.path] = exc
-            raise
-        taken.lstats[entry.path] = found
-    if isinstance(found, OSError):
-        raise type(found)(found.errno, found.strerror, entry.path)
-    return found
+    return _given(taken.lstats, entry.path, lambda _path: entry.stat(follow_symlinks=False))
 
 
 def lstats(paths: Sequence[str]) -> list[os.stat_result | None]:
