@@ -316,10 +316,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _pump(channels: list[_Channel], wait: float) -> None:
-    """Copy what is ready from each channel to its echo and tail; drop channels at EOF."""
-    if not channels:
-        time.sleep(wait)
-        return
+    """Copy what is ready from each channel to its echo and tail; drop channels at EOF.
+    ``channels`` is never empty: once all are closed, :func:`_wait` waits on the process."""
     poller = select.poll()  # not select(): a held snapshot puts pipes above fd 1024
     for c in channels:
         poller.register(c.parent, select.POLLIN)
