@@ -13,7 +13,7 @@ import hashlib
 import os
 import resource
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,20 +88,10 @@ def hold_state(tx: TxDir, manifest: Manifest, opened: Opened | None = None) -> H
     held = HeldState(opened.fds, manifest, read_bytes(tx.journal))
     rest = sorted(opened.unheld)
     held.missed = len(rest)
-    with contextlib.suppress(OSError), _store(tx) as store:
+    with contextlib.suppress(OSError, UnsafeState), statedir.open_dir(tx.snapshot) as store:
         held.missed = sum(opened.hold(name, store) is None for name in rest)
     held.settled = _settled(tx, held.fds)
     return held
-
-
-@contextlib.contextmanager
-def _store(tx: TxDir) -> Iterator[int]:
-    """The transaction's store, open (never followed)."""
-    fd = os.open(tx.snapshot, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
 
 
 def _settled(tx: TxDir, names: Iterable[str]) -> dict[str, tuple[int, int, int]]:
