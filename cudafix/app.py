@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from cudafix.env.memo.stats import one_reading
     from cudafix.env.memo.warm import recall_answer
     from cudafix.flows.applying import execute
+    from cudafix.flows.dryrun import kept_plan, plan_shown, remove_plan_key
     from cudafix.flows.log import gc, history, recover, show, undo, undo_preview
     from cudafix.flows.planning import (
         Planned,
@@ -80,6 +81,7 @@ _FLOWS = {
         "read_plan",
     ),
     "cudafix.flows.applying": ("execute",),
+    "cudafix.flows.dryrun": ("remove_plan_key", "kept_plan", "plan_shown"),
     "cudafix.flows.running": ("run_command",),
     "cudafix.flows.log": ("recover", "history", "show", "undo", "undo_preview", "gc"),
 }
@@ -115,6 +117,7 @@ __all__ = [
     "execute",
     "gc",
     "history",
+    "kept_plan",
     "locate",
     "one_reading",
     "open_target",
@@ -123,12 +126,14 @@ __all__ = [
     "plan_repair",
     "plan_saved",
     "plan_script",
+    "plan_shown",
     "read_facts",
     "read_plan",
     "recall_answer",
     "recover",
     "refuse_unless_allowed",
     "remember_answer",
+    "remove_plan_key",
     "run_command",
     "show",
     "target_flags",

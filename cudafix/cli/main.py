@@ -219,15 +219,21 @@ def _remove(request: app.RemoveArgs, flags: PlanFlags) -> None:
             on_event=on_event,
         )
 
+    def key() -> str:  # asked only where a plan is made or applied: a warm dry run is not
+        return app.remove_plan_key(flags.facts, request, flags.sources, flags.backend)
+
     if flags.dry_run and flags.out is None:
 
         def dry_run(on_event: app.OnEvent) -> Computed:
             made = plan(on_event)
             staged = bool(made.plan.reinstall or made.plan.install)  # it depends on an index
-            return Computed(dry_run_answer(made.plan, flags), keep=not staged, read=made.read)
+            answer = dry_run_answer(made.plan, flags)
+            also = app.kept_plan(key(), made.plan)
+            return Computed(answer, keep=not staged, read=made.read, also=also)
 
         answer_once(flags.facts, ("remove", request, flags, OUTPUT.argv, can_ask()), dry_run)
-    present_and_apply(plan(echo_event).plan, flags)
+    shown = None if flags.dry_run else app.plan_shown(flags.facts, key(), echo_event)
+    present_and_apply(shown or plan(echo_event).plan, flags)
 
 
 @cli.command(epilog=EXIT_CODES_HELP)

@@ -28,6 +28,7 @@ from cudafix.env.memo.answers import (
 from cudafix.env.memo.treecache import RACY_NS
 from cudafix.env.statedir import StateDir
 from scenarios import BuiltScenario
+from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import cudafix, dlopen_table
 from tests.support.venvs import settle, site_dir
 
@@ -159,6 +160,41 @@ def test_a_dry_run_is_planned_afresh_after_each_change(
     shutil.rmtree(StateDir(built.venv).cache)
     cold = cudafix(*dry)
     assert (fresh.returncode, fresh.stdout) == (cold.returncode, cold.stdout)
+
+
+PLAN_SHOWN = "the plan it showed is applied"
+
+
+def test_a_removal_applies_the_plan_its_dry_run_showed(
+    scenario: Callable[..., BuiltScenario],
+) -> None:
+    """``remove X --yes`` right after ``remove X --dry-run`` applies the plan the dry run
+    showed instead of planning again, and changes exactly what a removal that planned
+    changes; once something its planning read has changed, it plans again."""
+    shown, cold, changed = scenario("clean"), scenario("clean"), scenario("clean")
+    remove = ["remove", "nvidia-nvtx-cu12", "--no-fetch", "-v", "--venv"]
+    for built in (shown, cold, changed):
+        _first_runs(built)
+    for built in (shown, changed):
+        assert cudafix(*remove, built.venv, "--dry-run").returncode == 0
+    lib = site_dir(changed.venv) / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9"
+    os.utime(lib, ns=(lib.stat().st_atime_ns, lib.stat().st_mtime_ns + 10**9))
+
+    before = {b.venv: fingerprint(b.venv) for b in (shown, cold)}
+    applied = cudafix(*remove, shown.venv, "--yes")
+    assert applied.returncode == 0, applied.stderr
+    assert PLAN_SHOWN in applied.stderr and "simulating" not in applied.stderr
+    planned = cudafix(*remove, cold.venv, "--yes")
+    assert planned.returncode == 0, planned.stderr
+    assert PLAN_SHOWN not in planned.stderr and "simulating" in planned.stderr
+    said = [p.stdout.replace(str(b.venv), "VENV") for p, b in ((applied, shown), (planned, cold))]
+    assert said[0].splitlines()[:-2] == said[1].splitlines()[:-2]  # all but the txid
+    done = {v: diff_fingerprints(b, fingerprint(v)) for v, b in before.items()}
+    assert done[shown.venv] == done[cold.venv] != []
+
+    replanned = cudafix(*remove, changed.venv, "--yes")
+    assert replanned.returncode == 0, replanned.stderr
+    assert PLAN_SHOWN not in replanned.stderr and "simulating" in replanned.stderr
 
 
 def test_what_lies_outside_the_environment_is_part_of_the_question(
