@@ -13,11 +13,13 @@ change); ``cudafix run -- python -c pass`` against the bare command, right after
 as uv's ``.lock``, which taking uv's lock makes in a venv uv never touched, is no change they
 depend on; a sixth is the first commit past the five snapshots kept); ``cudafix remove DIST
 --yes --no-probe`` against ``uv pip uninstall DIST`` on twin copies in alternating order
-(goal 5); the peak RSS of the ``doctor`` runs (goal 6; ``make bench``'s section 5 measures
-it against RECORD size). Beside them, for an earlier goal: the unpacked wheels in a private
-``UV_CACHE_DIR`` (``archive-v0`` entries) after repeated dry runs and repairs of one plan,
-against plain ``uv pip install --reinstall`` of the same pin, and the second of those dry
-runs' seconds (its wheel in uv's cache).
+(goal 5), and on a third copy the same ``remove`` right after its ``--dry-run`` (for
+information: the user's way, which applies the plan the dry run showed); the peak RSS of
+the ``doctor`` runs (goal 6; ``make bench``'s section 5 measures it against RECORD size).
+Beside them, for an earlier goal: the unpacked wheels in a private ``UV_CACHE_DIR``
+(``archive-v0`` entries) after repeated dry runs and repairs of one plan, against plain
+``uv pip install --reinstall`` of the same pin, and the second of those dry runs' seconds
+(its wheel in uv's cache).
 """
 
 from __future__ import annotations
@@ -128,6 +130,11 @@ def goal_runs(
         for who in ("cudafix", "uv") if i % 2 == 0 else ("uv", "cudafix"):
             done = sections.cli(ours) if who == "cudafix" else check(timed(theirs))
             _one(m, f"tx/{who}", done)
+        c = fixtures.link_copy(pristine, env.work / "goal-c")  # the user's way: look, then act
+        sections.settle()
+        shown: list[str | Path] = ["remove", tx_dist, "--no-probe", "--venv", c]
+        sections.cli([*shown, "--dry-run"])
+        _one(m, "tx/after-dry-run", sections.cli([*shown, "--yes"]))
         if env.drop:
             cold = fixtures.link_copy(pristine, env.work / "goal-cold")
             sections.settle()
@@ -136,8 +143,8 @@ def goal_runs(
             env.cold(cold)
             _one(m, "doctor/cold", sections.cli(["doctor", "--venv", cold], ok=(0, 1)))
             shutil.rmtree(cold, ignore_errors=True)
-        shutil.rmtree(a, ignore_errors=True)
-        shutil.rmtree(b, ignore_errors=True)
+        for copy in (a, b, c):
+            shutil.rmtree(copy, ignore_errors=True)
     return m
 
 
@@ -224,6 +231,9 @@ def summary(
     extra = {
         "run/extra": [r - c for r, c in zip(m["run/cmd"], m["bare/cmd"], strict=False)],
         "tx/extra": [o - t for o, t in zip(m["tx/cudafix"], m["tx/uv"], strict=False)],
+        "tx/extra-after-dry-run": [
+            o - t for o, t in zip(m["tx/after-dry-run"], m["tx/uv"], strict=False)
+        ],
     }
     for k in _RUNS_AFTER:
         runs = zip(m[f"run/{k}"], m["bare/cmd"], strict=False)
@@ -262,6 +272,8 @@ def summary(
         row("4", f"for information: {what}", f"run/extra-{k}", None, None, "-")
     row("5", "remove --yes --no-probe, over uv pip uninstall", "tx/extra", None,
         lambda v, r: v <= 0.5, "<= +0.5 s")  # fmt: skip
+    row("5", "for information: the same right after its dry run, over uv pip uninstall",
+        "tx/extra-after-dry-run", None, None, "-")  # fmt: skip
     if install_seconds is not None:
         rows.append(
             [
