@@ -72,6 +72,11 @@ def index_environment(
     Most files are not ELF: the index keeps only their stat key, so a warm run compares
     four integers per file and decodes nothing but the ELF objects. Only the verdicts read
     now are written, and the paths no longer there forgotten.
+
+    Bytecode (``.pyc``) is never opened: Python's import writes it and reads it as
+    bytecode, no loader looks for a library by such a name, and an in-place rewrite of it
+    is no change a warm run watches (:func:`cudafix.env.memo.treecache.watched`). A torch
+    venv holds 5.7k of them.
     """
     stored = index.elf_rows() if index is not None else {}
     plain: list[str] = []
@@ -80,7 +85,7 @@ def index_environment(
     seen: set[str] = set()
     moved: list[StatKey] = []
     for rel, stat in files.items():
-        if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/"):
+        if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/") or rel.endswith(".pyc"):
             continue
         seen.add(rel)
         key = stat_key(stat.dev, stat.ino, stat.size, stat.mtime_ns)

@@ -65,6 +65,23 @@ def test_classifies_elf_linker_scripts_and_ignores_plain_files(tmp_path: Path) -
     assert index.foreign == frozenset()
 
 
+def test_bytecode_is_never_opened(tmp_path: Path) -> None:
+    """A ``.pyc`` is never read, not even one holding an ELF object: bytecode is derived
+    data that no loader looks for by name. Every other file is."""
+    env = _env(tmp_path)
+    cache = env / "__pycache__"
+    cache.mkdir()
+    (cache / "mod.cpython-311.pyc").write_bytes(b"\xa7\r\r\n" + bytes(12))
+    (cache / "odd.cpython-311.pyc").write_bytes((env / "lib" / "libdep.so.1").read_bytes())
+    read = Counter()
+    index = _indexed(backdate(env), read=read)
+    assert read.paths and not [p for p in read.paths if p.suffix == ".pyc"]
+    assert {p.relative_to(env).as_posix() for p in read.paths} == {
+        "lib/libdep.so.1", "lib/libtop.so.1", "lib/libc.so", "mod.py",
+    }  # fmt: skip
+    assert set(index.objects) == {"lib/libdep.so.1", "lib/libtop.so.1"}
+
+
 def test_warm_scan_opens_nothing_and_changes_are_reparsed(tmp_path: Path) -> None:
     env = _env(tmp_path)
     cold = Counter()
