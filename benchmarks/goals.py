@@ -13,9 +13,10 @@ change); ``cudafix run -- python -c pass`` against the bare command, right after
 as uv's ``.lock``, which taking uv's lock makes in a venv uv never touched, is no change they
 depend on; a sixth is the first commit past the five snapshots kept); ``cudafix remove DIST
 --yes --no-probe`` against ``uv pip uninstall DIST`` on twin copies in alternating order
-(goal 5), and on a third copy the same ``remove`` right after its ``--dry-run`` (for
-information: the user's way, which applies the plan the dry run showed); the peak RSS of
-the ``doctor`` runs (goal 6; ``make bench``'s section 5 measures it against RECORD size).
+(goal 5), and on a third copy, after a ``doctor``, the same ``remove`` right after its
+``--dry-run`` (for information: the user's way; it applies the plan the dry run showed);
+the peak RSS of the ``doctor`` runs (goal 6; ``make bench``'s section 5 measures it
+against RECORD size).
 Beside them, for an earlier goal: the unpacked wheels in a private ``UV_CACHE_DIR``
 (``archive-v0`` entries) after repeated dry runs and repairs of one plan, against plain
 ``uv pip install --reinstall`` of the same pin, and the second of those dry runs' seconds
@@ -131,6 +132,7 @@ def goal_runs(
             done = sections.cli(ours) if who == "cudafix" else check(timed(theirs))
             _one(m, f"tx/{who}", done)
         c = fixtures.link_copy(pristine, env.work / "goal-c")  # the user's way: look, then act
+        sections.cli(["doctor", "--venv", c], ok=(0, 1))  # makes .cudafix/: the prefix moved
         sections.settle()
         shown: list[str | Path] = ["remove", tx_dist, "--no-probe", "--venv", c]
         sections.cli([*shown, "--dry-run"])
