@@ -12,7 +12,6 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from cudafix.env.inventory import Distribution, Inventory
 from cudafix.fetch.staging import Pin, StagedWheel
@@ -36,6 +35,7 @@ from cudafix.plan import install, verdict
 from cudafix.plan.facts import Facts, load_roots
 from cudafix.plan.preconditions import record_digest
 from cudafix.plan.requirements import Declared, check_requirements
+from cudafix.plan.shared import Fate, holders_after, reinstall_reasons, shared_losses
 from cudafix.plan.staging import is_payload
 
 
@@ -67,7 +67,7 @@ def wheels_needed(facts: Facts, request: Request) -> tuple[Pin, ...]:
     options = request.options
     local = options.offline or bool(options.find_links)
     repair = options.repair or (local and not options.keep_shared)
-    why = _reinstall_reasons(inv, deleted, request, repair=repair)
+    why = reinstall_reasons(inv, deleted, request.names, request.reinstall, repair=repair)
     pins = [(n, inv.distributions[n].version) for n in sorted(why)]
     return (*pins, *request.installs)
 
@@ -78,7 +78,8 @@ def build_plan(facts: Facts, request: Request) -> P.Plan:
         facts.inventory.prefix, facts.elf, facts.inventory.files, system=facts.host
     )
     deleted = frozenset(_deleted_paths(facts.inventory, request.names))
-    plan = _simulate(facts, view, deleted, request)
+    memo: _Resolved = {}
+    plan = _simulate(facts, view, deleted, request, memo)
     if plan.verdict == "pass" or request.options.repair or request.options.keep_shared:
         return plan
     alternatives = []
@@ -86,7 +87,7 @@ def build_plan(facts: Facts, request: Request) -> P.Plan:
         ("--repair", replace_options(request.options, repair=True)),
         ("--keep-shared", replace_options(request.options, keep_shared=True)),
     ):
-        alt = _simulate(facts, view, deleted, replace(request, options=opts))
+        alt = _simulate(facts, view, deleted, replace(request, options=opts), memo)
         if alt.verdict == "pass":
             unstaged = [
                 f"{r.name}=={r.version}"
@@ -123,19 +124,32 @@ def _does(plan: P.Plan) -> R.AlternativeDoes:
     )
 
 
+_Resolved = dict[tuple[object, ...], Mapping[EdgeKey, Edge]]
+"""The edges of the load chains of one state (``before``, or the paths gone after it), by
+that state and the roots and objects resolved. A refused removal is simulated three times
+(as asked, with ``--repair``, with ``--keep-shared``), mostly on the same state: each state
+is resolved once (a torch venv's two resolutions cost 0.1 s)."""
+
+
 def _simulate(
-    facts: Facts, view: EnvironmentView, deleted: frozenset[EnvPath], request: Request
+    facts: Facts,
+    view: EnvironmentView,
+    deleted: frozenset[EnvPath],
+    request: Request,
+    memo: _Resolved,
 ) -> P.Plan:
     """One candidate plan. ``view`` (the environment as it is) and ``deleted`` (what the
     backend deletes for ``request.names``) are shared by every simulation of one request,
-    so the loader's memo and the path scan serve them all."""
+    so the loader's memo, the path scan and the chains resolved (``memo``) serve them all."""
     inv = facts.inventory
     removed = set(request.names)
     remaining = {n: d for n, d in inv.distributions.items() if n not in removed}
     fate: Fate = "kept" if request.options.keep_shared else "deleted"
-    shared = _shared_losses(inv, deleted, removed, fate)
+    shared = shared_losses(inv, deleted, removed, fate)
     kept: list[str] = sorted(s.path for s in shared) if request.options.keep_shared else []
-    why = _reinstall_reasons(inv, deleted, request, repair=request.options.repair)
+    why = reinstall_reasons(
+        inv, deleted, request.names, request.reinstall, repair=request.options.repair
+    )
     reinstall = [
         P.Reinstall(name=n, version=remaining[n].version, reason=why[n], **_pinned(facts, n))
         for n in sorted(why)
@@ -150,7 +164,7 @@ def _simulate(
     changed = frozenset(deleted) | {EnvPath(p) for p in rewritten} | new
     clobbers = install.overwritten(inv, wheels, removed, facts.path_hashes)
     lost, switches, touched, run_time = _linkage(
-        facts, view, gone, changed, wheels, clobbers, removed
+        facts, view, gone, changed, memo, wheels, clobbers, removed
     )
     breaks = _requirement_breaks(facts, remaining, wheels)
     backend_reads = removed | {DistName(r.name) for r in reinstall}
@@ -177,7 +191,7 @@ def _simulate(
         deleted_paths=sorted(deleted - set(kept)),
         kept_paths=kept,
         rewritten_paths=rewritten,
-        holders_after=_holders_after(inv, reinstall),
+        holders_after=holders_after(inv, reinstall),
         shared_paths=shared_out,
         lost=lost,
         switches=switches,
@@ -226,76 +240,9 @@ def _simulate(
     )
 
 
-def _holders_after(inv: Inventory, reinstall: Sequence[P.Reinstall]) -> dict[str, str]:
-    """Paths several reinstalled distributions claim, and the last one to write them."""
-    writers: dict[str, str] = {}
-    claims: dict[str, int] = {}
-    for r in reinstall:
-        for e in inv.distributions[DistName(r.name)].files:
-            writers[e.path] = r.name
-            claims[e.path] = claims.get(e.path, 0) + 1
-    return {p: writers[p] for p in sorted(writers) if claims[p] > 1}
-
-
 def _deleted_paths(inv: Inventory, names: Sequence[DistName]) -> set[EnvPath]:
     """RECORD paths on disk, the dist-info dir and bytecode: what the backend deletes."""
     return {p for n in names for p in inv.iter_distribution_paths(n) if p in inv.files}
-
-
-Fate = Literal["deleted", "kept", "restored-by-reinstall"]
-
-
-def _shared_losses(
-    inv: Inventory, deleted: frozenset[EnvPath], removed: set[DistName], fate: Fate = "deleted"
-) -> list[P.SharedPath]:
-    """Co-owned paths the backend deletes that a remaining distribution claims, each with
-    ``fate`` (a reinstall that writes one back is set apart by the caller)."""
-    return [
-        P.SharedPath(
-            path=s.path,
-            owners=list(s.owners),
-            holder=s.holder,
-            remaining_owners=rest,
-            fate=fate,
-            matching=list(s.matching),
-        )
-        for s in inv.shared
-        if s.path in deleted and (rest := [str(o) for o in s.owners if o not in removed])
-    ]
-
-
-def _reinstall_reasons(
-    inv: Inventory, deleted: frozenset[EnvPath], request: Request, *, repair: bool
-) -> dict[DistName, R.ReinstallWhy]:
-    """What the plan reinstalls, with why: the request's own, and with ``repair`` the
-    remaining co-owners of deleted paths and remaining owners holding foreign bytes."""
-    if not repair:
-        return dict(request.reinstall)
-    removed = set(request.names)
-    remaining = {n: d for n, d in inv.distributions.items() if n not in removed}
-    found = _repairs(inv, _shared_losses(inv, deleted, removed), remaining)
-    return {**request.reinstall, **found}
-
-
-def _repairs(
-    inv: Inventory, shared: Sequence[P.SharedPath], remaining: Mapping[DistName, Distribution]
-) -> dict[DistName, R.ReinstallWhy]:
-    """Remaining co-owners of deleted paths, and remaining owners holding foreign bytes."""
-    deleted: dict[DistName, list[str]] = {}
-    for s in shared:
-        for owner in s.remaining_owners:
-            deleted.setdefault(DistName(owner), []).append(s.path)
-    why: dict[DistName, R.ReinstallWhy] = {
-        name: R.CoOwnsDeleted(subject=name, paths=paths) for name, paths in deleted.items()
-    }
-    for claimed in inv.shared:
-        for owner in claimed.owners:
-            holder = claimed.holder
-            if owner in remaining and holder is not None and owner not in claimed.matching:
-                why.setdefault(
-                    owner, R.HoldsForeign(subject=owner, paths=[claimed.path], holder=holder)
-                )
-    return why
 
 
 def _loader_may_see(facts: Facts, gone: frozenset[EnvPath]) -> bool:
@@ -322,6 +269,7 @@ def _linkage(
     view: EnvironmentView,
     gone: frozenset[EnvPath],
     changed: frozenset[EnvPath],
+    memo: _Resolved,
     wheels: Sequence[StagedWheel] = (),
     clobbers: Sequence[P.OverwrittenPath] = (),
     removed: Iterable[DistName] = (),
@@ -341,11 +289,16 @@ def _linkage(
         # changed and nothing the loader sees deleted, no need is lost, switched or touched.
         return [], [], set(), []
     roots = load_roots(facts, gone)
-    objects = env_objects(prefix, facts.elf, gone)
-    before = resolve_chains(roots, objects, view, facts.search, facts.dlopen).edges
-    if not unseen:
-        after_view = install.after_view(view, gone, wheels)
-        after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
+    objects = tuple(env_objects(prefix, facts.elf, gone))
+
+    def edges(state: object, on: EnvironmentView) -> Mapping[EdgeKey, Edge]:
+        if (key := (state, roots, objects)) not in memo:
+            memo[key] = resolve_chains(roots, objects, on, facts.search, facts.dlopen).edges
+        return memo[key]
+
+    before = edges("before", view)
+    if not unseen:  # staged wheels' files are in the after-state too: no key names them
+        after = edges(gone if not wheels else object(), install.after_view(view, gone, wheels))
     else:
         after = before  # nothing deleted is a file ld.so could open or stop at
     diff = diff_edges(before, after)

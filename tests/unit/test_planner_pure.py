@@ -6,6 +6,7 @@ import pytest
 
 from cudafix.cli.wording import error_context, reason_lines
 from cudafix.fetch.staging import Staging
+from cudafix.linker.linkage import resolve_chains
 from cudafix.model.errors import PlanRefused
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options
@@ -18,6 +19,7 @@ from cudafix.model.reasons import (
     RequirementBroken,
     Unfetched,
 )
+from cudafix.plan import planner
 from cudafix.plan.admit import refuse_unless_allowed
 from cudafix.plan.planner import Request, build_plan, wheels_needed
 from tests.support.facts import Dist, Lib, env, facts, wheel_of
@@ -70,6 +72,26 @@ def test_removing_a_co_owner_orphans_the_soname_and_offers_what_passes() -> None
     assert all(a.argv[-1] == "--dry-run" for a in plan.alternatives)
     assert plan.preconditions.path_hashes[env(CUDNN)] == "cudnn-13"
     assert set(plan.preconditions.records) == {"nvidia-cudnn-cu13"}
+
+
+def test_each_state_is_resolved_once_across_the_simulations_of_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refused removal is simulated three times (as asked, ``--repair``, ``--keep-shared``).
+    Where those delete the same files (nothing is shared, nothing to reinstall), the
+    environment before and after is resolved once each, not three times. Where they differ
+    (the incident), each is its own state: the plan above is unchanged."""
+    calls: list[int] = []
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return resolve_chains(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "resolve_chains", counted)
+    lone = build_plan(facts([TORCH, CU12], LIBS), Request((PIN12[0],), (PIN12[0],), Options()))
+    assert lone.verdict == "refused" and not lone.alternatives
+    assert [(lost.consumer, lost.need) for lost in lone.lost] == [(env(TORCH_LIB), "libcudnn.so.9")]
+    assert len(calls) == 2
 
 
 def test_repair_reinstalls_the_co_owner_when_its_staged_wheel_is_the_installed_build() -> None:
