@@ -7,6 +7,7 @@ one (no ``.cudafix/cache/``): the memo may only ever save time, never change an 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -282,6 +283,49 @@ def test_an_answer_of_no_ctime_outlives_a_hard_link_but_not_a_write(tmp_path: Pa
     lib.write_bytes(b"B" * 64)
     os.utime(lib, ns=(lib.stat().st_atime_ns, lib.stat().st_mtime_ns + 1_000_000_000))
     assert recall(prefix, "k", ctimes=False) is None
+
+
+def test_a_moved_directory_is_told_before_any_file_is_statted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stale answer is told by its read set's directories first (an install or uninstall
+    moves ``site-packages``): no file of the read set is statted then. A write in place,
+    which moves no directory, is still told by the whole stamp; a memo written without the
+    directories' stamp is read as before."""
+    (tmp_path / "lib").mkdir()
+    lib = tmp_path / "lib" / "libx.so"
+    lib.write_bytes(b"A" * 64)
+    read = ReadSet(("lib", "lib/libx.so"), ())
+    assert remember(tmp_path, {"k": Answer("out\n", 0)}, read, since_ns=2**62)
+    assert recall(tmp_path, "k") is not None
+    memo = json.loads(StateDir(tmp_path).answers.read_text())
+    assert memo["dirs"]["at"] == [0]
+
+    (tmp_path / "lib" / "new.py").write_text("")
+    statted: list[str] = []
+    real = os.lstat
+
+    def spy(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        statted.append(os.fspath(path))
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "lstat", spy)
+    assert recall(tmp_path, "k") is None
+    monkeypatch.undo()
+    assert f"{tmp_path}/lib" in statted and str(lib) not in statted
+
+    assert remember(tmp_path, {"k": Answer("out\n", 0)}, read, since_ns=2**62)
+    before = lib.stat()
+    with lib.open("r+b") as fh:
+        fh.write(b"B")
+    os.utime(lib, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert recall(tmp_path, "k") is None
+
+    assert remember(tmp_path, {"k": Answer("out\n", 0)}, read, since_ns=2**62)
+    memo = json.loads(StateDir(tmp_path).answers.read_text())
+    del memo["dirs"]
+    StateDir(tmp_path).answers.write_text(json.dumps(memo))
+    assert recall(tmp_path, "k") is not None
 
 
 def test_a_write_right_after_a_settled_stamp_moves_the_stamp(tmp_path: Path) -> None:

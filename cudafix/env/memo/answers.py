@@ -33,6 +33,7 @@ from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISDIR
 from typing import Any
 
 from cudafix import __version__
@@ -140,11 +141,14 @@ def recall(prefix: Path, key: str, *, ctimes: bool = True) -> Recalled | None:
         if found is None:
             return None
         read = ReadSet(tuple(data["env"]), tuple(data["host"]))
+        dirs = data.get("dirs")
+        if dirs is not None and not _dirs_hold(prefix, read, dirs, ctimes=ctimes):
+            return None  # a directory moved: the whole stamp differs too
         now = _stamp(prefix, read)
         if (now.digest if ctimes else now.quiet) != data["stamp" if ctimes else "quiet"]:
             return None
         return Recalled(Answer(str(found["out"]), int(found["code"])), read)
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         return None
 
 
@@ -184,14 +188,38 @@ def _save(prefix: Path, answers: Mapping[str, Answer], read: ReadSet, now: _Stam
     for key, answer in answers.items():
         kept.pop(key, None)
         kept[key] = {"out": answer.out, "code": answer.code}
+    dirs = _directories(prefix, read)
     body = {
         "env": list(read.env),
         "host": list(read.host),
         "stamp": now.digest,
         "quiet": now.quiet,
+        "dirs": {"at": dirs, "stamp": list(_dirs_stamp(prefix, read, dirs))},
         "answers": dict(list(kept.items())[-KEPT:]),
     }
     return save_cache(path, FORMAT, VERSION, body)
+
+
+def _directories(prefix: Path, read: ReadSet) -> list[int]:
+    """Where ``read.env`` names a directory (by its stat in this reading)."""
+    found = stats.lstats([f"{prefix}/{rel}" for rel in read.env])
+    return [i for i, st in enumerate(found) if st is not None and S_ISDIR(st.st_mode)]
+
+
+def _dirs_stamp(prefix: Path, read: ReadSet, at: Iterable[int]) -> tuple[str, str]:
+    """The stamp (and its quiet form) of the directories of ``read.env`` (at ``at``) alone:
+    the same values :func:`_stamp` takes of them, so where these differ so does the whole."""
+    now = _stamp_now(prefix, ReadSet(tuple(read.env[int(i)] for i in at), ()))
+    return now.digest, now.quiet
+
+
+def _dirs_hold(prefix: Path, read: ReadSet, dirs: Mapping[str, Any], *, ctimes: bool) -> bool:
+    """Whether the directories of a remembered read set are as they were. Installing or
+    removing a distribution moves ``site-packages``: a stale answer is told by its 2,000
+    directories, not by all 19,000 paths of a torch venv's read set."""
+    digest, quiet = _dirs_stamp(prefix, read, dirs["at"])
+    then = dirs["stamp"]
+    return bool(digest == then[0]) if ctimes else bool(quiet == then[1])
 
 
 def _joined(
