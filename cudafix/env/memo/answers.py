@@ -102,6 +102,10 @@ class _Stamp:
     (``.cudafix/``): what an answer that depends on no ctime is compared on."""
     quiet_newest_ns: int
     """The latest of what ``quiet`` holds: the environment's mtimes, the host's ctimes."""
+    dirs: tuple[int, ...] = ()
+    """Where the read set's environment paths are directories."""
+    dirs_digest: tuple[str, str] = ("", "")
+    """The digest and its quiet form of those directories alone (:func:`_dirs_hold`)."""
 
 
 def answer_key(command: Sequence[object], style: Mapping[str, object]) -> str:
@@ -188,38 +192,25 @@ def _save(prefix: Path, answers: Mapping[str, Answer], read: ReadSet, now: _Stam
     for key, answer in answers.items():
         kept.pop(key, None)
         kept[key] = {"out": answer.out, "code": answer.code}
-    dirs = _directories(prefix, read)
     body = {
         "env": list(read.env),
         "host": list(read.host),
         "stamp": now.digest,
         "quiet": now.quiet,
-        "dirs": {"at": dirs, "stamp": list(_dirs_stamp(prefix, read, dirs))},
+        "dirs": {"at": list(now.dirs), "stamp": list(now.dirs_digest)},
         "answers": dict(list(kept.items())[-KEPT:]),
     }
     return save_cache(path, FORMAT, VERSION, body)
 
 
-def _directories(prefix: Path, read: ReadSet) -> list[int]:
-    """Where ``read.env`` names a directory (by its stat in this reading)."""
-    found = stats.lstats([f"{prefix}/{rel}" for rel in read.env])
-    return [i for i, st in enumerate(found) if st is not None and S_ISDIR(st.st_mode)]
-
-
-def _dirs_stamp(prefix: Path, read: ReadSet, at: Iterable[int]) -> tuple[str, str]:
-    """The stamp (and its quiet form) of the directories of ``read.env`` (at ``at``) alone:
-    the same values :func:`_stamp` takes of them, so where these differ so does the whole."""
-    now = _stamp_now(prefix, ReadSet(tuple(read.env[int(i)] for i in at), ()))
-    return now.digest, now.quiet
-
-
 def _dirs_hold(prefix: Path, read: ReadSet, dirs: Mapping[str, Any], *, ctimes: bool) -> bool:
-    """Whether the directories of a remembered read set are as they were. Installing or
+    """Whether the directories of a remembered read set are as they were: the same values
+    :func:`_stamp` takes of them, so where these differ so does the whole. Installing or
     removing a distribution moves ``site-packages``: a stale answer is told by its 2,000
     directories, not by all 19,000 paths of a torch venv's read set."""
-    digest, quiet = _dirs_stamp(prefix, read, dirs["at"])
+    now = _stamp_now(prefix, ReadSet(tuple(read.env[int(i)] for i in dirs["at"]), ()))
     then = dirs["stamp"]
-    return bool(digest == then[0]) if ctimes else bool(quiet == then[1])
+    return bool(now.digest == then[0]) if ctimes else bool(now.quiet == then[1])
 
 
 def _joined(
@@ -281,10 +272,12 @@ _ABSENT = (-1, -1, -1, -1, -1)
 
 def _stamp_now(prefix: Path, read: ReadSet) -> _Stamp:
     values, quiet = array("q"), array("q")
+    dirs: list[int] = []
+    dir_values, dir_quiet = array("q"), array("q")  # the same values, of the directories
     newest = quiet_newest = 0
     base = f"{prefix}/"  # a str join, as the walk's: 19k paths on a torch venv
     found = stats.lstats([base + rel for rel in read.env])
-    for rel, st in zip(read.env, found, strict=True):
+    for i, (rel, st) in enumerate(zip(read.env, found, strict=True)):
         if st is None:
             values.extend(_ABSENT)
             if not rel.startswith(_OWN_STATE):
@@ -296,10 +289,17 @@ def _stamp_now(prefix: Path, read: ReadSet) -> _Stamp:
         values.append(ctime)
         if ctime > newest:
             newest = ctime
-        if not rel.startswith(_OWN_STATE):
+        own = rel.startswith(_OWN_STATE)
+        if not own:
             quiet.extend(four)
             if mtime > quiet_newest:
                 quiet_newest = mtime
+        if S_ISDIR(st.st_mode):
+            dirs.append(i)
+            dir_values.extend(four)
+            dir_values.append(ctime)
+            if not own:
+                dir_quiet.extend(four)
     for path in read.host:
         for how in (stats.lstat, stats.stat):
             st5 = _stat(path, how)
@@ -307,7 +307,8 @@ def _stamp_now(prefix: Path, read: ReadSet) -> _Stamp:
             quiet.extend(st5)
             newest = max(newest, st5[4])
             quiet_newest = max(quiet_newest, st5[4])
-    return _Stamp(_digest(values), newest, _digest(quiet), quiet_newest)
+    dirs_digest = (_digest(dir_values), _digest(dir_quiet))
+    return _Stamp(_digest(values), newest, _digest(quiet), quiet_newest, tuple(dirs), dirs_digest)
 
 
 def _stat(path: str, how: Callable[[str], os.stat_result]) -> tuple[int, ...]:
