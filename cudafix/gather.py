@@ -25,7 +25,7 @@ from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import Inventory, changed_since_record
 from cudafix.env.memo.index import FactIndex
 from cudafix.env.memo.treecache import TreeCache
-from cudafix.env.pysources import python_literals, read_source, source_literals
+from cudafix.env.pysources import python_literals
 from cudafix.env.reading import (
     find_dist_info,
     installed_versions,
@@ -36,13 +36,12 @@ from cudafix.env.scripts import read_shebangs
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, query_interpreter
 from cudafix.fetch.staging import Staging
-from cudafix.linker.elf import ELF_MAGIC, NO_MAGIC, ElfInfo, ElfProblem
-from cudafix.linker.elfindex import ElfIndex, Reader, index_environment, read_elf_nofollow
+from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostview import HostView
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path
 from cudafix.linker.runtime import RUNTIME_TABLE_VARIABLE, BoundLoads, RuntimeTable, bind
 from cudafix.model.errors import CudafixError
-from cudafix.model.names import DistName, EnvPath, Soname, is_so_name, normalize_name
+from cudafix.model.names import DistName, EnvPath, Soname, normalize_name
 from cudafix.model.plan import Plan
 from cudafix.plan.facts import Facts, elf_providers, scripts_of
 from cudafix.plan.literals import bind_literals
@@ -71,9 +70,8 @@ def gather(
     inventory = read_inventory(
         target.prefix, info.site_packages, target.python, hasher=hashes, cache=tree
     )
-    read, sources = sources_read_once()
-    elf = index_environment(target.prefix, inventory.files, index, expected=host.arch(), read=read)
-    python = python_literals(target.prefix, inventory, index, sources)
+    elf = index_environment(target.prefix, inventory.files, index, expected=host.arch())
+    python = python_literals(target.prefix, inventory, index)
     tree.watch([*elf.objects, *elf.problems, *python])  # in-place overwrites keep dir mtimes
     tree.save(state.tree_cache)
     suspects = changed_since_record(inventory, elf_providers(inventory, elf))
@@ -115,28 +113,6 @@ def gather(
         host=host,
         last_seen=last_seen,
     )
-
-
-def sources_read_once() -> tuple[Reader, dict[str, tuple[Soname, ...]]]:
-    """A reader for the ELF index that opens each Python source once for both of the
-    questions a reading asks of it: whether it is an ELF object, and which sonames it
-    spells (:func:`~cudafix.env.pysources.python_literals`, given the dict). A first
-    reading of a torch venv opens its 5.7k sources once instead of twice.
-
-    A source whose head holds (or is cut inside) the ELF magic, or whose name a linker
-    looks for, is read by :func:`read_elf_nofollow` as any other file."""
-    sources: dict[str, tuple[Soname, ...]] = {}
-
-    def read(path: str) -> ElfInfo | ElfProblem:
-        if not path.endswith(".py") or is_so_name(path):
-            return read_elf_nofollow(path)
-        data = read_source(path)
-        if data is None or ELF_MAGIC.startswith(data[: len(ELF_MAGIC)]):
-            return read_elf_nofollow(path)  # ELF, cut inside its magic, empty or unreadable
-        sources[path] = source_literals(data)
-        return NO_MAGIC
-
-    return read, sources
 
 
 def runtime_table() -> RuntimeTable:

@@ -53,18 +53,11 @@ def source_literals(data: bytes) -> tuple[Soname, ...]:
     return tuple(found)
 
 
-def python_literals(
-    prefix: Path,
-    inventory: Inventory,
-    index: FactIndex | None,
-    read_now: Mapping[str, tuple[Soname, ...]] | None = None,
-) -> Literals:
+def python_literals(prefix: Path, inventory: Inventory, index: FactIndex | None) -> Literals:
     """The soname literals of every ``.py`` file a RECORD lists and the tree holds.
 
     An unchanged file (same device, inode, size and mtime) is answered from ``index``
-    without being opened; only what was read now is written. ``read_now``: the literals of
-    sources already read in this reading, by absolute path (:func:`read_source`), which are
-    not opened again.
+    without being opened; only what was read now is written.
     """
     stored = index.literal_rows() if index is not None else {}
     base = str(prefix)  # a str join: pathlib's costs more than the read of a small file
@@ -82,9 +75,7 @@ def python_literals(
             if row is not None and row[0] == key:
                 names = tuple(Soname(n) for n in row[1].split("\n") if n)
             else:
-                path = f"{base}/{entry.path}"
-                given = read_now.get(path) if read_now is not None else None
-                names = given if given is not None else _read(path) if stat.size else ()
+                names = _read(f"{base}/{entry.path}") if stat.size else ()
                 fresh[entry.path] = (key, "\n".join(names))
             if names:
                 found[entry.path] = names
@@ -95,20 +86,13 @@ def python_literals(
 
 def _read(path: str) -> tuple[Soname, ...]:
     """The literals of one file; an unreadable one (or a symlink: never read through) has none."""
-    data = read_source(path)
-    return () if data is None else source_literals(data)
-
-
-def read_source(path: str) -> bytes | None:
-    """The first :data:`MAX_READ` bytes of a source, as the literal scan reads them; None
-    where it cannot be read (or is a symlink: never read through)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return None
+        return ()
     try:
-        return os.pread(fd, MAX_READ, 0)
+        return source_literals(os.pread(fd, MAX_READ, 0))
     except OSError:
-        return None
+        return ()
     finally:
         os.close(fd)

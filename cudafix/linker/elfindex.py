@@ -1,8 +1,10 @@
 """Which files of an environment are ELF objects, and what they need; plus a view for the loader.
 
-``index_environment`` parses every regular file once and remembers the verdict in the
-environment's index of facts (:mod:`cudafix.env.memo.index`) under its stat key (st_dev,
-st_ino, size, mtime_ns), so a second scan opens nothing that did not change.
+``index_environment`` parses every file a loader could load (:func:`loadable`: one named
+as a library, an executable, one some object needs by its exact name) once and remembers
+the verdict in the environment's index of facts (:mod:`cudafix.env.memo.index`) under its
+stat key (st_dev, st_ino, size, mtime_ns), so a second scan opens nothing that did not
+change.
 ``EnvironmentView`` answers the resolver's file lookups from the index (optionally with
 some paths removed) without touching the environment again.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cudafix.env.inventory import FileStat
-from cudafix.env.memo.index import PLAIN, ElfRow, FactIndex, StatKey, stat_key
+from cudafix.env.memo.index import PLAIN, UNREAD, ElfRow, FactIndex, StatKey, stat_key
 from cudafix.env.statedir import STATE_DIR_NAME
 from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf, verdict_from_json, verdict_to_json
 from cudafix.linker.hostview import HostView
@@ -63,20 +65,17 @@ def index_environment(
     expected: tuple[int, str],
     read: Reader = read_elf_nofollow,
 ) -> ElfIndex:
-    """Classify every regular file in ``files``; reuse the verdicts ``index`` holds for
-    files whose stat key (device, inode, size, mtime) did not move.
+    """Classify every file of ``files`` a loader could load (:func:`loadable`); reuse the
+    verdicts ``index`` holds for files whose stat key (device, inode, size, mtime) did not
+    move.
 
     ``expected``: the (ELF class, machine) the environment's interpreter runs
     (:meth:`HostView.arch <cudafix.linker.hostview.HostView.arch>`); others are foreign.
 
-    Most files are not ELF: the index keeps only their stat key, so a warm run compares
-    four integers per file and decodes nothing but the ELF objects. Only the verdicts read
-    now are written, and the paths no longer there forgotten.
-
-    Bytecode (``.pyc``) is never opened: Python's import writes it and reads it as
-    bytecode, no loader looks for a library by such a name, and an in-place rewrite of it
-    is no change a warm run watches (:func:`cudafix.env.memo.treecache.watched`). A torch
-    venv holds 5.7k of them.
+    Most files are not ELF: the index keeps only their stat key (``unread`` where no
+    loader could load them), so a warm run compares four integers per file and decodes
+    nothing but the ELF objects. Only the verdicts read now are written, and the paths
+    gone forgotten.
     """
     stored = index.elf_rows() if index is not None else {}
     plain: list[str] = []
@@ -84,23 +83,34 @@ def index_environment(
     fresh: dict[str, ElfRow] = {}
     seen: set[str] = set()
     moved: list[StatKey] = []
-    for rel, stat in files.items():
-        if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/") or rel.endswith(".pyc"):
-            continue
+    opened: list[str] = []
+
+    def keep(rel: str, stat: FileStat) -> None:
+        """A file not read: only its key, so a digest of its old bytes is forgotten."""
+        seen.add(rel)
+        key = stat_key(stat.dev, stat.ino, stat.size, stat.mtime_ns)
+        row = stored.get(rel)
+        if row is None or row[0] != key:
+            if row is not None:
+                moved.append(row[0])
+            fresh[rel] = (key, UNREAD, None)
+
+    def classify(rel: str, stat: FileStat) -> None:
         seen.add(rel)
         key = stat_key(stat.dev, stat.ino, stat.size, stat.mtime_ns)
         row = stored.get(rel)
         if row is not None and row[0] != key:
             moved.append(row[0])
-        if row is not None and row[0] == key:
+        if row is not None and row[0] == key and row[1] != UNREAD:
             if row[1] == PLAIN:
                 plain.append(rel)
-                continue
+                return
             hit = _decode(row[1], row[2])
             if hit is not None:
                 found[rel] = hit
-                continue
+                return
         verdict = read(f"{prefix}/{rel}")
+        opened.append(rel)
         if isinstance(verdict, ElfProblem) and verdict.reason == "not-elf":
             plain.append(rel)
             fresh[rel] = (key, PLAIN, None)
@@ -108,13 +118,44 @@ def index_environment(
             found[rel] = verdict
             kind, body = verdict_to_json(verdict)
             fresh[rel] = (key, kind, json.dumps(body, separators=(",", ":")))
+
+    unread: dict[str, FileStat] = {}
+    for rel, stat in files.items():
+        if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/"):
+            continue
+        if loadable(rel, stat):
+            classify(rel, stat)
+        else:
+            unread[rel] = stat
+    while asked := _named_like_a_need(unread, found.values()):
+        for name in asked:
+            classify(name, unread.pop(name))
+    for name, stat in unread.items():
+        keep(name, stat)
     gone = stored.keys() - seen
     moved += (row[0] for path in gone if (row := stored[path]) is not None)
     if index is not None and (fresh or gone) and not index.save_elf(fresh, gone, moved):
         log.debug("could not write the ELF verdicts to the index")
-    built = _build(prefix, plain, found, expected, len(fresh))
+    built = _build(prefix, plain, found, expected, len(opened))
     odd = _odd_libraries(files)
     return replace(built, problems={**built.problems, **odd}) if odd else built
+
+
+def loadable(path: str, stat: FileStat) -> bool:
+    """Whether a loader could be asked to load the file: one named as a library is
+    (``libfoo.so.1``; every extension module's name ends in ``.so``), and so is an
+    executable (any execute bit). Nothing else is opened for its ELF facts (a torch venv's
+    headers, sources and bytecode: 16k of its 22k files), nor is what it holds reported; a
+    file named like some object's DT_NEEDED entry is read too (:func:`index_environment`).
+    Literals name libraries, run-time rows load them, by names like these."""
+    return is_so_name(path) or bool(stat.mode & 0o111)
+
+
+def _named_like_a_need(unread: Mapping[str, FileStat], found: Iterable[Verdict]) -> list[str]:
+    """Files of ``unread`` whose name some object found asks for (DT_NEEDED): ld.so
+    searches for that exact name, whatever it is."""
+    needed = {n.rpartition("/")[2] for v in found if isinstance(v, ElfInfo) for n in v.needed}
+    return [rel for rel in unread if rel.rpartition("/")[2] in needed]
 
 
 def _decode(kind: str, body: str | None) -> Verdict | None:

@@ -17,6 +17,7 @@ from cudafix.linker.elfindex import (
     EnvironmentView,
     Reader,
     index_environment,
+    loadable,
     read_elf_nofollow,
 )
 from cudafix.linker.hostview import HostView
@@ -65,28 +66,48 @@ def test_classifies_elf_linker_scripts_and_ignores_plain_files(tmp_path: Path) -
     assert index.foreign == frozenset()
 
 
-def test_bytecode_is_never_opened(tmp_path: Path) -> None:
-    """A ``.pyc`` is never read, not even one holding an ELF object: bytecode is derived
-    data that no loader looks for by name. Every other file is."""
+def test_only_what_a_loader_could_load_is_read(tmp_path: Path) -> None:
+    """Files named as libraries and executables are read; headers, sources, bytecode and
+    data are not, not even one holding an ELF object, unless some object needs a file of
+    its exact name (DT_NEEDED ``plugin.bin``): ld.so looks for that name, whatever it is."""
     env = _env(tmp_path)
-    cache = env / "__pycache__"
-    cache.mkdir()
-    (cache / "mod.cpython-311.pyc").write_bytes(b"\xa7\r\r\n" + bytes(12))
-    (cache / "odd.cpython-311.pyc").write_bytes((env / "lib" / "libdep.so.1").read_bytes())
+    (env / "include").mkdir()
+    (env / "include" / "api.h").write_text("int f(void);\n")
+    (env / "__pycache__").mkdir()
+    (env / "__pycache__" / "odd.cpython-311.pyc").write_bytes(
+        (env / "lib" / "libdep.so.1").read_bytes()
+    )
+    (env / "data.bin").write_bytes((env / "lib" / "libdep.so.1").read_bytes())
+    plugin = lib(env / "plugins" / "plugin.bin", soname="plugin.bin")
+    lib(env / "plugins" / "libhost.so.1", needed=[plugin], rpath=["$ORIGIN"])
+    (env / "bin").mkdir()
+    (env / "bin" / "tool").write_text("#!/bin/sh\n")
+    (env / "bin" / "tool").chmod(0o755)
+    for c in env.rglob("*.c"):
+        c.unlink()
     read = Counter()
     index = _indexed(backdate(env), read=read)
-    assert read.paths and not [p for p in read.paths if p.suffix == ".pyc"]
-    assert {p.relative_to(env).as_posix() for p in read.paths} == {
-        "lib/libdep.so.1", "lib/libtop.so.1", "lib/libc.so", "mod.py",
+    assert sorted(p.relative_to(env).as_posix() for p in read.paths) == [
+        "bin/tool", "lib/libc.so", "lib/libdep.so.1", "lib/libtop.so.1",
+        "plugins/libhost.so.1", "plugins/plugin.bin",
+    ]  # fmt: skip
+    assert set(index.objects) == {
+        "lib/libdep.so.1", "lib/libtop.so.1", "plugins/libhost.so.1", "plugins/plugin.bin",
     }  # fmt: skip
-    assert set(index.objects) == {"lib/libdep.so.1", "lib/libtop.so.1"}
+    assert loadable("bin/tool", scan(env)[EnvPath("bin/tool")])
+    assert not loadable("include/api.h", scan(env)[EnvPath("include/api.h")])
+
+    (env / "data.bin").chmod(0o755)  # now executable, its stat key unchanged: read now
+    again = Counter()
+    assert "data.bin" in _indexed(env, read=again).objects
+    assert again.paths == [env / "data.bin"]
 
 
 def test_warm_scan_opens_nothing_and_changes_are_reparsed(tmp_path: Path) -> None:
     env = _env(tmp_path)
     cold = Counter()
     first = _indexed(env, read=cold)
-    assert len(cold.paths) == 4 and first.parsed == 4  # 2 ELF, 1 script, 1 .py (symlink: never)
+    assert len(cold.paths) == 3 and first.parsed == 3  # 2 ELF, 1 script (.py, symlink: never)
     warm = Counter()
     second = _indexed(env, read=warm)
     assert warm.paths == [] and second.parsed == 0
@@ -100,7 +121,8 @@ def test_warm_scan_opens_nothing_and_changes_are_reparsed(tmp_path: Path) -> Non
     with closing(sqlite3.connect(db)) as conn, conn:
         assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT count(*) FROM files").fetchone()[0] == 4
+        rows = dict(conn.execute("SELECT path, elf_kind FROM files"))
+        assert len(rows) == 4 and rows["mod.py"] == "unread"  # its key kept, never read
 
 
 def test_corrupt_or_foreign_index_is_rebuilt(tmp_path: Path) -> None:
@@ -121,7 +143,7 @@ def test_corrupt_or_foreign_index_is_rebuilt(tmp_path: Path) -> None:
         db.write_bytes(junk)
         counter = Counter()
         index = _indexed(env, read=counter)
-        assert len(counter.paths) == 4 and len(index.objects) == 2
+        assert len(counter.paths) == 3 and len(index.objects) == 2
         with closing(sqlite3.connect(db)) as conn, conn:  # built again: the next run reads nothing
             assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         again = Counter()
@@ -170,7 +192,7 @@ def test_unwritable_index_is_not_fatal(tmp_path: Path) -> None:
     for _ in range(2):  # nothing kept: every file read each time
         counter = Counter()
         index = _indexed(env, files, read=counter)
-        assert len(index.objects) == 2 and len(counter.paths) == 4
+        assert len(index.objects) == 2 and len(counter.paths) == 3
 
 
 def test_foreign_arch_reported(tmp_path: Path) -> None:
@@ -211,13 +233,13 @@ def test_many_files_warm_scan_parses_nothing(tmp_path: Path) -> None:
     env = tmp_path / "big"
     env.mkdir()
     for i in range(500):
-        (env / f"m{i}.py").write_text("x\n")
+        (env / f"libm{i}.so").write_text("x\n")
     files = scan(backdate(env))
     _indexed(env, files)
-    os.utime(env / "m7.py", ns=(1, 1))
+    os.utime(env / "libm7.so", ns=(1, 1))
     counter = Counter()
     _indexed(env, read=counter)
-    assert counter.paths == [env / "m7.py"]
+    assert counter.paths == [env / "libm7.so"]
 
 
 def test_a_name_that_is_not_utf8_is_read_each_time(tmp_path: Path) -> None:
@@ -230,7 +252,7 @@ def test_a_name_that_is_not_utf8_is_read_each_time(tmp_path: Path) -> None:
     one = _indexed(env, read=first)
     two = _indexed(env, read=second)
     assert one == two and EnvPath(odd) in two.objects
-    assert len(first.paths) == 5 and second.paths == [env / odd]
+    assert len(first.paths) == 4 and second.paths == [env / odd]
 
 
 def test_a_file_written_just_now_is_read_again(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from cudafix.env.inventory import FileStat
 from cudafix.env.memo.index import FactIndex
 from cudafix.env.pysources import python_literals, source_literals
 from cudafix.fetch.staging import Staging
-from cudafix.gather import sources_read_once
 from cudafix.linker.elf import ElfInfo, read_elf
 from cudafix.linker.elfindex import index_environment
 from cudafix.linker.hostdeps import provided_by_system
@@ -33,7 +32,7 @@ from cudafix.plan.literals import bind_literals, named_after, stem
 from cudafix.plan.planner import Request, build_plan
 from scenarios.cc import SharedObject, compile_shared
 from tests.support.facts import PREFIX, Dist, Lib, env, facts, wheel_of
-from tests.support.loadertree import ARCH, backdate, scan
+from tests.support.loadertree import backdate
 
 PLUGIN = "fw/_versions.so"
 FOO = "nvidia/foo/lib/libfoo.so.1"
@@ -471,36 +470,3 @@ def test_a_repair_probes_what_a_by_name_loader_finds_not_what_cannot_load() -> N
         (env("mathlib/_loader.py"), env(RAND)),
         (env("mathlib/_loader.py"), env(user)),
     ]
-
-
-def test_a_reading_opens_each_python_source_once(tmp_path: Path) -> None:
-    """``gather``'s reader asks a source once for both facts: the ELF index's verdicts and
-    the literals are those of two separate reads, and a source rewritten between the two
-    (same stat) still gives what the one read saw. A ``.py`` that is an ELF object, one cut
-    inside the magic, an empty one and a symlink are read as any other file."""
-    pkg = tmp_path / env("pkg")
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text('LIB = "libaaa.so.1"\n')
-    (pkg / "plain.py").write_text("x = 1\n")
-    (pkg / "empty.py").write_bytes(b"")
-    (pkg / "cut.py").write_bytes(b"\x7fEL")
-    compile_shared(SharedObject(output=pkg / "elf.py", source='const char *n = "libccc.so.2";'))
-    (pkg / "link.py").symlink_to("__init__.py")
-    files = scan(backdate(tmp_path))
-    names = ("__init__", "plain", "empty", "cut", "elf", "link")
-    inv = facts([Dist("pkg", "1.0", {f"pkg/{n}.py": "x" for n in names})]).inventory
-    inv = replace(inv, files=files)
-
-    read, sources = sources_read_once()
-    once = index_environment(tmp_path, files, None, expected=ARCH, read=read)
-    twice = index_environment(tmp_path, files, None, expected=ARCH)
-    assert once == twice
-    assert env("pkg/elf.py") in once.objects and env("pkg/cut.py") in once.problems
-    assert sorted(sources) == [f"{tmp_path}/{env(f'pkg/{n}.py')}" for n in ("__init__", "plain")]
-
-    source = pkg / "__init__.py"
-    mtime = source.lstat().st_mtime_ns
-    source.write_text('LIB = "libbbb.so.1"\n')  # same size, same inode: the stat holds
-    os.utime(source, ns=(mtime, mtime))
-    assert python_literals(tmp_path, inv, None, sources)[env("pkg/__init__.py")] == ("libaaa.so.1",)
-    assert python_literals(tmp_path, inv, None)[env("pkg/__init__.py")] == ("libbbb.so.1",)

@@ -46,6 +46,9 @@ BUSY_MS = 500
 """How long a write waits for another process's; past it the write is dropped."""
 PLAIN = "plain"
 """``files.elf_kind`` of a file read and found to have no ELF magic."""
+UNREAD = "unread"
+"""``files.elf_kind`` of a file no loader could load, never read: its key is kept, so what
+was read from its bytes before (a digest) is forgotten when it changes."""
 
 StatKey = tuple[int, int, int, int]
 """(device, inode, size, mtime_ns), each as SQLite stores it (:func:`stat_key`)."""
