@@ -121,8 +121,8 @@ def index_environment(
 
     unread: dict[str, FileStat] = {}
     for rel, stat in files.items():
-        if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/"):
-            continue
+        if stat.kind != "file" or rel.startswith(STATE_DIR_NAME + "/") or rel.endswith(".pyc"):
+            continue  # bytecode: not even its key (a warm walk does not stat it again)
         if loadable(rel, stat):
             classify(rel, stat)
         else:
@@ -145,17 +145,25 @@ def loadable(path: str, stat: FileStat) -> bool:
     """Whether a loader could be asked to load the file: one named as a library is
     (``libfoo.so.1``; every extension module's name ends in ``.so``), and so is an
     executable (any execute bit). Nothing else is opened for its ELF facts (a torch venv's
-    headers, sources and bytecode: 16k of its 22k files), nor is what it holds reported; a
-    file named like some object's DT_NEEDED entry is read too (:func:`index_environment`).
-    Literals name libraries, run-time rows load them, by names like these."""
-    return is_so_name(path) or bool(stat.mode & 0o111)
+    headers, sources and bytecode: 22k of its 22.3k files), nor is what it holds reported;
+    a file named like some object's DT_NEEDED entry is read too (:func:`index_environment`).
+    Literals name libraries, run-time rows load them, by names like these. Bytecode is not
+    even kept by its key: Python's import alone writes and reads it."""
+    return bool(stat.mode & 0o111) or (".so" in path and is_so_name(path))
 
 
 def _named_like_a_need(unread: Mapping[str, FileStat], found: Iterable[Verdict]) -> list[str]:
     """Files of ``unread`` whose name some object found asks for (DT_NEEDED): ld.so
-    searches for that exact name, whatever it is."""
-    needed = {n.rpartition("/")[2] for v in found if isinstance(v, ElfInfo) for n in v.needed}
-    return [rel for rel in unread if rel.rpartition("/")[2] in needed]
+    searches for that exact name, whatever it is. A need named as a library names no
+    unread file (those are all read), so most environments look at none of them."""
+    needed = {
+        name
+        for v in found
+        if isinstance(v, ElfInfo)
+        for n in v.needed
+        if not is_so_name(name := n.rpartition("/")[2])
+    }
+    return [rel for rel in unread if rel.rpartition("/")[2] in needed] if needed else []
 
 
 def _decode(kind: str, body: str | None) -> Verdict | None:
