@@ -198,6 +198,18 @@ def test_a_removal_applies_the_plan_its_dry_run_showed(
     assert PLAN_SHOWN not in replanned.stderr and "simulating" in replanned.stderr
 
 
+def test_a_plan_for_pip_is_made_again(scenario: Callable[..., BuiltScenario]) -> None:
+    """Whether some pip can act on the target is looked up on ``PATH`` while planning, which
+    no stamp covers: a ``--backend pip`` removal plans again after its dry run."""
+    built = scenario("clean")
+    remove = ["remove", "nvidia-nvtx-cu12", "--backend", "pip", "--no-fetch", "-v", "--venv"]
+    _first_runs(built)
+    assert cudafix(*remove, built.venv, "--dry-run").returncode == 0
+    applied = cudafix(*remove, built.venv, "--yes", "--no-probe")
+    assert applied.returncode == 0, applied.stderr
+    assert PLAN_SHOWN not in applied.stderr and "simulating" in applied.stderr
+
+
 def test_what_lies_outside_the_environment_is_part_of_the_question(
     scenario: Callable[..., BuiltScenario], tmp_path: Path
 ) -> None:
