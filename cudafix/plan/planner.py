@@ -297,10 +297,13 @@ def _linkage(
         return memo[key]
 
     before = edges("before", view)
-    if not unseen:  # staged wheels' files are in the after-state too: no key names them
-        after = edges(gone if not wheels else object(), install.after_view(view, gone, wheels))
-    else:
+    if unseen:
         after = before  # nothing deleted is a file ld.so could open or stop at
+    elif wheels:  # the staged wheels' files are in the after-state too: no key names them
+        after_view = install.after_view(view, gone, wheels)
+        after = resolve_chains(roots, objects, after_view, facts.search, facts.dlopen).edges
+    else:
+        after = edges(gone, install.after_view(view, gone, wheels))
     diff = diff_edges(before, after)
     claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
     lost = [
