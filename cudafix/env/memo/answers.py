@@ -102,9 +102,9 @@ class _Stamp:
     (``.cudafix/``): what an answer that depends on no ctime is compared on."""
     quiet_newest_ns: int
     """The latest of what ``quiet`` holds: the environment's mtimes, the host's ctimes."""
-    dirs: tuple[int, ...] = ()
+    dirs: tuple[int, ...]
     """Where the read set's environment paths are directories."""
-    dirs_digest: tuple[str, str] = ("", "")
+    dirs_digest: tuple[str, str]
     """The digest and its quiet form of those directories alone (:func:`_dirs_hold`)."""
 
 
