@@ -269,8 +269,8 @@ def read_elf(
     ``follow_symlinks=False`` refuses to open a symlink (the index must never read
     through one). ``literals`` also reads the sonames its ``.rodata`` spells.
     ``scripts=False`` gives :data:`NO_MAGIC` for any file without ELF magic, never looking
-    for a linker script in it: for a file no linker would look for by name, where a first
-    run of a torch venv would otherwise search 22k heads for nothing.
+    for a linker script in it: for a file no linker would look for by name (an executable,
+    a shell script in ``bin/`` most often), where a script would be no finding.
     """
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
