@@ -34,6 +34,14 @@ from cudafix.faults import crash_point, fail_point, hooks_armed
 from cudafix.model.errors import UnsafeState
 
 STATE_DIR_NAME = ".cudafix"
+INSTALLER_LOCK = ".lock"
+"""uv's environment lock (``<venv>/.lock``, an exclusive flock for every ``uv pip`` change)."""
+TRANSACTIONS = "transactions"
+"""The transaction log's directory in ``.cudafix/``, one directory per transaction."""
+TOOLS_STATE = frozenset({STATE_DIR_NAME, INSTALLER_LOCK})
+"""Names in the prefix that hold tools' state, not the environment's: never read as part of
+it. cudafix's first command makes ``.cudafix/`` and uv's first lock makes ``.lock``; neither
+changes an answer."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
@@ -80,7 +88,7 @@ class StateDir:
 
     @property
     def transactions(self) -> Path:
-        return self.root / "transactions"
+        return self.root / TRANSACTIONS
 
     @property
     def trash(self) -> Path:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cudafix.env.memo.answers import ReadSet, prefix_stat, settled_stamp, stamp
+from cudafix.env.memo.answers import ReadSet, settled_stamp, stamp
 from cudafix.env.memo.before import before_run_key, recall_before
 from cudafix.env.target import TargetEnv
 from cudafix.flows.probes import probe_set
@@ -194,7 +194,6 @@ def run_command(
         judge=judge,
         owners=owners,
         ready=ready,
-        taken_before=prefix_stat(target.prefix),
         accept=accept,
         timeout=live.timeout,
         echo=live.echo,

@@ -135,7 +135,7 @@ def facts_read_set(
     outside = [*host, *map(str, args.dlopen_tables), *search_dirs]
     if target.python is not None:
         outside.append(str(target.python))
-    return read_set(target.prefix, tree, outside)
+    return read_set(tree, outside)
 
 
 def remember_answer(

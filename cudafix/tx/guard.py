@@ -113,22 +113,20 @@ def run_guarded(
     command: Sequence[str] = (),
     owners: Owners = _no_owners,
     ready: Callable[[], None] = _nothing,
-    taken_before: Mapping[str, os.stat_result] | None = None,
     on_event: OnEvent = quiet,
 ) -> GuardedRun:
     """Snapshot the whole environment, run ``argv`` (output copied live to ``echo``), then
     commit only when it succeeded, ``judge`` (what the environment looks like now) has
     nothing new and its probes pass; otherwise roll back and raise. ``accept`` commits
     despite ``judge``'s findings; ``timeout`` stops the command and rolls back.
-    ``ready``'s reading is given the snapshot's stats and ``taken_before`` (stats taken
-    before the lock, by full path)."""
+    ``ready``'s reading is given the snapshot's stats."""
     args = GuardArgs(tuple(argv), judge, accept, timeout, echo, owners, ready)
     with RunContext.open(prefix, lock_timeout, on_event) as ctx:
         ctx.require_no_pending()
         tx = ctx.begin(steps.Opening(kind="run", command=tuple(command), argv=tuple(argv)))
         roots = prefix_roots(prefix)
         copy = _small_outside_site_packages
-        stats_seen = dict(taken_before or {})
+        stats_seen: dict[str, os.stat_result] = {}
         seen = restore.Seen(stats_seen, time.time_ns())
         opened = hold.opened_as_stored()
         try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from cudafix.env.statedir import open_file
+from cudafix.env.statedir import INSTALLER_LOCK, STATE_DIR_NAME, open_file
 from cudafix.model.errors import LockedError, UnsafeState
 from cudafix.model.transaction import DEFAULT_LOCK_TIMEOUT, OnEvent, RunEvent
 
@@ -184,10 +184,6 @@ def _command(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
-INSTALLER_LOCK = ".lock"
-"""uv's environment lock (``<venv>/.lock``, an exclusive flock for every ``uv pip`` change)."""
-
-
 class LockIntrusion(Exception):
     """A process outside the transaction waits for uv's lock at a hand-over, or took it
     while the transaction's own command had it."""
@@ -207,7 +203,7 @@ class Writer:
         return f"pid {self.pid} ({self.command[:80] or '?'}) wrote {self.path}"
 
 
-_UNWATCHED = (".lock", ".cudafix/")
+_UNWATCHED = (INSTALLER_LOCK, STATE_DIR_NAME + "/")
 """Paths whose writers are no intrusion: the locks, cudafix's own state."""
 
 

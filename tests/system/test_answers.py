@@ -41,8 +41,8 @@ COMPUTED = "diagnosing"
 
 
 def _first_runs(built: BuiltScenario, *extra: str) -> None:
-    """A new environment's first run makes its ``.cudafix/`` (the prefix changes), so the
-    answer of the run after the racy window is the first one remembered."""
+    """A new environment was just built: the answer of the first run past the racy window
+    is the first one remembered."""
     _run(built, *extra)
     settle()
 
@@ -244,6 +244,29 @@ def test_nothing_is_remembered_while_the_environment_is_still_changing(
     assert not StateDir(built.venv).answers.exists()
     _, said = _run(built)
     assert COMPUTED in said
+
+
+def test_the_tools_state_in_the_prefix_is_no_change(
+    scenario: Callable[..., BuiltScenario],
+) -> None:
+    """cudafix's first command makes ``.cudafix/`` in the prefix and uv's first lock its
+    ``.lock``: neither is the environment's, so the first answer is remembered, and given
+    again after either. A name of the environment's own added beside them is a change."""
+    built = scenario("incident")
+    (built.venv / ".lock").unlink(missing_ok=True)
+    settle()
+    assert not StateDir(built.venv).root.exists()
+    first, said = _run(built)
+    assert COMPUTED in said
+    again, said = _run(built)  # at once: the prefix changed as the first one ran
+    assert GIVEN_AGAIN in said and again == first
+    (built.venv / ".lock").write_bytes(b"")  # as uv's first `uv pip` makes it
+    again, said = _run(built)
+    assert GIVEN_AGAIN in said and again == first
+    (built.venv / "etc").mkdir()
+    recomputed, said = _run(built)
+    assert COMPUTED in said and GIVEN_AGAIN not in said
+    assert recomputed == first == _cold(built)
 
 
 def test_a_saved_plan_is_written_every_time(

@@ -39,7 +39,14 @@ from typing import Any
 from cudafix import __version__
 from cudafix.env.memo import stats
 from cudafix.env.memo.treecache import RACY_NS
-from cudafix.env.statedir import STATE_DIR_NAME, StateDir, load_cache, save_cache
+from cudafix.env.statedir import (
+    STATE_DIR_NAME,
+    TOOLS_STATE,
+    TRANSACTIONS,
+    StateDir,
+    load_cache,
+    save_cache,
+)
 
 FORMAT = "cudafix-answers"
 VERSION = 1
@@ -239,14 +246,6 @@ def stamp(prefix: Path, read: ReadSet) -> str:
     return _stamp(prefix, read).digest
 
 
-def prefix_stat(prefix: Path) -> dict[str, os.stat_result]:
-    """The stat of the prefix itself (the ``.`` of a read set), by the name a stamp asks it
-    by. ``run`` takes it before cudafix's lock: taking uv's lock creates its ``.lock`` in
-    the prefix where none was, which moves the prefix's mtime but is no change doctor's
-    reading depends on."""
-    return {f"{prefix}/.": os.lstat(prefix)}
-
-
 def settled_stamp(prefix: Path, read: ReadSet) -> str:
     """:func:`stamp`, returned only once the clock has moved a tick past the newest change
     it saw: any write after it returns gives its path a later ctime, so a later
@@ -268,6 +267,25 @@ def _stamp(prefix: Path, read: ReadSet) -> _Stamp:
 
 
 _ABSENT = (-1, -1, -1, -1, -1)
+_TRANSACTIONS = f"{STATE_DIR_NAME}/{TRANSACTIONS}"
+_PREFIX = "."
+"""The prefix, stamped by the names it holds less :data:`TOOLS_STATE`, not by its times:
+they move when cudafix's first command makes ``.cudafix/`` in it, or uv's first lock its
+``.lock``, neither a change of the environment. Stamped by its times, the first command's
+own answer could not be remembered (the prefix changed as it ran), and uv's first lock
+would leave every answer stale. Names are exact: no change hides behind a timestamp, so
+its times count for no racy check."""
+
+
+def _names_digest(directory: Path, left_out: frozenset[str]) -> int:
+    """The names in ``directory`` (less ``left_out``) as one signed 64-bit value; -1 when
+    it cannot be listed."""
+    try:
+        names = sorted(set(os.listdir(directory)) - left_out)  # noqa: PTH208 - names alone
+    except OSError:
+        return -1
+    joined = "\0".join(names).encode(errors="surrogateescape")
+    return int.from_bytes(hashlib.blake2b(joined, digest_size=8).digest(), "little", signed=True)
 
 
 def _stamp_now(prefix: Path, read: ReadSet) -> _Stamp:
@@ -285,6 +303,9 @@ def _stamp_now(prefix: Path, read: ReadSet) -> _Stamp:
             continue
         ctime, mtime = st.st_ctime_ns, st.st_mtime_ns
         four = (st.st_ino & _INODE_MASK, st.st_mode, st.st_size, mtime)
+        if rel == _PREFIX:
+            ctime = mtime = 0
+            four = (four[0], four[1], _names_digest(prefix, TOOLS_STATE), 0)
         values.extend(four)
         values.append(ctime)
         if ctime > newest:
@@ -342,12 +363,11 @@ def sorted_unique(paths: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(paths)))
 
 
-def read_set(prefix: Path, tree: Iterable[str], host: Iterable[str]) -> ReadSet:
-    """What facts read from the environment at ``prefix`` depend on: the ``tree`` paths the
+def read_set(tree: Iterable[str], host: Iterable[str]) -> ReadSet:
+    """What facts read from an environment depend on: the ``tree`` paths the
     walk listed and watched (``Facts.read_paths``), with ``pyvenv.cfg`` and the transaction
     log (a transaction begun or ended changes what a command says), and the ``host`` paths
     outside it (the interpreter, the files the loader consulted, extra dlopen tables, system
     directories a resolution still to come will list)."""
-    state = StateDir(prefix)
-    env = [*tree, "pyvenv.cfg", f"{STATE_DIR_NAME}/{state.transactions.name}"]
+    env = [*tree, "pyvenv.cfg", _TRANSACTIONS]
     return ReadSet(sorted_unique(env), sorted_unique(host))

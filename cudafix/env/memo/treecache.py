@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 from cudafix.env.memo import stats
 from cudafix.env.statedir import (
-    STATE_DIR_NAME,
+    TOOLS_STATE,
     compact_json,
     load_cache,
     load_cache_lines,
@@ -128,8 +128,9 @@ class TreeCache:
     # -- the walk ---------------------------------------------------------------------------
 
     def walk(self, prefix: Path) -> dict[EnvPath, FileStat]:
-        """lstat every non-directory under ``prefix`` (``.cudafix/`` and symlinked dirs not
-        descended), reusing unchanged directories' listings."""
+        """lstat every non-directory under ``prefix`` (symlinked dirs not descended; the
+        tools' state in it, :data:`~cudafix.env.statedir.TOOLS_STATE`, left out), reusing
+        unchanged directories' listings."""
         start = time.time_ns()
         fresh: dict[str, _Listing] = {}
         out: dict[EnvPath, FileStat] = {}
@@ -328,10 +329,11 @@ def _scan(full: str, rel: str, key: DirKey) -> _Listing:
         return _Listing(key, files, ())
     with it:
         for entry in it:
+            if not rel and entry.name in TOOLS_STATE:
+                continue  # cudafix's and uv's own state, not the environment's
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    if rel or entry.name != STATE_DIR_NAME:  # cudafix's own state is not the venv's
-                        subdirs.append(entry.name)
+                    subdirs.append(entry.name)
                     continue
                 st = stats.entry_lstat(entry)
                 link = os.readlink(entry.path) if stat.S_ISLNK(st.st_mode) else None  # noqa: PTH115
