@@ -2,10 +2,11 @@
 
 Per run, on fresh hard-linked copies of the real venv (``fixtures.link_copy``, no
 ``.cudafix/``), in this order: the walk+sniff baseline process and cudafix's first
-``doctor`` on the copy (goal 3); past the racy window, a ``doctor`` and a ``remove
---dry-run`` that compute and remember their answers; the walk again, then a ``doctor``
-after that dry run and a dry run after that ``doctor`` (goal 1: questions that alternate,
-nothing changed); a ``doctor`` with ``answers.json`` deleted (for information); ``uv pip
+``doctor`` on the copy (goal 3), which remembers its answer (making ``.cudafix/`` is no
+change), then at once a ``remove --dry-run``, remembered beside it; the walk again, then
+a ``doctor`` after that dry run and a dry run after that ``doctor`` (goal 1: questions
+that alternate, nothing changed); a ``doctor`` with ``answers.json`` deleted (for
+information, and goal 6's computing ``doctor``); ``uv pip
 uninstall`` of one distribution, then at once a ``doctor`` and the walk, and ``uv pip
 install`` of it again, then at once the dry run and the walk (goal 2: a reading after a
 change); ``cudafix run -- python -c pass`` against the bare command, right after a
@@ -13,8 +14,9 @@ change); ``cudafix run -- python -c pass`` against the bare command, right after
 as uv's ``.lock``, which taking uv's lock makes in a venv uv never touched, is no change they
 depend on; a sixth is the first commit past the five snapshots kept); ``cudafix remove DIST
 --yes --no-probe`` against ``uv pip uninstall DIST`` on twin copies in alternating order
-(goal 5), and on a third copy, after a ``doctor``, the same ``remove`` right after its
-``--dry-run`` (for information: the user's way; it applies the plan the dry run showed);
+(goal 5), and on a third copy, the same ``remove`` right after its ``--dry-run``, the
+copy's first command (for information: the user's way; it applies the plan the dry run
+showed);
 the peak RSS of the ``doctor`` runs (goal 6; ``make bench``'s section 5 measures it
 against RECORD size).
 Beside them, for an earlier goal: the unpacked wheels in a private ``UV_CACHE_DIR``
@@ -93,19 +95,18 @@ def goal_runs(
         sections.settle()
         _one(m, "walk/first", sections.inproc("walk", a)[0])
         doctor: list[str | Path] = ["doctor", "--venv", a]
-        first = sections.cli(doctor, ok=(0, 1))
+        first = sections.cli(doctor, ok=(0, 1))  # computes, and remembers, the answer
         _one(m, "doctor/first", first)
         m["rss/doctor-first"].append(first.max_rss_mib)
-        sections.settle()  # the first run's own .cudafix/ made the root racy
         dry: list[str | Path] = ["remove", plan_dist, "--dry-run", "--venv", a]
-        computed = sections.cli(doctor, ok=(0, 1))  # computes, and remembers, the answer
-        m["rss/doctor-computed"].append(computed.max_rss_mib)
         sections.cli(dry, ok=(0, 3))  # a second question, remembered beside the first
         _one(m, "walk/warm", sections.inproc("walk", a)[0])
         _one(m, "ask/doctor", sections.cli(doctor, ok=(0, 1)))  # after the dry run
         _one(m, "ask/dry-run", sections.cli(dry, ok=(0, 3)))  # after that doctor
         (a / ".cudafix" / "cache" / "answers.json").unlink()
-        _one(m, "doctor/recomputed", sections.cli(doctor, ok=(0, 1)))
+        computed = sections.cli(doctor, ok=(0, 1))
+        _one(m, "doctor/recomputed", computed)
+        m["rss/doctor-computed"].append(computed.max_rss_mib)
         py = a / "bin" / "python"
         uv_env = {**os.environ, "UV_DEFAULT_INDEX": change[1]} if change else None
         check(timed(uv_argv("pip", "uninstall", "--python", py, change_dist)))
@@ -132,10 +133,9 @@ def goal_runs(
             done = sections.cli(ours) if who == "cudafix" else check(timed(theirs))
             _one(m, f"tx/{who}", done)
         c = fixtures.link_copy(pristine, env.work / "goal-c")  # the user's way: look, then act
-        sections.cli(["doctor", "--venv", c], ok=(0, 1))  # makes .cudafix/: the prefix moved
-        sections.settle()
+        sections.settle()  # a copy just made: nothing read from it can be remembered yet
         shown: list[str | Path] = ["remove", tx_dist, "--no-probe", "--venv", c]
-        sections.cli([*shown, "--dry-run"])
+        sections.cli([*shown, "--dry-run"])  # the copy's first command: makes .cudafix/
         _one(m, "tx/after-dry-run", sections.cli([*shown, "--yes"]))
         if env.drop:
             cold = fixtures.link_copy(pristine, env.work / "goal-cold")
