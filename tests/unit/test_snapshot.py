@@ -204,8 +204,10 @@ def test_changes_read_files_of_unchanged_directories_through_held_links(
 
 def test_a_manifest_without_slots_reads_as_mirrored_and_a_wrong_slot_is_refused() -> None:
     entries = (Entry("a", "dir", mode=0o755), Entry("a/b", "file", mode=0o644, slot=7))
-    data = json.loads(json.dumps(Manifest(entries, {"a": ("b",)}).to_json()))
+    manifest = Manifest(entries, {"a": ("b",)})
+    data = json.loads(json.dumps(manifest.to_json()))
     assert Manifest.from_json(data).entries == entries
+    assert data["rows"][1] == list(entries[1])  # each entry's fields, in the order named
     at = data["fields"].index("slot")
     older = {
         **data,
