@@ -277,11 +277,11 @@ would leave every answer stale. Names are exact: no change hides behind a timest
 its times count for no racy check."""
 
 
-def _names_digest(directory: Path, left_out: frozenset[str]) -> int:
-    """The names in ``directory`` (less ``left_out``) as one signed 64-bit value; -1 when
-    it cannot be listed."""
+def _prefix_names(prefix: Path) -> int:
+    """The names in the prefix, less :data:`TOOLS_STATE`, as one signed 64-bit value; -1
+    when it cannot be listed."""
     try:
-        names = sorted(set(os.listdir(directory)) - left_out)  # noqa: PTH208 - names alone
+        names = sorted(set(os.listdir(prefix)) - TOOLS_STATE)  # noqa: PTH208 - names alone
     except OSError:
         return -1
     joined = "\0".join(names).encode(errors="surrogateescape")
@@ -305,7 +305,7 @@ def _stamp_now(prefix: Path, read: ReadSet) -> _Stamp:
         four = (st.st_ino & _INODE_MASK, st.st_mode, st.st_size, mtime)
         if rel == _PREFIX:
             ctime = mtime = 0
-            four = (four[0], four[1], _names_digest(prefix, TOOLS_STATE), 0)
+            four = (four[0], four[1], _prefix_names(prefix), 0)
         values.extend(four)
         values.append(ctime)
         if ctime > newest:
