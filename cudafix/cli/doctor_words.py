@@ -7,8 +7,9 @@ shown relative to their site-packages dir, commands as a shell reads them back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -44,6 +45,8 @@ from cudafix.model.doctor import (
     UnsafeRecord,
 )
 from cudafix.model.names import site_relative
+
+T = TypeVar("T")
 
 
 class WordedFinding(BaseModel):
@@ -95,9 +98,15 @@ class WordedReport(BaseModel):
         return not any(f.severity != "info" for f in self.findings)
 
 
-def worded(report: DoctorReport) -> WordedReport:
-    """The report with every finding and reason in words."""
-    where = _Where(report.prefix, report.site_packages)
+def worded(report: DoctorReport, *, shown: int | None = None) -> WordedReport:
+    """The report with every finding and reason in words.
+
+    ``shown``: the text report's view, which shows at most that many detail lines a
+    finding and then how many more: only those are worded, and the paths are left out (its
+    lines name them). Wording every one of a million missing paths to show eight would cost
+    seconds and hundreds of megabytes.
+    """
+    where = _Where(report.prefix, report.site_packages, shown)
     return WordedReport(
         schema_version=report.schema_version,
         prefix=report.prefix,
@@ -115,7 +124,7 @@ def worded(report: DoctorReport) -> WordedReport:
 
 def said(report: DoctorReport, findings: Sequence[Finding]) -> list[str]:
     """Findings of ``report``'s environment as one line each: ``[kind] message``."""
-    where = _Where(report.prefix, report.site_packages)
+    where = _Where(report.prefix, report.site_packages, shown=0)
     return [f"[{f.kind}] {where.finding(f).message}" for f in findings]
 
 
@@ -142,6 +151,8 @@ class _Where:
 
     prefix: str
     sites: Sequence[str]
+    shown: int | None = None
+    """At most this many detail lines a finding, then one that says how many more."""
 
     def show(self, path: str) -> str:
         """An EnvPath, or an absolute path inside the environment, relative to its
@@ -164,13 +175,25 @@ class _Where:
             f"{self.show(why.need)} at run time"
         )
 
+    def lines(self, items: Sequence[T], word: Callable[[T], str]) -> list[str]:
+        """One detail line per item, each worded only if it is shown (the rest are
+        placeholders that :meth:`finding` counts)."""
+        if self.shown is None or len(items) <= self.shown:
+            return [word(i) for i in items]
+        return [*map(word, items[: self.shown]), *[""] * (len(items) - self.shown)]
+
     def finding(self, f: Finding) -> WordedFinding:
         said = self.words(f)
+        details, paths = said.details, f.paths
+        if self.shown is not None:
+            paths = []
+            if len(details) > self.shown:
+                details = [*details[: self.shown], f"... and {len(details) - self.shown} more"]
         return WordedFinding(
             kind=f.kind,
             severity=f.severity,
             message=said.message,
-            details=said.details,
+            details=details,
             hint=said.hint,
             command=f.command,
             reason=said.reason,
@@ -178,7 +201,7 @@ class _Where:
             consumer=f.consumer,
             need=f.need,
             provider=f.provider,
-            paths=f.paths,
+            paths=paths,
             owners=f.owners,
             choices=f.choices,
         )
@@ -217,7 +240,7 @@ class _Where:
         return _step(
             f.command,
             f"{name} {facts.version} is installed but {len(f.paths)} of its files are missing",
-            [self.show(p) for p in f.paths],
+            self.lines(f.paths, self.show),
             f"reinstalls {name}=={facts.version}",
         )
 
@@ -225,7 +248,7 @@ class _Where:
         message = f"{len(f.paths)} path(s) are claimed by {' and '.join(f.owners)}" + (
             f"; {facts.differ} hold bytes an owner's RECORD does not list" if facts.differ else ""
         )
-        details = [f"{self.show(h.path)}: {_holds(h)}" for h in facts.holdings]
+        details = self.lines(facts.holdings, lambda h: f"{self.show(h.path)}: {_holds(h)}")
         head = "uninstalling any one of them with pip or uv deletes these files for all; "
         reason = None
         if not facts.differ:
@@ -254,10 +277,10 @@ class _Where:
             f.command,
             f"{len(f.paths)} file(s) of {name} {facts.version} hold bytes its RECORD does not "
             "list (another build was installed over them)",
-            [
-                f"{self.show(p)}: {_differs(d)}"
-                for p, d in zip(f.paths, facts.differences, strict=True)
-            ],
+            self.lines(
+                list(zip(f.paths, facts.differences, strict=True)),
+                lambda pd: f"{self.show(pd[0])}: {_differs(pd[1])}",
+            ),
             f"reinstalls {name}=={facts.version}",
         )
 
@@ -274,7 +297,10 @@ class _Where:
             f.command,
             f"{len(f.paths)} script(s) of {name} {facts.version} name an interpreter that does "
             "not exist, so they cannot start",
-            [f"{self.show(p)}: #!{i}" for p, i in zip(f.paths, facts.interpreters, strict=True)],
+            self.lines(
+                list(zip(f.paths, facts.interpreters, strict=True)),
+                lambda pi: f"{self.show(pi[0])}: #!{pi[1]}",
+            ),
             f"reinstalls {name}=={facts.version}",
         )
 

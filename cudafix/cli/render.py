@@ -353,7 +353,7 @@ def render_report(report: DoctorReport, style: Style = plain, verbosity: Verbosi
     it under ``verbosity`` 1); the verdict and the command to run next last."""
     from cudafix.cli.doctor_words import worded
 
-    return _render_worded(printable(worded(report)), style, verbosity)
+    return _render_worded(printable(worded(report, shown=_DETAILS)), style, verbosity)
 
 
 def _render_worded(report: WordedReport, style: Style, verbosity: Verbosity) -> str:
@@ -428,8 +428,7 @@ def _finding(f: WordedFinding, style: Style) -> Iterable[str]:
     mark, colour = _MARK[f.severity]
     yield ""
     yield style(f"{mark} [{f.kind}] ", fg=colour, bold=True) + f.message
-    yield from (f"    {d}" for d in f.details[:_DETAILS])
-    yield from _more(len(f.details), _DETAILS, "")
+    yield from (f"    {d}" for d in f.details)  # worded for it: the first few, how many more
     if f.hint:
         yield f"    -> {f.hint}"
     if not f.hint:

@@ -21,7 +21,8 @@ from cudafix.model.reasons import ForeignOwnFiles
 from cudafix.tx.probe import run_probes
 from tests.support.cli import as_json, cudafix
 from tests.support.doctor import diagnosed, with_facts
-from tests.support.venvs import ScenarioFactory, build_toml, site_dir
+from tests.support.venvs import ScenarioFactory, build_toml, site_dir, venv_with
+from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 """Builds real venvs or runs the CLI through transactions: left out of ``make test-fast``."""
@@ -475,3 +476,28 @@ def test_a_warm_doctor_sees_a_write_in_place_of_the_same_size(tmp_path: Path, fo
     proc = cudafix("doctor", "--json", "--venv", built.venv)
     [foreign] = _finding(as_json(proc), "foreign-bytes")
     assert foreign["paths"] == [str(init.relative_to(built.venv))] and proc.returncode == 1
+
+
+def test_the_text_names_the_first_missing_files_and_counts_the_rest(tmp_path: Path) -> None:
+    """The text shows eight of a finding's paths and how many more (only those are worded),
+    with or without ``-v``; ``--json`` names every one, in details and in paths."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "many", "1.0", {f"many/m{i:02d}.py": b"X = 1\n" for i in range(12)})
+    prefix = venv_with(tmp_path / "venv", wheels, "many==1.0")
+    gone = [f"many/m{i:02d}.py" for i in range(1, 12)]
+    for rel in gone:
+        (site_dir(prefix) / rel).unlink()
+    for flags in ((), ("-v",)):
+        proc = cudafix("doctor", *flags, "--venv", prefix)
+        assert proc.returncode == 1, proc.stderr
+        lines = proc.stdout.splitlines()
+        at = lines.index("x [missing-files] many 1.0 is installed but 11 of its files are missing")
+        assert lines[at + 1 : at + 10] == [*(f"    {p}" for p in gone[:8]), "    ... and 3 more"]
+        assert lines[at + 10].startswith("    -> cudafix repair --dry-run"), proc.stdout
+    [missing] = [
+        f
+        for f in as_json(cudafix("doctor", "--json", "--venv", prefix))["findings"]
+        if f["kind"] == "missing-files"
+    ]
+    assert missing["details"] == gone
+    assert [p.rsplit("site-packages/", 1)[1] for p in missing["paths"]] == gone
