@@ -92,6 +92,11 @@ class RecordFiles(Sequence[RecordEntry]):
         raw = self._raws.get(i) or path[self._cut :]
         return RecordEntry(path, raw, self._shas[i], self._sizes[i])
 
+    @property
+    def paths(self) -> Sequence[EnvPath]:
+        """Every row's path, in RECORD's order, with no entry made: what most readers need."""
+        return self._paths
+
     def __iter__(self) -> Iterator[RecordEntry]:
         if self._made is not None:
             return iter(self._made)
@@ -168,6 +173,13 @@ class Distribution:
     top_level: tuple[str, ...]
     """Importable top-level names (top_level.txt, or derived from RECORD)."""
 
+    @property
+    def paths(self) -> Sequence[EnvPath]:
+        """RECORD's paths in RECORD's order; from disk (:class:`RecordFiles`), the column
+        itself: a pass over a million rows that reads only paths makes no entry per row."""
+        files = self.files
+        return files.paths if isinstance(files, RecordFiles) else [e.path for e in files]
+
     @cached_property
     def record_by_path(self) -> Mapping[EnvPath, RecordEntry]:
         """RECORD entries by path, for hash lookups (the last row wins, as in RECORD)."""
@@ -238,11 +250,12 @@ class Inventory:
         """:meth:`distribution_paths` one at a time, unsorted, some more than once: for a
         caller that keeps only some of them (those on disk)."""
         dist = self.distributions[name]
-        yield from (e.path for e in dist.files)
+        paths = dist.paths
+        yield from paths
         yield from self._under(dist.dist_info + "/")
-        for e in dist.files:
-            if e.path.endswith(".py"):
-                yield from self._bytecode_of(e.path)
+        for path in paths:
+            if path.endswith(".py"):
+                yield from self._bytecode_of(path)
 
     @cached_property
     def _sorted_files(self) -> list[EnvPath]:

@@ -54,13 +54,13 @@ def _ownership(dists: Iterable[Distribution]) -> dict[EnvPath, tuple[DistName, .
     for dist in dists:
         name = dist.name
         alone = (name,)  # one tuple per distribution, not one per RECORD row
-        for e in dist.files:
-            have = index.get(e.path)
+        for path in dist.paths:
+            have = index.get(path)
             if have is None:
-                index[e.path] = alone
+                index[path] = alone
             elif name not in have:  # rare: only shared paths sort their owners
-                index[e.path] = tuple(sorted((*have, name)))
-    return {path: index[path] for path in sorted(index)}  # keys sorted, no (key, value) pairs
+                index[path] = tuple(sorted((*have, name)))
+    return index  # in RECORD order: who needs path order sorts the few paths it keeps
 
 
 def _missing(
@@ -75,17 +75,17 @@ def _missing(
     """
     out: dict[DistName, list[EnvPath]] = {}
     for path in absent:
-        if not is_bytecode(path):
-            for name in owners[path]:
-                out.setdefault(name, []).append(path)
+        if path.endswith(".pyc") or ("__pycache__" in path and is_bytecode(path)):
+            continue  # is_bytecode, its cheap tests first: this runs once per missing path
+        for name in owners[path]:
+            out.setdefault(name, []).append(path)
     return {name: tuple(paths) for name, paths in out.items()}
 
 
 def _shared_paths(inv: Inventory, hasher: Hasher) -> tuple[CoOwnedPath, ...]:
     out: list[CoOwnedPath] = []
-    for path, owners in inv.owners.items():
-        if len(owners) < 2:
-            continue
+    for path in sorted(p for p, owners in inv.owners.items() if len(owners) > 1):
+        owners = inv.owners[path]
         missing = path not in inv.files
         matching = holder_of(inv, path, owners, hasher)
         out.append(CoOwnedPath(path, owners, matching[0] if matching else None, missing, matching))

@@ -63,22 +63,22 @@ def python_literals(prefix: Path, inventory: Inventory, index: FactIndex | None)
     base = str(prefix)  # a str join: pathlib's costs more than the read of a small file
     found: dict[EnvPath, tuple[Soname, ...]] = {}
     fresh: dict[str, tuple[StatKey, str]] = {}
+    files = inventory.files
     for dist in inventory.distributions.values():
-        for entry in dist.files:
-            stat = inventory.files.get(entry.path)
-            if not entry.path.endswith(".py") or stat is None or stat.kind != "file":
+        for path in dist.paths:
+            if not path.endswith(".py") or (stat := files.get(path)) is None:
                 continue
-            if entry.path in found or entry.path in fresh:
-                continue  # listed by two RECORDs
+            if stat.kind != "file" or path in found or path in fresh:
+                continue  # not a file, or listed by two RECORDs
             key = stat_key(stat.dev, stat.ino, stat.size, stat.mtime_ns)
-            row = stored.get(entry.path)
+            row = stored.get(path)
             if row is not None and row[0] == key:
                 names = tuple(Soname(n) for n in row[1].split("\n") if n)
             else:
-                names = _read(f"{base}/{entry.path}") if stat.size else ()
-                fresh[entry.path] = (key, "\n".join(names))
+                names = _read(f"{base}/{path}") if stat.size else ()
+                fresh[path] = (key, "\n".join(names))
             if names:
-                found[entry.path] = names
+                found[path] = names
     if index is not None and fresh and not index.save_literals(fresh):
         log.debug("could not write the Python sources' literals to the index")
     return found

@@ -10,7 +10,7 @@ import functools
 import os
 import posixpath
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from cudafix.env.record import (
     resolve_record_path,
     scan_record,
 )
+from cudafix.env.statedir import TOOLS_STATE
 from cudafix.model.errors import InputError, TargetError
 from cudafix.model.names import (
     DIST_INFO_SUFFIX,
@@ -122,7 +123,7 @@ def read_inventory(
     files = walk_files(prefix, tree)
     read = _read_distributions(prefix, sites, files, tree)
     owners = _ownership(read.distributions.values())
-    missing = _missing(owners, _refuse_directory_rows(prefix, read, files, owners))
+    missing = _missing(owners, _refuse_directory_rows(prefix, read, files, owners, tree.listed()))
     tree.watch(p for p, o in owners.items() if len(o) > 1)  # a shared path's holder can change
     inv = Inventory(
         prefix=prefix,
@@ -209,7 +210,7 @@ def read_distribution(
     read = _Read()
     parsed = _parse_one(prefix, site, info, SymlinkGuard(prefix), requires=requires)
     _add_one(info, parsed, read)
-    _refuse_directory_rows(prefix, read, {}, _ownership(read.distributions.values()))
+    _refuse_directory_rows(prefix, read, {}, _ownership(read.distributions.values()), set())
     return next(iter(read.distributions.values()), None)
 
 
@@ -239,18 +240,28 @@ def _refuse_directory_rows(
     read: _Read,
     files: Mapping[EnvPath, FileStat],
     owners: dict[EnvPath, tuple[DistName, ...]],
+    listed: Set[str],
 ) -> list[EnvPath]:
     """Move rows naming a directory on disk (``nvidia/cudnn,,``) from the files to the unsafe
     entries, and their paths out of ``owners`` (the ownership index): uv deletes such a row's
     whole tree. Decided on the disk as it is now, never cached with the dist-info: a file's
-    path may become a directory behind cudafix's back. ``files`` (the walk) settles most
-    paths without a system call. Returns the paths nothing is at (lstat fails), in the
-    index's order and as its own strings: :func:`_missing` needs no other copy of them."""
+    path may become a directory behind cudafix's back. The walk (its ``files``, and the
+    directories it ``listed``) settles most paths without a system call: a RECORD of a
+    million rows whose files are gone asks no million lstats. Returns the paths nothing is
+    at, sorted, and as the index's own strings: :func:`_missing` needs no other copy of
+    them."""
     base = f"{prefix}/"  # str, not Path: this runs once per RECORD path the walk did not see
     absent: list[EnvPath] = []
     dirs: set[EnvPath] = set()
     for path in owners:
         if path in files:
+            continue
+        if path in listed:
+            dirs.add(path)
+            continue
+        parent = path.rpartition("/")[0]
+        if parent in listed and (parent or path not in TOOLS_STATE):
+            absent.append(path)
             continue
         try:
             mode = os.lstat(base + path).st_mode
@@ -267,6 +278,7 @@ def _refuse_directory_rows(
             read.unsafe.extend(UnsafeEntry(name, e.raw, NAMES_A_DIRECTORY) for e in refused)
     for path in dirs:
         del owners[path]
+    absent.sort()
     return absent
 
 

@@ -42,8 +42,7 @@ def cuda_majors(inventory: Inventory, elf: ElfIndex) -> dict[DistName, int]:
             sonames.setdefault(owner, []).append(info.soname or path.rsplit("/", 1)[-1])
     out: dict[DistName, int] = {}
     for name, dist in sorted(inventory.distributions.items()):
-        paths = (e.path for e in dist.files)
-        major = major_of(name, dist.version, paths, sonames.get(name, ()))
+        major = major_of(name, dist.version, dist.paths, sonames.get(name, ()))
         if major is not None:
             out[name] = major
     return out

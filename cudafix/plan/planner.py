@@ -305,7 +305,7 @@ def _linkage(
     else:
         after = edges(gone, install.after_view(view, gone, wheels))
     diff = diff_edges(before, after)
-    claims = {**inv.owners, **install.owners_after(inv, wheels, removed)}
+    claimed_after = install.owners_after(inv, wheels, removed)  # over inv.owners, not a copy
     lost = [
         P.LostNeed(
             consumer=in_env(prefix, old.requester),
@@ -329,7 +329,7 @@ def _linkage(
             before=in_env(prefix, old.provider or ""),
             after=in_env(prefix, new.provider or ""),
             before_owners=list(_owners(inv, prefix, old.provider or "")),
-            after_owners=list(claims.get(EnvPath(in_env(prefix, new.provider or "")), ())),
+            after_owners=list(_claims(claimed_after, inv, in_env(prefix, new.provider or ""))),
         )
         for old, new in diff.switched
     ]
@@ -463,6 +463,14 @@ def _probe_modules(
 def _owners(inv: Inventory, prefix: str, path: str) -> tuple[DistName, ...]:
     rel = to_env_path(prefix, path)
     return inv.owners.get(rel, ()) if rel else ()
+
+
+def _claims(
+    after: Mapping[EnvPath, tuple[DistName, ...]], inv: Inventory, path: str
+) -> tuple[DistName, ...]:
+    """Who claims ``path`` after the plan: ``after`` where it says, else the index."""
+    key = EnvPath(path)
+    return after[key] if key in after else inv.owners.get(key, ())
 
 
 def _owner(inv: Inventory, prefix: str, path: str) -> str | None:

@@ -6,6 +6,7 @@ import hashlib
 import os
 import posixpath
 import sqlite3
+import stat
 from contextlib import closing
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from cudafix.env.hashing import HashCache, hash_bytes
 from cudafix.env.inventory import is_bytecode, pyc_source
 from cudafix.env.memo.index import FactIndex
-from cudafix.env.reading import walk_files
+from cudafix.env.reading import read_inventory, walk_files
 from cudafix.env.record import (
     Refusal,
     parse_record,
@@ -226,3 +227,47 @@ def test_bytecode_and_the_source_of_a_cache_file(
     path: str, bytecode: bool, source: str | None
 ) -> None:
     assert (is_bytecode(path), pyc_source(path)) == (bytecode, source)
+
+
+def test_what_the_walk_settles_about_record_paths_is_what_lstat_says(tmp_path: Path) -> None:
+    """Rows the walk did not see as files are told apart (gone, a directory, or there
+    through a symlinked directory) from the directories it listed: the same as one lstat
+    per row would tell, which the reading asks only where the walk cannot say."""
+    site = tmp_path / SP
+    for d in ("pkg/sub", "real/deep", "real/empty"):
+        (site / d).mkdir(parents=True)
+    (site / "pkg" / "here.py").write_text("x = 1\n")
+    (site / "real" / "deep" / "there.py").write_text("y = 2\n")
+    (site / "link").symlink_to("real")
+    (tmp_path / ".lock").write_text("")  # uv's, at the prefix: the walk leaves it out
+    rows = [
+        "pkg/here.py",  # a file the walk saw
+        "pkg/gone.py",  # gone, in a listed directory
+        "pkg/sub",  # a listed directory
+        "pkg/sub/gone.py",
+        "nodir/gone.py",  # gone, and so is its directory
+        "link/deep/there.py",  # there, through a symlinked directory
+        "link/deep/gone.py",
+        "link/empty",  # a directory, through a symlinked directory
+        "link",  # the symlink itself: a file to the walk
+        "../../../.lock",
+        "../../../bin/gone",
+    ]
+    info = site / "odd-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: odd\nVersion: 1.0\n")
+    (info / "RECORD").write_text("".join(f"{r},,\n" for r in rows) + "odd-1.0.dist-info/RECORD,,\n")
+    inv = read_inventory(tmp_path, [SP], None)
+    oracle_gone, oracle_dirs = [], []
+    for raw in rows:
+        path = posixpath.normpath(f"{SP}/{raw}")
+        try:
+            st = os.lstat(tmp_path / path)
+        except FileNotFoundError:
+            oracle_gone.append(path)
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            oracle_dirs.append(raw)
+    assert sorted(inv.missing["odd"]) == sorted(oracle_gone)
+    assert sorted(u.raw for u in inv.unsafe) == sorted(oracle_dirs) == ["link/empty", "pkg/sub"]
+    assert len(oracle_gone) == 5

@@ -28,7 +28,7 @@ import os
 import posixpath
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -150,6 +150,12 @@ class TreeCache:
             self._dirty = True
         self._listings = fresh
         return dict(sorted(out.items()))
+
+    def listed(self) -> Set[str]:
+        """The directories the last walk listed (``""``: the prefix itself). A path whose
+        parent is one of them, and which is neither in the walk's files nor listed itself,
+        was not there: no lstat needs to ask (the prefix's own :data:`TOOLS_STATE` aside)."""
+        return self._listings.keys()
 
     def _list(self, full: str, rel: str, start: int) -> _Listing | None:
         try:
