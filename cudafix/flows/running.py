@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cudafix.env.memo.answers import ReadSet, settled_stamp, stamp
-from cudafix.env.memo.before import before_run_key, recall_before
+from cudafix.env.memo.before import recall_before
 from cudafix.env.target import TargetEnv
 from cudafix.flows.probes import probe_set
 from cudafix.flows.target import (
@@ -101,8 +101,9 @@ def _read_before(
     )
     findings = diagnose(facts, flags).findings
     facts.host.save()
-    kept = {before_run_key(args): before_run_memo(facts, findings)}
-    remember_answer(args, kept, since_ns=started, read=read, ctimes=False, own_transaction=True)
+    kept = before_run_memo(args, facts, findings)
+    if kept:
+        remember_answer(args, kept, since_ns=started, read=read, ctimes=False, own_transaction=True)
     return _Before(
         read,
         frozenset(d.dist_info for d in inv.distributions.values()),

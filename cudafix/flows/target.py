@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cudafix.env.memo.answers import Answer, ReadSet, read_set, remember
-from cudafix.env.memo.before import before_run_answer, before_run_key
+from cudafix.env.memo.before import KEPT_PATHS, before_run_answer, before_run_key
 from cudafix.env.memo.treecache import TreeCache
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, locate_target
@@ -190,14 +190,17 @@ def doctor(args: FactArgs, on_event: OnEvent = quiet) -> Diagnosis:
     report = diagnose(facts, target_flags(args.target, target))
     facts.host.save()
     read = facts_read_set(args, target, facts.read_paths, host=facts.host.consulted())
-    memo = {before_run_key(args): before_run_memo(facts, report.findings)}
-    return Diagnosis(report, memo, read)
+    return Diagnosis(report, before_run_memo(args, facts, report.findings), read)
 
 
-def before_run_memo(facts: Facts, findings: Sequence[Finding]) -> Answer:
-    """doctor's findings on ``facts``, kept for ``run`` (:mod:`cudafix.env.memo.before`)."""
+def before_run_memo(args: FactArgs, facts: Facts, findings: Sequence[Finding]) -> dict[str, Answer]:
+    """doctor's findings on ``facts`` under the key ``run`` looks for them by
+    (:mod:`cudafix.env.memo.before`); none when they name more than :data:`KEPT_PATHS`
+    paths, which ``run`` would take no faster than a reading."""
+    if sum(len(f.paths) for f in findings) > KEPT_PATHS:
+        return {}
     dist_infos = (d.dist_info for d in facts.inventory.distributions.values())
-    return before_run_answer(findings, dist_infos, search_dirs(facts))
+    return {before_run_key(args): before_run_answer(findings, dist_infos, search_dirs(facts))}
 
 
 def search_dirs(facts: Facts) -> list[str]:

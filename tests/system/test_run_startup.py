@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cudafix.env.memo.before import KEPT_PATHS
 from scenarios import BuiltScenario
 from tests.support.cli import cudafix
 from tests.support.venvs import settle
@@ -52,3 +53,23 @@ def test_a_run_that_changed_nothing_imports_no_reader_and_no_pydantic(
     heavy = {"pydantic", "cudafix.gather", "cudafix.plan.doctor", "cudafix.model.doctor"}
     assert not heavy & set(loaded), sorted(heavy & set(loaded))
     assert (built.venv / ".lock").exists()  # uv's lock was taken, and its file made
+
+
+def test_findings_that_name_too_many_paths_are_not_kept_for_run(
+    scenario: Callable[..., BuiltScenario],
+) -> None:
+    """A RECORD whose rows outnumber :data:`KEPT_PATHS` and whose files are gone: doctor's
+    findings would be a memo as large as the RECORD, so none is kept and ``run`` reads the
+    environment itself, and judges the same."""
+    built = scenario("clean")
+    record = next(built.venv.glob("lib/python3*/site-packages/*.dist-info/RECORD"))
+    rows = "".join(f"gone/m{i}.py,,\n" for i in range(KEPT_PATHS + 1))
+    record.write_text(record.read_text(encoding="utf-8") + rows, encoding="utf-8")
+    for _ in range(2):
+        assert cudafix("doctor", "--venv", built.venv).returncode == 1
+        settle()  # the first doctor's answer is remembered, as its findings would be
+    done = cudafix("run", "-v", "--venv", built.venv, "--", "python", "-c", "pass")
+    assert done.returncode == 0, done.stderr
+    assert "judged against its findings" not in done.stderr
+    assert "reading distributions and ELF objects" in done.stderr, done.stderr
+    assert "nothing changed: transaction" in done.stderr, done.stderr

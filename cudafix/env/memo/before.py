@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from cudafix.model.doctor import Finding
 
 
+KEPT_PATHS = 100_000
+"""The most paths doctor's findings may name and be kept. Beyond it (a RECORD of millions of
+rows whose files are gone) the memo would be as large as the RECORDs, and building it would
+set the command's peak memory; ``run`` then reads the environment again instead."""
+
+
 @dataclass(frozen=True)
 class Before:
     """A remembered reading before a command: doctor's findings and what they rest on."""
