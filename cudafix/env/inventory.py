@@ -48,32 +48,44 @@ makes over them cost more than they take (torch's RECORD has about 15,000 rows);
 one makes them on each pass, so that memory stays a few hundred bytes a row."""
 
 
+SHA_CHARS = 43
+"""Characters of a sha256 digest as RECORD writes it (urlsafe base64, unpadded)."""
+NO_SHA = "*" * SHA_CHARS
+"""A row's place in the hash column when it has no sha256 (``*`` is no base64 character)."""
+
+
 class RecordFiles(Sequence[RecordEntry]):
     """A distribution's RECORD entries kept as columns, made into :class:`RecordEntry` values
     when they are looked at (and kept then only for a RECORD of :data:`KEPT_ROWS` rows or
     fewer).
 
-    A RECORD may list millions of rows: each row costs its path, hash and size here (the
-    very objects the tree cache saves, and the path the ownership index is keyed by), not
-    a tuple and a second string besides. A row's raw path is its path less ``site/``, except
-    where ``raws`` (by row number) says otherwise (``../../../bin/tool``).
+    A RECORD may list millions of rows: each row costs its path (the very string the
+    ownership index is keyed by), its hash as :data:`SHA_CHARS` characters of one string
+    and its size as 8 bytes of an array, not a tuple and three objects. A row's raw path is
+    its path less ``site/``, except where ``raws`` (by row number) says otherwise
+    (``../../../bin/tool``); its hash and size are ``odd``'s (by row number) where the
+    columns cannot hold them (a hash of another length, a size past 64 bits).
     """
 
-    __slots__ = ("_cut", "_made", "_paths", "_raws", "_shas", "_sizes")
+    __slots__ = ("_cut", "_made", "_odd", "_paths", "_raws", "_shas", "_sizes")
 
     def __init__(
         self,
         site: str,
         paths: Sequence[EnvPath],
-        shas: Sequence[str | None],
-        sizes: Sequence[int | None],
+        shas: str,
+        sizes: Sequence[int],
         raws: Mapping[int, str],
+        odd: Mapping[int, tuple[str | None, int | None]],
     ) -> None:
         self._cut = len(site) + 1
         self._paths = paths
         self._shas = shas
+        """Row ``i``'s hash is ``shas[i * SHA_CHARS :][:SHA_CHARS]`` (:data:`NO_SHA`: none)."""
         self._sizes = sizes
+        """Row ``i``'s size, or -1 for none."""
         self._raws = raws
+        self._odd = odd
         self._made: tuple[RecordEntry, ...] | None = None
 
     def __len__(self) -> int:
@@ -90,7 +102,11 @@ class RecordFiles(Sequence[RecordEntry]):
             i += len(self._paths)
         path = self._paths[i]
         raw = self._raws.get(i) or path[self._cut :]
-        return RecordEntry(path, raw, self._shas[i], self._sizes[i])
+        if i in self._odd:
+            return RecordEntry(path, raw, *self._odd[i])
+        sha = self._shas[i * SHA_CHARS : (i + 1) * SHA_CHARS]
+        size = self._sizes[i]
+        return RecordEntry(path, raw, None if sha == NO_SHA else sha, None if size < 0 else size)
 
     @property
     def paths(self) -> Sequence[EnvPath]:
@@ -100,22 +116,35 @@ class RecordFiles(Sequence[RecordEntry]):
     def __iter__(self) -> Iterator[RecordEntry]:
         if self._made is not None:
             return iter(self._made)
-        paths, raws = self._paths, self._raws
-        if raws:
-            made = self._iter_moved()
+        paths, n = self._paths, len(self._paths)
+        if self._raws:
+            raw: Iterator[str] = self._iter_raws()
         else:  # the common case, made in C: the raw path is the path less site/
             raw = map(str.__getitem__, paths, repeat(slice(self._cut, None)))
-            made = map(_entry, zip(paths, raw, self._shas, self._sizes, strict=True))
-        if len(paths) > KEPT_ROWS:
+        cuts = map(
+            slice,
+            range(0, n * SHA_CHARS, SHA_CHARS),
+            range(SHA_CHARS, (n + 1) * SHA_CHARS, SHA_CHARS),
+        )
+        shas = (None if h == NO_SHA else h for h in map(self._shas.__getitem__, cuts))
+        sizes = (None if size < 0 else size for size in self._sizes)
+        made: Iterator[RecordEntry] = map(_entry, zip(paths, raw, shas, sizes, strict=True))
+        if self._odd:
+            made = self._with_odd(made)
+        if n > KEPT_ROWS:
             return made
         self._made = tuple(made)
         return iter(self._made)
 
-    def _iter_moved(self) -> Iterator[RecordEntry]:
+    def _iter_raws(self) -> Iterator[str]:
         cut, raws = self._cut, self._raws
-        rows = zip(self._paths, self._shas, self._sizes, strict=True)
-        for i, (path, sha, size) in enumerate(rows):
-            yield RecordEntry(path, raws.get(i) or path[cut:], sha, size)
+        for i, path in enumerate(self._paths):
+            yield raws.get(i) or path[cut:]
+
+    def _with_odd(self, made: Iterator[RecordEntry]) -> Iterator[RecordEntry]:
+        odd = self._odd
+        for i, e in enumerate(made):
+            yield e if i not in odd else e._replace(sha256=odd[i][0], size=odd[i][1])
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RecordFiles | tuple):

@@ -7,9 +7,11 @@ never writes and never follows a symlinked directory.
 from __future__ import annotations
 
 import functools
+import io
 import os
 import posixpath
 import stat
+from array import array
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,6 +20,8 @@ from typing import Any
 from cudafix.env.distinfo import CoreMetadata, name_and_version, parse_metadata
 from cudafix.env.hashing import HashCache
 from cudafix.env.inventory import (
+    NO_SHA,
+    SHA_CHARS,
     Distribution,
     Inventory,
     RecordFiles,
@@ -344,21 +348,27 @@ def _parse_one(
     return ["dist", dist, unsafe, issues, unreadable]
 
 
+_SIZE_MAX = 2**63 - 1
+"""The largest size the size column holds (a signed 64-bit array)."""
+
+
 def _read_entries(
     site: EnvPath, text: str, guard: SymlinkGuard, *, derive: bool
 ) -> tuple[list[Any], list[list[str]], set[str], Sequence[RecordProblem], str | None]:
-    """RECORD's entries as ``[paths, sha256s, sizes, [[row, raw], ...]]`` (the raw path of a
-    row whose path is not ``site/raw``), the ``[raw, reason]`` of the rows refused, the
-    importable names of every row (when ``derive``), the problems and why it cannot be read
-    exactly.
+    """RECORD's entries as the columns of :class:`RecordFiles`, ``[paths, hashes, sizes,
+    [[row, raw], ...], [[row, sha256, size], ...]]`` (hashes as one string, a size of -1
+    for none; the raw path of a row whose path is not ``site/raw``; the hash and size of a
+    row the columns cannot hold), the ``[raw, reason]`` of the rows refused, the importable
+    names of every row (when ``derive``), the problems and why it cannot be read exactly.
 
-    Read one row at a time (:func:`scan_record`): a row costs its path, hash and size, never
-    an entry object, so memory grows by little more than the RECORD's own size.
+    Read one row at a time (:func:`scan_record`): a row costs its path, never an entry
+    object, nor a string for its hash or an object for its size.
     """
     paths: list[EnvPath] = []
-    shas: list[str | None] = []
-    sizes: list[int | None] = []
+    shas = io.StringIO()  # each row's hash copied in: the row's own string is not kept
+    sizes = array("q")
     moved: list[list[Any]] = []
+    odd: list[list[Any]] = []
     unsafe: list[list[str]] = []
     tops: set[str] = set()
     base = f"{site}/"
@@ -376,14 +386,23 @@ def _read_entries(
             exact = len(resolved) == cut + len(raw) and resolved.startswith(base)
             if not (exact and resolved.endswith(raw)):  # not site/raw: keep raw as written
                 moved.append([len(paths), raw])
+            if (
+                (sha256 is None or (len(sha256) == SHA_CHARS and sha256.isascii()))
+                and sha256 != NO_SHA
+                and (size is None or size <= _SIZE_MAX)
+            ):
+                shas.write(sha256 or NO_SHA)
+                sizes.append(-1 if size is None else size)
+            else:  # rarely: a hash of another length, a size past 64 bits
+                odd.append([len(paths), sha256, size])
+                shas.write(NO_SHA)
+                sizes.append(-1)
             paths.append(resolved)
-            shas.append(sha256)
-            sizes.append(size)
 
     problems, unreadable = scan_record(text, entry)
     if unreadable is not None:
-        return [[], [], [], []], [], set(), (), unreadable
-    return [paths, shas, sizes, moved], unsafe, tops, problems, None
+        return [[], "", [], [], []], [], set(), (), unreadable
+    return [paths, shas.getvalue(), sizes, moved, odd], unsafe, tops, problems, None
 
 
 def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
@@ -401,8 +420,9 @@ def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
         read.unreadable.append(UnreadableRecord(name, EnvPath(f"{info}/RECORD"), unreadable))
     read.unsafe.extend(UnsafeEntry(name, raw, reason) for raw, reason in unsafe)
     read.issues.extend(RecordIssue(name, line, row, reason) for line, row, reason in issues)
-    paths, shas, sizes, moved = dist[6]
+    paths, shas, sizes, moved, odd = dist[6]
     raws = {int(i): str(raw) for i, raw in moved}
+    oddities = {int(i): (sha, size) for i, sha, size in odd}
     read.distributions[name] = Distribution(
         name=name,
         version=dist[1],
@@ -410,9 +430,14 @@ def _add_one(info: EnvPath, parsed: Any, read: _Read) -> None:
         site_packages=site,
         installer=dist[4],
         requires=tuple(dist[5]),
-        files=RecordFiles(site, paths, shas, sizes, raws),
+        files=RecordFiles(site, paths, str(shas), _sizes(sizes), raws, oddities),
         top_level=tuple(dist[7]),
     )
+
+
+def _sizes(sizes: Sequence[int]) -> array[int]:
+    """The size column as an array: as read, or from the cache's JSON list."""
+    return sizes if isinstance(sizes, array) else array("q", sizes)
 
 
 def _read_text(path: Path, what: str) -> str:

@@ -23,6 +23,7 @@ import os
 import re
 import secrets
 import time
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -455,13 +456,16 @@ _ITEMS_AT_ONCE = 4096
 """Items of a long JSON array or object written at a time (:func:`json_parts`)."""
 _FEW = 8
 """An array of at most this many items is looked into for a long one (a record's columns)."""
+_CHARS_AT_ONCE = 1 << 16
+"""Characters of a long JSON string written at a time (a RECORD's hashes, one string)."""
 
 
 def json_parts(value: Any) -> Iterator[str]:
     """``json.dumps(value, separators=(",", ":"))``, a part at a time, so that a cache of
     millions of rows is never one string: an array or object of more than
-    :data:`_ITEMS_AT_ONCE` items is written that many at a time, and so is any object, or
-    array of at most :data:`_FEW` items, holding one; anything else in one piece."""
+    :data:`_ITEMS_AT_ONCE` items is written that many at a time, a string of more than
+    :data:`_CHARS_AT_ONCE` characters that many at a time, and so is any object, or array
+    of at most :data:`_FEW` items, holding one; anything else in one piece."""
     return _parts(value, _holds_long(value))
 
 
@@ -470,6 +474,11 @@ def _parts(value: Any, long: bool) -> Iterator[str]:
     is asked once: a tree cache holds 23k rows)."""
     if not long or (isinstance(value, dict) and not all(isinstance(k, str) for k in value)):
         yield compact_json(value)
+    elif isinstance(value, str):  # JSON escapes a character at a time: any cut is a seam
+        yield '"'
+        for start in range(0, len(value), _CHARS_AT_ONCE):
+            yield compact_json(value[start : start + _CHARS_AT_ONCE])[1:-1]
+        yield '"'
     elif isinstance(value, dict):
         yield "{"
         comma, run = "", dict[str, Any]()
@@ -504,16 +513,27 @@ def _parts(value: Any, long: bool) -> Iterator[str]:
 
 
 def _holds_long(value: Any) -> bool:
-    """An array or object of more than :data:`_ITEMS_AT_ONCE` items, or an object or an
-    array of :data:`_FEW` items or fewer holding one."""
+    """An array or object of more than :data:`_ITEMS_AT_ONCE` items, a string of more than
+    :data:`_CHARS_AT_ONCE` characters, or an object or an array of :data:`_FEW` items or
+    fewer holding one."""
+    if isinstance(value, str):
+        return len(value) > _CHARS_AT_ONCE
     if not isinstance(value, _CONTAINERS):
         return False
     if len(value) > _ITEMS_AT_ONCE:
         return True
     inner = value.values() if isinstance(value, dict) else value if len(value) <= _FEW else ()
-    return any(_holds_long(v) for v in inner if isinstance(v, _CONTAINERS))
+    return any(_holds_long(v) for v in inner if isinstance(v, (str, *_CONTAINERS)))
 
 
-_CONTAINERS = (list, tuple, dict)
-compact_json = json.JSONEncoder(separators=(",", ":")).encode
-"""``json.dumps(value, separators=(",", ":"))``, without making an encoder each time."""
+def _as_list(value: object) -> list[Any]:
+    """An array of numbers (a RECORD's size column) as the JSON array it is written as."""
+    if isinstance(value, array):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+_CONTAINERS = (list, tuple, dict, array)
+compact_json = json.JSONEncoder(separators=(",", ":"), default=_as_list).encode
+"""``json.dumps(value, separators=(",", ":"))``, without making an encoder each time; an
+:class:`array.array` is written as the JSON array of its numbers."""

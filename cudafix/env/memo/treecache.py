@@ -47,13 +47,14 @@ from cudafix.model.names import EnvPath
 FORMAT = "cudafix-tree-cache"
 DISTS_FORMAT = "cudafix-dist-infos"
 """The format of the parsed dist-infos' file (:func:`dists_file`)."""
-VERSION = 8
+VERSION = 9
 """4: no ctime per file (a hard link or copy moves it, and nothing decides on it);
 5: RECORDs read as uv reads them (no field limit, BOM, strict quoting);
 6: every file but bytecode watched (a cache of 5 left ``.py`` files unwatched);
 7: a dist-info's RECORD entries kept as columns (paths, hashes, sizes), not one list per
 row, and the parsed dist-infos in a file of their own;
-8: the listings one line each, after a header line."""
+8: the listings one line each, after a header line;
+9: a RECORD's hashes one string and its sizes one array (-1: none), its odd rows apart."""
 RACY_NS = 2_000_000_000
 """Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")
