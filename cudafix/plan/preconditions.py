@@ -12,13 +12,12 @@ and again, cheaply (:func:`quick_differences`), under the transaction lock.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from itertools import groupby, islice
 from pathlib import Path
 
 from cudafix.env.distinfo import is_installer_file
-from cudafix.env.inventory import (
-    Distribution,
-)
+from cudafix.env.inventory import Distribution, RecordEntry
 from cudafix.model.errors import StalePlan
 from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Plan, Target
@@ -26,22 +25,35 @@ from cudafix.plan.facts import Facts
 
 
 def record_digest(dist: Distribution) -> str:
-    """sha256 over a distribution's RECORD rows, installer-written files left out."""
-    rows = sorted(
-        f"{e.path}\0{e.sha256 or ''}\0{e.size if e.size is not None else ''}"
-        for e in dist.files
-        if not is_installer_file(e.path, dist.dist_info)
-    )
+    """sha256 over a distribution's RECORD rows (``path NUL sha256 NUL size``), sorted and
+    joined by newlines, installer-written files left out."""
     digest = hashlib.sha256()
-    for start in range(0, len(rows), _ROWS_AT_ONCE):  # the rows joined by newlines, in parts
-        digest.update(
-            (b"\n" if start else b"") + "\n".join(rows[start : start + _ROWS_AT_ONCE]).encode()
-        )
+    rows, joiner = _sorted_rows(dist), b""
+    while chunk := list(islice(rows, _ROWS_AT_ONCE)):
+        digest.update(joiner + "\n".join(chunk).encode())
+        joiner = b"\n"
     return digest.hexdigest()
 
 
+def _sorted_rows(dist: Distribution) -> Iterator[str]:
+    """The rows in sorted order, made as they are hashed: a RECORD of millions of rows is
+    never a string per row at once. Their row numbers are sorted by path (the strings the
+    inventory holds); a path ends at a NUL, which sorts before any character, so path order
+    is row order, but between rows of one path, sorted as rows."""
+    paths = dist.paths
+    order = [i for i, p in enumerate(paths) if not is_installer_file(p, dist.dist_info)]
+    order.sort(key=paths.__getitem__)
+    for _path, same in groupby(order, key=paths.__getitem__):
+        rows = [_row(dist.files[i]) for i in same]
+        yield from sorted(rows) if len(rows) > 1 else rows
+
+
+def _row(e: RecordEntry) -> str:
+    return f"{e.path}\0{e.sha256 or ''}\0{e.size if e.size is not None else ''}"
+
+
 _ROWS_AT_ONCE = 4096
-"""Rows of a RECORD hashed together: no copy of a whole RECORD of millions of rows is made."""
+"""Rows of a RECORD hashed together."""
 
 
 def assumed_paths(plan: Plan) -> list[EnvPath]:

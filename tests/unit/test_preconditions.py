@@ -3,12 +3,14 @@ differ from what it assumed: versions, extra or missing distributions, shared by
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 
+from cudafix.env.inventory import Distribution, RecordEntry
 from cudafix.model.errors import ExitCode, StalePlan
-from cudafix.model.names import DistName
+from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Options
 from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request, build_plan
@@ -133,3 +135,30 @@ def test_retarget_moves_only_the_prefix() -> None:
         )
         is plan
     )
+
+
+def test_record_digest_is_the_hash_of_the_sorted_rows_joined_by_newlines() -> None:
+    """Made a few thousand rows at a time, in the order of the rows themselves: a path that
+    is another's prefix, rows of one path (ordered by hash, then size), rows without a
+    hash or a size, an installer file left out; more rows than one batch."""
+    sp, info = "lib/python3.11/site-packages", "lib/python3.11/site-packages/d-1.0.dist-info"
+    odd = [("a", "h2", 1), ("a", "h1", 2), ("a", "h1", None), ("ab", None, 3), ("a-b", "h", 4)]
+    odd += [("a/b", "x", 5), ("a.b", None, None), ("d-1.0.dist-info/INSTALLER", "i", 1)]
+    many = [(f"m/{i * 7919 % 10007:05}.py", f"h{i}", i) for i in range(9000)]
+    rows = [(EnvPath(f"{sp}/{p}"), p, h, n) for p, h, n in [*odd, *many, *odd[:3]]]
+    dist = Distribution(
+        name=DistName("d"),
+        version="1.0",
+        dist_info=EnvPath(info),
+        site_packages=EnvPath(sp),
+        installer=None,
+        requires=(),
+        files=tuple(RecordEntry(*r) for r in rows),
+        top_level=(),
+    )
+    spec = sorted(
+        f"{p}\0{h or ''}\0{'' if n is None else n}"
+        for p, _raw, h, n in rows
+        if "INSTALLER" not in p
+    )
+    assert record_digest(dist) == hashlib.sha256("\n".join(spec).encode()).hexdigest()
