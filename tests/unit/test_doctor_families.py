@@ -318,3 +318,23 @@ def test_a_file_named_like_a_library_that_is_no_elf_is_information() -> None:
     assert found.facts == UnloadableElf(
         path=env("pa/libx.so"), problem="not-elf", detail="no ELF magic"
     )
+
+
+def test_repair_reinstalls_the_fewest_distributions_that_bring_every_missing_file_back() -> None:
+    """Most missing first: a path several claim comes back with the first claimant chosen;
+    a distribution whose missing paths are all back already is not reinstalled."""
+    f = facts(
+        [
+            Dist("a", "1", {"a1.py": "a", "s1.py": "s"}),
+            Dist("b", "1", {"b1.py": "b", "s1.py": "s"}),
+            Dist("c", "1", {"s1.py": "s", "s2.py": "t"}),
+            Dist("d", "1", {"s2.py": "t"}),
+            Dist("e", "1", {"e1.py": "e"}),
+        ]
+    )
+    missing = {"a": ["a1.py", "s1.py"], "b": ["s1.py"], "c": ["s1.py", "s2.py"], "d": ["s2.py"]}
+    missing["e"] = ["e1.py"]
+    gone = {DistName(n): tuple(env(p) for p in ps) for n, ps in missing.items()}
+    f = dataclasses.replace(f, inventory=dataclasses.replace(f.inventory, missing=gone))
+    chosen = files.repair_candidates(f)
+    assert {n: r.count for n, r in chosen.items()} == {"a": 2, "c": 2, "e": 1}

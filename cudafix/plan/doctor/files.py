@@ -149,14 +149,15 @@ def repair_candidates(
     (``cudafix remove X --repair``). ``foreign``: :func:`foreign_files`, if already known.
     """
     inv = facts.inventory
+    # The missing paths that the distributions chosen so far bring back, of those several
+    # claim: a path only one claims can be covered by no other choice, so none is kept.
     covered: set[str] = set()
     chosen: dict[DistName, R.ReinstallWhy] = {}
     by_need = sorted(inv.missing.items(), key=lambda item: (-len(item[1]), item[0]))
     for name, paths in by_need:
-        fresh = [p for p in paths if p not in covered]
-        if fresh:
+        if any(p not in covered for p in paths):
             chosen[name] = R.MissingFiles(subject=name, count=len(paths))
-            covered.update(paths)
+            covered.update(p for p in paths if len(inv.owners.get(p, ())) > 1)
     for name, wrong in (foreign_files(facts) if foreign is None else foreign).items():
         chosen.setdefault(name, R.ForeignOwnFiles(subject=name, count=len(wrong)))
     for name, scripts in script_problems(facts)[1].items():
