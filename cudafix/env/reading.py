@@ -12,7 +12,7 @@ import os
 import posixpath
 import stat
 from array import array
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -326,7 +326,7 @@ def _parse_one(
         return ["no-record", fallback_name]
     top_level_txt = _read_optional(full / "top_level.txt")
     columns, unsafe, tops, problems, unreadable = _read_entries(
-        site, _read_text(full / "RECORD", "RECORD"), guard, derive=top_level_txt is None
+        site, _record_pieces(full / "RECORD"), guard, derive=top_level_txt is None
     )
     meta = _read_metadata(full / "METADATA", quick=not requires)
     name = normalize_name(meta.name or fallback_name)
@@ -353,7 +353,7 @@ _SIZE_MAX = 2**63 - 1
 
 
 def _read_entries(
-    site: EnvPath, text: str, guard: SymlinkGuard, *, derive: bool
+    site: EnvPath, pieces: Iterable[str], guard: SymlinkGuard, *, derive: bool
 ) -> tuple[list[Any], list[list[str]], set[str], Sequence[RecordProblem], str | None]:
     """RECORD's entries as the columns of :class:`RecordFiles`, ``[paths, hashes, sizes,
     [[row, raw], ...], [[row, sha256, size], ...]]`` (hashes as one string, a size of -1
@@ -399,7 +399,7 @@ def _read_entries(
                 sizes.append(-1)
             paths.append(resolved)
 
-    problems, unreadable = scan_record(text, entry)
+    problems, unreadable = scan_record(pieces, entry)
     if unreadable is not None:
         return [[], "", [], [], []], [], set(), (), unreadable
     return [paths, shas.getvalue(), sizes, moved, odd], unsafe, tops, problems, None
@@ -440,19 +440,50 @@ def _sizes(sizes: Sequence[int]) -> array[int]:
     return sizes if isinstance(sizes, array) else array("q", sizes)
 
 
+_PIECE = 1 << 20
+"""Bytes of a RECORD read at a time."""
+
+
+def _record_pieces(path: Path) -> Iterator[str]:
+    """A RECORD's text a megabyte at a time, each piece cut after a line feed (as
+    :func:`~cudafix.env.record.scan_record` takes it), decoded as :func:`_read_text` does."""
+    try:
+        with path.open("rb") as f:
+            done, rest = 0, b""
+            while block := f.read(_PIECE):
+                data = rest + block
+                cut = data.rfind(b"\n") + 1  # a line feed is no byte of a multibyte character
+                if cut:
+                    yield _decoded(path, data[:cut], done)
+                    done += cut
+                rest = data[cut:]
+            if rest:
+                yield _decoded(path, rest, done)
+    except OSError as e:
+        raise _unreadable(path, "RECORD", e.strerror or str(e)) from e
+
+
+def _decoded(path: Path, data: bytes, at: int, what: str = "RECORD") -> str:
+    """``data`` as UTF-8; ``at``: where in the file it starts (for the error)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _unreadable(path, what, f"not UTF-8 at byte {at + e.start}") from e
+
+
 def _read_text(path: Path, what: str) -> str:
     try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(
-            f"{path}: unreadable {what} (not UTF-8 at byte {e.start})",
-            hint="reinstall that distribution, or remove its dist-info directory",
-        ) from e
+        data = path.read_bytes()
     except OSError as e:
-        raise InputError(
-            f"{path}: unreadable {what} ({e.strerror or e})",
-            hint="reinstall that distribution, or remove its dist-info directory",
-        ) from e
+        raise _unreadable(path, what, e.strerror or str(e)) from e
+    return _decoded(path, data, 0, what)
+
+
+def _unreadable(path: Path, what: str, why: str) -> InputError:
+    return InputError(
+        f"{path}: unreadable {what} ({why})",
+        hint="reinstall that distribution, or remove its dist-info directory",
+    )
 
 
 def _read_metadata(path: Path, *, quick: bool = False) -> CoreMetadata:

@@ -14,7 +14,7 @@ import io
 import posixpath
 import re
 import sys
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,14 +88,34 @@ _LINE = re.compile(r"[^\n]*\n|[^\n]+")
 feed only), without the copy of the whole text, four bytes a character, a StringIO holds."""
 
 
-def _rows(text: str) -> Iterator[tuple[int, list[str]]]:
+class _Lines:
+    """The lines of RECORD text given in pieces, each piece but the last ending at a line
+    feed (a file read a few megabytes at a time); and whether any piece handed out so far
+    holds a quote or an odd line break (:data:`_QUOTE_OR_ODD_BREAK`), which a field may
+    then hold. csv takes a row's lines before it gives the row, so a row's pieces have all
+    been looked at by then."""
+
+    def __init__(self, pieces: Iterable[str]) -> None:
+        self.pieces = pieces
+        self.odd = False
+
+    def __iter__(self) -> Iterator[str]:
+        start = 0
+        for i, piece in enumerate(self.pieces):
+            if i == 0 and piece.startswith(_BOM):
+                start = len(_BOM)
+            self.odd = self.odd or _QUOTE_OR_ODD_BREAK.search(piece, start) is not None
+            yield from map(re.Match.group, _LINE.finditer(piece, start))
+            start = 0
+
+
+def _rows(lines: _Lines) -> Iterator[tuple[int, list[str]]]:
     """``(line, fields)`` of RECORD text, read as uv reads it: a leading UTF-8 BOM dropped,
     no field-size limit (Python's csv stops at 131,072 characters, uv does not).
 
     Strict quoting: text after a closing quote, or a quote never closed, raises
     :class:`csv.Error` instead of being glued into one long field.
     """
-    lines = map(re.Match.group, _LINE.finditer(text, len(_BOM) if text.startswith(_BOM) else 0))
     reader = csv.reader(lines, strict=True)
     limit = csv.field_size_limit(sys.maxsize)
     try:
@@ -113,27 +133,29 @@ def parse_record(text: str) -> ParsedRecord:
     ``unreadable``: pip and uv would each see other rows, so nothing about it is trusted.
     """
     entries: list[RawEntry] = []
-    problems, unreadable = scan_record(text, lambda *row: entries.append(RawEntry(*row)))
+    problems, unreadable = scan_record((text,), lambda *row: entries.append(RawEntry(*row)))
     if unreadable is not None:
         return ParsedRecord((), (), unreadable)
     return ParsedRecord(tuple(entries), problems)
 
 
 def scan_record(
-    text: str, entry: Callable[[str, str | None, int | None], object]
+    pieces: Iterable[str], entry: Callable[[str, str | None, int | None], object]
 ) -> tuple[tuple[RecordProblem, ...], str | None]:
     """:func:`parse_record` one row at a time: ``entry(path, sha256, size)`` for each entry
-    as it is read, so no row outlives the caller's own use of it. Returns the problems and
-    why the RECORD cannot be read exactly (None when it can); when it cannot, the entries
-    already given are not to be trusted and the problems are empty."""
+    as it is read, so no row outlives the caller's own use of it. ``pieces``: the RECORD's
+    text, whole or in pieces that each end at a line feed (all but the last), so that a
+    RECORD of millions of rows is never one string. Returns the problems and why the
+    RECORD cannot be read exactly (None when it can); when it cannot, the entries already
+    given are not to be trusted and the problems are empty."""
     problems: list[RecordProblem] = []
     line = 0
-    plain = _QUOTE_OR_ODD_BREAK.search(text) is None  # the common case: no field to search
+    lines = _Lines(pieces)
     try:
-        for line, row in _rows(text):
+        for line, row in _rows(lines):
             if not row or not row[0]:
                 continue
-            if not plain and any(_BREAK.search(field) for field in row):
+            if lines.odd and any(_BREAK.search(field) for field in row):  # rarely searched
                 return (), f"line {line}: a field holds a line break or NUL"
             raw, reasons = _parse_row(row)
             entry(*raw)
@@ -189,7 +211,7 @@ def without_entries(text: str, paths: Collection[str]) -> str:
     """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerows(row for _, row in _rows(text) if row and row[0] not in paths)
+    writer.writerows(row for _, row in _rows(_Lines((text,))) if row and row[0] not in paths)
     return out.getvalue()
 
 

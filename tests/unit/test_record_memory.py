@@ -20,7 +20,9 @@ from cudafix.env import reading, statedir
 from cudafix.env.inventory import RecordEntry, RecordFiles
 from cudafix.env.memo.treecache import TreeCache, dists_file
 from cudafix.env.reading import read_distribution, read_inventory
+from cudafix.env.record import parse_record
 from cudafix.env.statedir import json_parts
+from cudafix.model.errors import InputError
 from cudafix.model.names import DistName, EnvPath
 from tests.support.loadertree import backdate
 
@@ -76,11 +78,11 @@ def test_a_large_record_costs_a_few_hundred_bytes_a_row_cold_saved_and_warm(
     assert len(warm_inv.distributions["big"].files) == ROWS + 1
     assert warm_inv.missing == {"big": tuple(sorted(inv_missing))}
     per_row = {"cold": cold / ROWS, "saved": saved / ROWS, "warm": warm / ROWS}
-    # The RECORD's own text is about 90 bytes a row; each row's path (about 130), hash (43
+    # The RECORD's text is read a megabyte at a time; each row's path (about 130), hash (43
     # characters of one string), size (8 bytes of an array) and place in the ownership
     # index about 230 more. An entry object per row, a second path string, a string per
     # hash, or the whole cache as one string beside its bytes would each add fifty or more.
-    assert per_row["cold"] < 400, per_row
+    assert per_row["cold"] < 380, per_row
     assert per_row["saved"] < 45, per_row
     assert per_row["warm"] < 365, per_row
 
@@ -202,3 +204,29 @@ def test_a_row_the_columns_cannot_hold_is_read_back_as_written(
         assert [(files[i].sha256, files[i].size) for i in range(len(rows))] == [
             (h, n) for _, h, n in rows
         ]
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, 1 << 20])
+def test_a_record_read_in_pieces_reads_as_the_whole_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, piece: int
+) -> None:
+    """Pieces cut wherever the bytes fall are cut again after a line feed: a BOM, a
+    character of several bytes and a quoted field holding a comma read as in one piece; a
+    byte that is not UTF-8 is named at its offset in the file."""
+    monkeypatch.setattr(reading, "_PIECE", piece)
+    info = tmp_path / SP / "pieces-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pieces\nVersion: 1.0\n")
+    text = '\ufeffpieces/é.py,sha256=AAA,3\n"pieces/a,b.py",,\n' + "pieces/long.py,,\n" * 9
+    record = info / "RECORD"
+    record.write_text(text + "pieces-1.0.dist-info/RECORD,,", encoding="utf-8")
+    dist = read_distribution(tmp_path, SP, EnvPath(f"{SP}/pieces-1.0.dist-info"))
+    assert dist is not None
+    want = parse_record(record.read_text(encoding="utf-8")).entries
+    assert [(e.raw, e.sha256, e.size) for e in dist.files] == [
+        (e.path, e.sha256, e.size) for e in want
+    ]
+    data = record.read_bytes()
+    record.write_bytes(data[:40] + b"\xff" + data[40:])
+    with pytest.raises(InputError, match="not UTF-8 at byte 40"):
+        read_distribution(tmp_path, SP, EnvPath(f"{SP}/pieces-1.0.dist-info"))

@@ -57,7 +57,7 @@ def plain_scan(text: str) -> tuple[list[tuple[object, ...]], tuple[RecordProblem
     problems: list[RecordProblem] = []
     line = 0
     try:
-        for line, row in _rows(text):
+        for line, row in _rows(record._Lines((text,))):
             if not row or not row[0]:
                 continue
             if any(_BREAK.search(field) for field in row):
@@ -70,10 +70,20 @@ def plain_scan(text: str) -> tuple[list[tuple[object, ...]], tuple[RecordProblem
     return entries, tuple(problems), None
 
 
-def _scan(text: str) -> tuple[list[tuple[object, ...]], tuple[RecordProblem, ...], str | None]:
+def _scan(
+    text: str, rng: random.Random | None = None
+) -> tuple[list[tuple[object, ...]], tuple[RecordProblem, ...], str | None]:
+    """``scan_record`` of ``text``, given whole or (with ``rng``) in pieces cut after
+    line feeds picked at random, as a RECORD file is read."""
     entries: list[tuple[object, ...]] = []
-    problems, unreadable = scan_record(text, lambda *row: entries.append(row))
+    pieces = [text] if rng is None else _in_pieces(text, rng)
+    problems, unreadable = scan_record(pieces, lambda *row: entries.append(row))
     return entries, problems, unreadable
+
+
+def _in_pieces(text: str, rng: random.Random) -> list[str]:
+    cuts = [i + 1 for i, c in enumerate(text) if c == "\n" and rng.random() < 0.5]
+    return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True) if a < b]
 
 
 def test_records_read_fast_read_as_row_by_row() -> None:
@@ -84,7 +94,7 @@ def test_records_read_fast_read_as_row_by_row() -> None:
         pieces = clean if trial % 2 else PIECES
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 25)))
         fast = _scan(text)
-        assert fast == plain_scan(text), repr(text)
+        assert fast == plain_scan(text) == _scan(text, rng), repr(text)
         plain += record._QUOTE_OR_ODD_BREAK.search(text) is None and bool(fast[0])
         unreadable += fast[2] is not None and "a field holds" in fast[2]
     assert plain > 300  # both readings are exercised
