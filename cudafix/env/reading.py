@@ -449,15 +449,17 @@ def _record_pieces(path: Path) -> Iterator[str]:
     :func:`~cudafix.env.record.scan_record` takes it), decoded as :func:`_read_text` does."""
     try:
         with path.open("rb") as f:
-            done, rest = 0, b""
+            done, held = 0, list[bytes]()  # held: what follows the last line feed so far
             while block := f.read(_PIECE):
-                data = rest + block
-                cut = data.rfind(b"\n") + 1  # a line feed is no byte of a multibyte character
-                if cut:
-                    yield _decoded(path, data[:cut], done)
-                    done += cut
-                rest = data[cut:]
-            if rest:
+                cut = block.rfind(b"\n") + 1  # a line feed is no byte of a multibyte character
+                if not cut:  # a line longer than a piece: joined once, when it ends
+                    held.append(block)
+                    continue
+                data = b"".join([*held, block[:cut]])
+                yield _decoded(path, data, done)
+                done += len(data)
+                held = [block[cut:]]
+            if rest := b"".join(held):
                 yield _decoded(path, rest, done)
     except OSError as e:
         raise _unreadable(path, "RECORD", e.strerror or str(e)) from e
