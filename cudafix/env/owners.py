@@ -82,9 +82,12 @@ def _missing(
     return {name: tuple(paths) for name, paths in out.items()}
 
 
-def _shared_paths(inv: Inventory, hasher: Hasher) -> tuple[CoOwnedPath, ...]:
+def _shared_paths(
+    inv: Inventory, paths: Iterable[EnvPath], hasher: Hasher
+) -> tuple[CoOwnedPath, ...]:
+    """What each of ``paths`` (those several distributions claim, in order) holds."""
     out: list[CoOwnedPath] = []
-    for path in sorted(p for p, owners in inv.owners.items() if len(owners) > 1):
+    for path in paths:
         owners = inv.owners[path]
         missing = path not in inv.files
         matching = holder_of(inv, path, owners, hasher)

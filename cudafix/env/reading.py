@@ -128,7 +128,8 @@ def read_inventory(
     read = _read_distributions(prefix, sites, files, tree)
     owners = _ownership(read.distributions.values())
     missing = _missing(owners, _refuse_directory_rows(prefix, read, files, owners, tree.listed()))
-    tree.watch(p for p, o in owners.items() if len(o) > 1)  # a shared path's holder can change
+    shared = sorted(p for p, o in owners.items() if len(o) > 1)  # one pass of the index
+    tree.watch(shared)  # a shared path's holder can change
     inv = Inventory(
         prefix=prefix,
         python=python,
@@ -143,7 +144,7 @@ def read_inventory(
         record_issues=tuple(read.issues),
         unreadable=tuple(read.unreadable),
     )
-    return replace(inv, shared=_shared_paths(inv, hasher or HashCache(prefix)))
+    return replace(inv, shared=_shared_paths(inv, shared, hasher or HashCache(prefix)))
 
 
 def canonical_site_packages(prefix: Path, site_packages: Sequence[EnvPath]) -> tuple[EnvPath, ...]:
