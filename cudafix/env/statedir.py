@@ -29,7 +29,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from cudafix.faults import crash_point, fail_point, hooks_armed
 from cudafix.model.errors import UnsafeState
@@ -419,6 +419,41 @@ def load_cache_lines(path: Path, fmt: str, version: int) -> tuple[dict[str, Any]
     return header, lines[1:-1]
 
 
+def stream_cache_lines(
+    path: Path, fmt: str, version: int, *, header_bytes: int = -1
+) -> tuple[dict[str, Any], Iterator[str]] | None:
+    """:func:`load_cache_lines`, its lines read one at a time: a cache of millions of rows
+    is never one string. A header line longer than ``header_bytes`` (when not -1) is no
+    header, and is not read whole. The lines raise ValueError where the file was cut short
+    (a last line with no line feed) or is not UTF-8, and OSError where it cannot be read on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    fh = os.fdopen(fd, "rb", buffering=_READ_BUFFER)
+    header: Any = None
+    with suppress(OSError, ValueError):
+        first = fh.readline(header_bytes)
+        header = json.loads(first.decode("utf-8")) if first.endswith(b"\n") else None
+    if not _stamped(header, fmt, version):
+        fh.close()
+        return None
+    return dict(header), _lines(fh)
+
+
+_READ_BUFFER = 1 << 16
+"""Bytes read at a time by :func:`stream_cache_lines` (a longer line is read whole)."""
+
+
+def _lines(fh: BinaryIO) -> Iterator[str]:
+    """The lines left in ``fh``, each decoded less its line feed; closes it when done."""
+    with fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                raise ValueError("cut short")
+            yield line[:-1].decode("utf-8")
+
+
 def _cache_text(path: Path, *, own: bool = False) -> str | None:
     """A cache file's text, read without following a final symlink (``own``: only a file
     this user owns); None when there is none to read."""
@@ -443,7 +478,8 @@ def save_cache_lines(
     """Write a cache of ``lines`` (JSON texts: none holds a newline) after a header line,
     ``header`` with the format and version (:func:`save_cache_file`'s rules)."""
     head = compact_json({"format": fmt, "version": version, **header})
-    return save_cache_file(path, chain([head + "\n"], (f"{text}\n" for text in lines)))
+    feeds = chain.from_iterable((text, "\n") for text in lines)  # a long line is not copied
+    return save_cache_file(path, chain([head, "\n"], feeds))
 
 
 def save_cache(path: Path, fmt: str, version: int, body: Mapping[str, Any]) -> bool:

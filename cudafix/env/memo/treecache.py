@@ -15,10 +15,10 @@ the same tick as the scan can never hide behind an equal mtime (git's "racy clea
 The cache is JSON text in ``.cudafix/cache/`` (written by ``statedir.save_cache_file``):
 ``tree-cache.json``, a header line (format, version, watched paths, how many listings) then
 one line per directory, its name and its listing; and ``dist-infos.json``, the parsed
-dist-infos with every RECORD row, read only by a reading that needs them. A listing nothing
-changed in is written again as the text it was read from: after one wheel changed, a save
-encodes the few directories it touched, not 2,000. A missing, foreign, corrupt or cut-short
-file is an empty cache, never an error.
+dist-infos with every RECORD row (:mod:`.distinfos`), read only by a reading that needs
+them. A listing nothing changed in is written again as the text it was read from: after one
+wheel changed, a save encodes the few directories it touched, not 2,000. A missing,
+foreign, corrupt or cut-short file is an empty cache, never an error.
 """
 
 from __future__ import annotations
@@ -33,20 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from cudafix.env.memo import stats
-from cudafix.env.statedir import (
-    TOOLS_STATE,
-    compact_json,
-    load_cache,
-    load_cache_lines,
-    save_cache,
-    save_cache_lines,
-)
+from cudafix.env.memo import distinfos, stats
+from cudafix.env.statedir import TOOLS_STATE, compact_json, load_cache_lines, save_cache_lines
 from cudafix.model.names import EnvPath
 
 FORMAT = "cudafix-tree-cache"
-DISTS_FORMAT = "cudafix-dist-infos"
-"""The format of the parsed dist-infos' file (:func:`dists_file`)."""
 VERSION = 9
 """4: no ctime per file (a hard link or copy moves it, and nothing decides on it);
 5: RECORDs read as uv reads them (no field limit, BOM, strict quoting);
@@ -259,12 +250,7 @@ class TreeCache:
                     raise ValueError("cut short")
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             cache._listings, cache._watch = {}, set()
-        parsed = load_cache(dists_file(cache_file), DISTS_FORMAT, VERSION) if dists else None
-        try:
-            if parsed is not None:
-                cache._dists = {str(k): (v[0], v[1]) for k, v in parsed["dists"].items()}
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-            cache._dists = {}
+        cache._dists = distinfos.load(dists_file(cache_file)) if dists else {}
         return cache
 
     def save(self, cache_file: Path) -> bool:
@@ -276,8 +262,7 @@ class TreeCache:
                 del self._dists[gone]
                 self._dists_dirty = True
             if self._dists_dirty:
-                dists = {k: [key, value] for k, (key, value) in self._dists.items()}
-                ok = save_cache(dists_file(cache_file), DISTS_FORMAT, VERSION, {"dists": dists})
+                ok = distinfos.save(dists_file(cache_file), self._dists)
                 self._dists_dirty = not ok
         if not self._dirty:
             return ok

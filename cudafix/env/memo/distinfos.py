@@ -1,0 +1,156 @@
+"""The tree cache's parsed dist-infos, kept in a file of lines that is read a line at a time.
+
+A dist-info's parsed value (``reading._parse_one``) holds every row of its RECORD, and a
+RECORD may list millions. Kept as one JSON text, a warm run held the whole file's text
+beside the rows parsed from it, and every size as a Python integer before it became a
+64-bit array: about 115 bytes a row more than the rows themselves. Here each value is one
+line with its long lists hollowed out (each replaced by its length), then those lists a
+few thousand items a line, which the reader appends to the columns as it goes; the sizes
+as the base64 of their bytes, so that none is ever a Python integer.
+
+A line ``[dist_info, key, value]`` is followed, where ``value`` is ``["dist", ...]``, by
+the lines of its :data:`_LONG` lists in that order. A file cut short, or whose counts do
+not add up, is no cache at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cudafix.env.statedir import compact_json, save_cache_lines, stream_cache_lines
+
+FORMAT = "cudafix-dist-infos"
+VERSION = 10
+"""9 and before: one JSON object (versions shared with the tree cache's listings);
+10: a line per dist-info, then its long lists a few thousand items a line (sizes packed)."""
+
+_ITEMS = 4096
+"""Items of a long list written on one line (a RECORD's paths, sizes, odd rows)."""
+_SIZES = 2
+"""Where the sizes are among :func:`_long`'s lists: written packed (:func:`_packed`)."""
+_CHARS = _ITEMS * 43
+"""Characters of the hashes' column written on one line: a line's worth of rows."""
+_HEADER_BYTES = 1 << 12
+"""The longest header line read: an older file is one line of every row, never read whole."""
+
+Parsed = tuple[Any, Any]
+"""A dist-info's cache key and its parsed value, as :class:`TreeCache` keeps them."""
+
+
+def save(path: Path, dists: Mapping[str, Parsed]) -> bool:
+    """Write ``dists`` to ``path`` (``statedir.save_cache_file``'s rules); False if not."""
+    return save_cache_lines(path, FORMAT, VERSION, {"dists": len(dists)}, _lines(dists))
+
+
+def load(path: Path) -> dict[str, Parsed]:
+    """What :func:`save` wrote to ``path``; empty where there is none, or it is foreign,
+    corrupt or cut short."""
+    found = stream_cache_lines(path, FORMAT, VERSION, header_bytes=_HEADER_BYTES)
+    if found is None:
+        return {}
+    header, lines = found
+    out: dict[str, Parsed] = {}
+    try:
+        for line in lines:
+            info, key, value = json.loads(line)
+            if value[0] == "dist":
+                value = _filled(value, lines)
+            out[str(info)] = (key, value)
+        if len(out) != header["dists"]:
+            raise ValueError("cut short")
+    except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError, StopIteration):
+        return {}
+    return out
+
+
+def _lines(dists: Mapping[str, Parsed]) -> Iterator[str]:
+    for info, (key, value) in dists.items():
+        if value[0] != "dist":
+            yield compact_json([info, key, value])
+            continue
+        long = _long(value)
+        yield compact_json([info, key, _hollow(value, [len(seq) for seq in long])])
+        for i, seq in enumerate(long):
+            step = _CHARS if isinstance(seq, str) else _ITEMS
+            for start in range(0, len(seq), step):
+                part = seq[start : start + step]
+                yield compact_json(_packed(part) if i == _SIZES else part)
+
+
+def _long(value: Sequence[Any]) -> list[Any]:
+    """The lists of ``["dist", dist, unsafe, issues, unreadable]`` that grow with its
+    RECORD: the columns ``dist[6]`` (paths, hashes, sizes, moved, odd), unsafe, issues."""
+    return [*value[1][6], value[2], value[3]]
+
+
+def _hollow(value: Sequence[Any], fill: Sequence[Any]) -> list[Any]:
+    """``value`` with :func:`_long`'s lists replaced by ``fill``'s items, in their order."""
+    dist = value[1]
+    return [value[0], [*dist[:6], list(fill[:5]), *dist[7:]], fill[5], fill[6], *value[4:]]
+
+
+def _filled(value: Sequence[Any], lines: Iterator[str]) -> list[Any]:
+    """``value``, read hollow, with its long lists read from the ``lines`` that follow it."""
+    counts = [int(n) for n in _long(value)]
+    paths = _read_list([], counts[0], lines)
+    hashes = _read_text(counts[1], lines)
+    sizes = _read_sizes(counts[2], lines)
+    rest = [_read_list([], n, lines) for n in counts[3:]]
+    return _hollow(value, [paths, hashes, sizes, *rest])
+
+
+def _read_list(into: Any, count: int, lines: Iterator[str]) -> Any:
+    """``into`` with ``count`` items appended from the lines that hold them."""
+    while len(into) < count:
+        chunk = json.loads(next(lines))
+        if not isinstance(chunk, list) or not chunk:
+            raise ValueError("not a list's line")
+        into.extend(chunk)
+    if len(into) != count:
+        raise ValueError("miscounted")
+    return into
+
+
+def _packed(sizes: Sequence[int]) -> str:
+    """Sizes as the base64 of their 64-bit little-endian bytes: read back with no integer
+    object per row (a list of millions of them cost as much as the paths)."""
+    packed = array("q", sizes)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def _read_sizes(count: int, lines: Iterator[str]) -> array[int]:
+    """The ``count`` sizes :func:`_packed` wrote a line at a time."""
+    sizes = array("q")
+    while len(sizes) < count:
+        chunk = json.loads(next(lines))
+        if not isinstance(chunk, str) or not chunk:
+            raise ValueError("not a size line")
+        sizes.frombytes(base64.b64decode(chunk, validate=True))
+    if len(sizes) != count:
+        raise ValueError("miscounted")
+    if sys.byteorder == "big":
+        sizes.byteswap()
+    return sizes
+
+
+def _read_text(count: int, lines: Iterator[str]) -> str:
+    """The ``count`` characters of a string written a line at a time."""
+    parts: list[str] = []
+    read = 0
+    while read < count:
+        chunk = json.loads(next(lines))
+        if not isinstance(chunk, str) or not chunk:
+            raise ValueError("not a string's line")
+        parts.append(chunk)
+        read += len(chunk)
+    if read != count:
+        raise ValueError("miscounted")
+    return "".join(parts)
