@@ -11,8 +11,10 @@ and again, cheaply (:func:`quick_differences`), under the transaction lock.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Callable, Iterator, Mapping
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import groupby, islice
 from pathlib import Path
 
@@ -39,13 +41,40 @@ def _sorted_rows(dist: Distribution) -> Iterator[str]:
     """The rows in sorted order, made as they are hashed: a RECORD of millions of rows is
     never a string per row at once. Their row numbers are sorted by path (the strings the
     inventory holds); a path ends at a NUL, which sorts before any character, so path order
-    is row order, but between rows of one path, sorted as rows."""
+    is row order, but between rows of one path, sorted as rows.
+
+    A long RECORD is sorted a range of paths at a time (:func:`_ranges`): the row numbers
+    of one range are integers held at once, not those of every row (36 bytes a row)."""
     paths = dist.paths
-    order = [i for i, p in enumerate(paths) if not is_installer_file(p, dist.dist_info)]
-    order.sort(key=paths.__getitem__)
-    for _path, same in groupby(order, key=paths.__getitem__):
-        rows = [_row(dist.files[i]) for i in same]
-        yield from sorted(rows) if len(rows) > 1 else rows
+    for numbers in _ranges(paths):
+        rows = [i for i in numbers if not is_installer_file(paths[i], dist.dist_info)]
+        rows.sort(key=paths.__getitem__)
+        for _path, same in groupby(rows, key=paths.__getitem__):
+            made = [_row(dist.files[i]) for i in same]
+            yield from sorted(made) if len(made) > 1 else made
+
+
+_RANGE_ROWS = 1 << 16
+"""About how many rows :func:`_ranges` puts in a range."""
+
+
+def _ranges(paths: Sequence[str]) -> Iterator[Sequence[int]]:
+    """Row numbers of ``paths`` by ranges of paths, the ranges in path order: every row of
+    a path is in the same range, so sorting each range in turn sorts them all. The ranges
+    are cut at paths sampled from the rows; each row's range is one byte of an array."""
+    count = min(255, len(paths) // _RANGE_ROWS + 1)
+    if count == 1:
+        yield range(len(paths))
+        return
+    sample = sorted(set(paths[:: max(1, len(paths) // (count * 32))]))
+    cuts = sorted({sample[len(sample) * k // count] for k in range(1, count)})
+    which = bytes(map(functools.partial(bisect_right, cuts), paths))
+    for n in range(len(cuts) + 1):
+        rows, at = [], which.find(n)
+        while at != -1:
+            rows.append(at)
+            at = which.find(n, at + 1)
+        yield rows
 
 
 def _row(e: RecordEntry) -> str:

@@ -4,6 +4,8 @@ differ from what it assumed: versions, extra or missing distributions, shared by
 from __future__ import annotations
 
 import hashlib
+import itertools
+import random
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from cudafix.env.inventory import Distribution, RecordEntry
 from cudafix.model.errors import ExitCode, StalePlan
 from cudafix.model.names import DistName, EnvPath
 from cudafix.model.plan import Options
+from cudafix.plan import preconditions
 from cudafix.plan.facts import Facts
 from cudafix.plan.planner import Request, build_plan
 from cudafix.plan.preconditions import (
@@ -162,3 +165,36 @@ def test_record_digest_is_the_hash_of_the_sorted_rows_joined_by_newlines() -> No
         if "INSTALLER" not in p
     )
     assert record_digest(dist) == hashlib.sha256("\n".join(spec).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("range_rows", [1, 3, 50, 1 << 16])
+def test_record_digest_is_the_same_sorted_a_range_of_paths_at_a_time(
+    range_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows sorted a range at a time hash as rows sorted at once: every row of one path in
+    one range, whatever the sample cut at (many rows of one path, prefixes, a path alone)."""
+    monkeypatch.setattr(preconditions, "_RANGE_ROWS", range_rows)
+    sp = "lib/python3.11/site-packages"
+    rng = random.Random(range_rows)
+    names = ["a", "a/b", "ab", "a-b", "z", *(f"m/{rng.randrange(400):03}.py" for _ in range(900))]
+    names += ["same"] * 300
+    hashes = ["h1", "h2", None]
+    rows = [(EnvPath(f"{sp}/{p}"), p, rng.choice(hashes), rng.randrange(3)) for p in names]
+    rng.shuffle(rows)
+    dist = Distribution(
+        name=DistName("d"),
+        version="1.0",
+        dist_info=EnvPath(f"{sp}/d-1.0.dist-info"),
+        site_packages=EnvPath(sp),
+        installer=None,
+        requires=(),
+        files=tuple(RecordEntry(*r) for r in rows),
+        top_level=(),
+    )
+    spec = sorted(f"{p}\0{h or ''}\0{n}" for p, _raw, h, n in rows)
+    assert record_digest(dist) == hashlib.sha256("\n".join(spec).encode()).hexdigest()
+    parts = [[dist.paths[i] for i in part] for part in preconditions._ranges(dist.paths) if part]
+    assert sorted(p for part in parts for p in part) == sorted(dist.paths)  # each row once
+    assert all(max(a) < min(b) for a, b in itertools.pairwise(parts))  # ranges in path order
+    if range_rows < len(rows):
+        assert max(map(len, parts)) <= 300 + len(rows) // 10  # "same" and a tenth at most
