@@ -19,7 +19,7 @@ from benchmarks import fixtures
 from benchmarks.journaltimes import latest_spans, snapshot_entries
 from benchmarks.proc import Timed, check, timed
 from benchmarks.stats import median, spread, table
-from cudafix.env.memo.treecache import RACY_NS
+from cudafix.env.memo.stats import RACY_NS
 from cudafix.env.statedir import StateDir, new_txid
 from cudafix.tx import snapshot
 

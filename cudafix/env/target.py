@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudafix.env.memo.treecache import RACY_NS
-from cudafix.env.record import env_path_of
+from cudafix.env.memo.stats import RACY_NS
 from cudafix.env.statedir import StateDir, load_cache, save_cache
 from cudafix.model.errors import TargetError, UsageError
 from cudafix.model.names import EnvPath
-from cudafix.process import run
 
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 HINT = "point cudafix at an environment with --venv DIR or --python PATH"
@@ -257,6 +255,8 @@ def query_interpreter(target: TargetEnv, *, timeout: float = QUERY_TIMEOUT) -> I
     if cached is not None:
         with contextlib.suppress(ValueError, KeyError, TypeError):
             return _parse_answer(target, cached)
+    from cudafix.process import run  # a warm run asks nothing: no subprocess to import
+
     done = run([target.python, "-I", "-S", "-c", _QUERY], timeout=timeout)
     if done.timed_out:
         return fallback_info(target.prefix, f"{target.python} timed out after {timeout:g}s")
@@ -310,6 +310,8 @@ def _cached_answer(cache_file: Path, key: list[Any] | None) -> Mapping[str, Any]
 
 
 def _parse_answer(target: TargetEnv, data: Mapping[str, Any]) -> InterpreterInfo:
+    from cudafix.env.record import env_path_of  # not on the warm path: it asks no interpreter
+
     reported = Path(str(data["prefix"]))
     if os.path.realpath(reported) != os.path.realpath(target.prefix):
         raise TargetError(

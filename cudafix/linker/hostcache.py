@@ -4,7 +4,7 @@ Every run asks the same questions of the host: the ELF facts of a dozen system l
 (libc, libstdc++ ...) and of cudafix's own interpreter, what the host ld.so answers to
 ``--help`` (a subprocess), and the parsed ``/etc/ld.so.cache``. None of it changes unless
 its file does, so a warm run answers from ``.cudafix/cache/host-cache.json`` without
-parsing any of it again. A file changed within ``treecache.RACY_NS`` of the read is not
+parsing any of it again. A file changed within ``stats.RACY_NS`` of the read is not
 remembered (its mtime cannot vouch for its bytes yet).
 
 System lookups happen while resolving, after the facts are gathered, so the cache is
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cudafix.env.memo import stats
-from cudafix.env.memo.treecache import RACY_NS
+from cudafix.env.memo.stats import RACY_NS
 from cudafix.env.statedir import load_cache, save_cache
 
 FORMAT = "cudafix-host-cache"

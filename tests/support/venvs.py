@@ -15,7 +15,7 @@ from pathlib import Path
 
 import uv
 
-from cudafix.env.memo.treecache import RACY_NS
+from cudafix.env.memo.stats import RACY_NS
 from scenarios import BuiltScenario, build_spec
 from scenarios.spec import Scenario
 

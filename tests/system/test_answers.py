@@ -26,7 +26,7 @@ from cudafix.env.memo.answers import (
     settled_stamp,
     stamp,
 )
-from cudafix.env.memo.treecache import RACY_NS
+from cudafix.env.memo.stats import RACY_NS
 from cudafix.env.statedir import StateDir
 from scenarios import BuiltScenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint

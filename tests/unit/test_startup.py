@@ -45,6 +45,8 @@ def test_the_warm_path_imports_no_pydantic_packaging_or_flows(tmp_path: Path) ->
     loaded = set(done.stderr.split())
     assert "cudafix.env.memo.warm" in loaded  # the probe took the warm path
     heavy = {"pydantic", "packaging", "cudafix.flows", "cudafix.model.plan", "cudafix.tx"}
+    # nor what only a miss needs: the interpreter asked (a subprocess), RECORDs, listings
+    heavy |= {"subprocess", "cudafix.process", "cudafix.env.record", "cudafix.env.memo.treecache"}
     assert not heavy & loaded, sorted(heavy & loaded)
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from cudafix import __version__
 from cudafix.env.memo import stats
-from cudafix.env.memo.treecache import RACY_NS
+from cudafix.env.memo.stats import RACY_NS
 from cudafix.env.statedir import (
     STATE_DIR_NAME,
     TOOLS_STATE,

@@ -31,7 +31,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from cudafix.env.memo.treecache import RACY_NS
+from cudafix.env.memo.stats import RACY_NS
 from cudafix.env.statedir import StateDir, ensure_dir, open_dir
 from cudafix.model.errors import UnsafeState
 

@@ -26,6 +26,11 @@ from typing import TypeVar, cast
 
 T = TypeVar("T")
 
+RACY_NS = 2_000_000_000
+"""How close to now a change may be and still hide behind an equal timestamp: file times
+come from a clock coarser than ``time.time_ns``, so what changed this close to a scan is
+not vouched for by its stat (git's "racy clean" rule), and is read again next time."""
+
 
 @dataclass
 class _Reading:

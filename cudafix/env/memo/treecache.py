@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from cudafix.env.memo import distinfos, stats
+from cudafix.env.memo.stats import RACY_NS
 from cudafix.env.statedir import TOOLS_STATE, compact_json, load_cache_lines, save_cache_lines
 from cudafix.model.names import EnvPath
 
@@ -46,8 +47,6 @@ VERSION = 9
 row, and the parsed dist-infos in a file of their own;
 8: the listings one line each, after a header line;
 9: a RECORD's hashes one string and its sizes one array (-1: none), its odd rows apart."""
-RACY_NS = 2_000_000_000
-"""Listings and RECORDs changed this close to the scan are read again next time."""
 DIST_INFO_FILES = ("RECORD", "METADATA", "INSTALLER", "top_level.txt")
 """The files of a dist-info that the parsed distribution is made of."""
 
