@@ -9,8 +9,8 @@ few thousand items a line, which the reader appends to the columns as it goes; t
 as the base64 of their bytes, so that none is ever a Python integer.
 
 A line ``[dist_info, key, value]`` is followed, where ``value`` is ``["dist", ...]``, by
-the lines of its :data:`_LONG` lists in that order. A file cut short, or whose counts do
-not add up, is no cache at all.
+the lines of its long lists (:func:`_long`) in that order. A file cut short, or whose
+counts do not add up, is no cache at all.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ def load(path: Path) -> dict[str, Parsed]:
 
 
 def _lines(dists: Mapping[str, Parsed]) -> Iterator[str]:
+    """The file's lines after its header, made as they are written (never all at once)."""
     for info, (key, value) in dists.items():
         if value[0] != "dist":
             yield compact_json([info, key, value])
