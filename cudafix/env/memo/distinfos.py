@@ -19,7 +19,8 @@ import base64
 import json
 import sys
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def load(path: Path) -> dict[str, Parsed]:
             out[str(info)] = (key, value)
         if len(out) != header["dists"]:
             raise ValueError("cut short")
-    except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError, StopIteration):
+    except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError):
         return {}
     return out
 
@@ -99,23 +100,33 @@ def _hollow(value: Sequence[Any], fill: Sequence[Any]) -> list[Any]:
 def _filled(value: Sequence[Any], lines: Iterator[str]) -> list[Any]:
     """``value``, read hollow, with its long lists read from the ``lines`` that follow it."""
     counts = [int(n) for n in _long(value)]
-    paths = _read_list([], counts[0], lines)
-    hashes = _read_text(counts[1], lines)
-    sizes = _read_sizes(counts[2], lines)
-    rest = [_read_list([], n, lines) for n in counts[3:]]
+    paths = list(chain.from_iterable(_column(lines, counts[0], list)))
+    hashes = "".join(_column(lines, counts[1], str))
+    sizes = array("q")
+    for part in _column(lines, counts[2], str, _unpacked):
+        sizes.extend(part)
+    rest = [list(chain.from_iterable(_column(lines, n, list))) for n in counts[3:]]
     return _hollow(value, [paths, hashes, sizes, *rest])
 
 
-def _read_list(into: Any, count: int, lines: Iterator[str]) -> Any:
-    """``into`` with ``count`` items appended from the lines that hold them."""
-    while len(into) < count:
-        chunk = json.loads(next(lines))
-        if not isinstance(chunk, list) or not chunk:
-            raise ValueError("not a list's line")
-        into.extend(chunk)
-    if len(into) != count:
+def _column(
+    lines: Iterator[str], count: int, kind: type, parse: Callable[[Any], Sized] = lambda c: c
+) -> Iterator[Any]:
+    """The parts of one long list, from the lines that hold its ``count`` items: each line
+    a non-empty JSON ``kind``, made a part by ``parse``. ValueError where they do not add up."""
+    read = 0
+    while read < count:
+        line = next(lines, None)
+        if line is None:
+            raise ValueError("cut short")
+        chunk = json.loads(line)
+        if not isinstance(chunk, kind) or not chunk:
+            raise ValueError("not a line of this list")
+        part = parse(chunk)
+        read += len(part)
+        yield part
+    if read != count:
         raise ValueError("miscounted")
-    return into
 
 
 def _packed(sizes: Sequence[int]) -> str:
@@ -127,31 +138,10 @@ def _packed(sizes: Sequence[int]) -> str:
     return base64.b64encode(packed.tobytes()).decode("ascii")
 
 
-def _read_sizes(count: int, lines: Iterator[str]) -> array[int]:
-    """The ``count`` sizes :func:`_packed` wrote a line at a time."""
+def _unpacked(text: str) -> array[int]:
+    """The sizes :func:`_packed` wrote as ``text``."""
     sizes = array("q")
-    while len(sizes) < count:
-        chunk = json.loads(next(lines))
-        if not isinstance(chunk, str) or not chunk:
-            raise ValueError("not a size line")
-        sizes.frombytes(base64.b64decode(chunk, validate=True))
-    if len(sizes) != count:
-        raise ValueError("miscounted")
+    sizes.frombytes(base64.b64decode(text, validate=True))
     if sys.byteorder == "big":
         sizes.byteswap()
     return sizes
-
-
-def _read_text(count: int, lines: Iterator[str]) -> str:
-    """The ``count`` characters of a string written a line at a time."""
-    parts: list[str] = []
-    read = 0
-    while read < count:
-        chunk = json.loads(next(lines))
-        if not isinstance(chunk, str) or not chunk:
-            raise ValueError("not a string's line")
-        parts.append(chunk)
-        read += len(chunk)
-    if read != count:
-        raise ValueError("miscounted")
-    return "".join(parts)
