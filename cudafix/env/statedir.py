@@ -403,29 +403,15 @@ def load_cache(path: Path, fmt: str, version: int, *, own: bool = False) -> dict
     return data if _stamped(data, fmt, version) else None
 
 
-def load_cache_lines(path: Path, fmt: str, version: int) -> tuple[dict[str, Any], list[str]] | None:
-    """A cache :func:`save_cache_lines` wrote with this format and version: its header and
-    its lines (each left as text, for the caller to parse); else None, as :func:`load_cache`."""
-    text = _cache_text(path)
-    if text is None:
-        return None
-    lines = text.split("\n")
-    try:
-        header = json.loads(lines[0])
-    except ValueError:
-        return None
-    if not _stamped(header, fmt, version) or lines[-1] != "":  # a file cut short ends no line
-        return None
-    return header, lines[1:-1]
-
-
-def stream_cache_lines(
+def load_cache_lines(
     path: Path, fmt: str, version: int, *, header_bytes: int = -1
 ) -> tuple[dict[str, Any], Iterator[str]] | None:
-    """:func:`load_cache_lines`, its lines read one at a time: a cache of millions of rows
-    is never one string. A header line longer than ``header_bytes`` (when not -1) is no
-    header, and is not read whole. The lines raise ValueError where the file was cut short
-    (a last line with no line feed) or is not UTF-8, and OSError where it cannot be read on."""
+    """A cache :func:`save_cache_lines` wrote with this format and version: its header and
+    its lines, each left as text for the caller to parse, read one at a time (a cache of
+    millions of rows is never one string); else None, as :func:`load_cache`. A header line
+    longer than ``header_bytes`` (when not -1) is no header, and is not read whole. The
+    lines raise ValueError where the file was cut short (a last line with no line feed) or
+    is not UTF-8, and OSError where it cannot be read on."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -442,7 +428,7 @@ def stream_cache_lines(
 
 
 _READ_BUFFER = 1 << 16
-"""Bytes read at a time by :func:`stream_cache_lines` (a longer line is read whole)."""
+"""Bytes read at a time by :func:`load_cache_lines` (a longer line is read whole)."""
 
 
 def _lines(fh: BinaryIO) -> Iterator[str]:

@@ -24,7 +24,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from cudafix.env.statedir import compact_json, save_cache_lines, stream_cache_lines
+from cudafix.env.statedir import compact_json, load_cache_lines, save_cache_lines
 
 FORMAT = "cudafix-dist-infos"
 VERSION = 10
@@ -52,7 +52,7 @@ def save(path: Path, dists: Mapping[str, Parsed]) -> bool:
 def load(path: Path) -> dict[str, Parsed]:
     """What :func:`save` wrote to ``path``; empty where there is none, or it is foreign,
     corrupt or cut short."""
-    found = stream_cache_lines(path, FORMAT, VERSION, header_bytes=_HEADER_BYTES)
+    found = load_cache_lines(path, FORMAT, VERSION, header_bytes=_HEADER_BYTES)
     if found is None:
         return {}
     header, lines = found
