@@ -3,9 +3,9 @@
 CuPy, JAX's PJRT plugin and everything built on cuda-pathfinder load CUDA libraries from
 Python, by a name written as a string (``"libcurand.so.10"``) or a path built from one. Some
 build the version at run time (``f"libcufft.so.{cufft_version}"``, ``"libcudart.so.%s"``):
-such a template is kept as ``libcufft.so.*``, any version of that library. A cheap regex over
-each ``.py`` file a RECORD lists finds those names; which of them count is decided
-elsewhere (:mod:`cudafix.plan.literals`). Each file is read at most once per
+such a template is kept as ``libcufft.so.*``, any version of that library. A cheap regex
+over each ``.py`` file a RECORD lists (test modules aside) finds those names; which of them
+count is decided elsewhere (:mod:`cudafix.plan.literals`). Each file is read at most once per
 content: the names found are kept in the index of facts by its stat key, like the ELF facts
 (:mod:`cudafix.env.memo.index`).
 """
@@ -66,7 +66,9 @@ def python_literals(prefix: Path, inventory: Inventory, index: FactIndex | None)
     files = inventory.files
     for dist in inventory.distributions.values():
         for path in dist.paths:
-            if not path.endswith(".py") or (stat := files.get(path)) is None:
+            if not path.endswith(".py") or _test_module(path):
+                continue
+            if (stat := files.get(path)) is None:
                 continue
             if stat.kind != "file" or path in found or path in fresh:
                 continue  # not a file, or listed by two RECORDs
@@ -82,6 +84,23 @@ def python_literals(prefix: Path, inventory: Inventory, index: FactIndex | None)
     if index is not None and fresh and not index.save_literals(fresh):
         log.debug("could not write the Python sources' literals to the index")
     return found
+
+
+_TEST_DIRS = frozenset({"tests", "test", "testing"})
+
+
+def _test_module(path: str) -> bool:
+    """A test module (in a ``tests``, ``test`` or ``testing`` package, or ``test_*.py``,
+    ``*_test.py``, ``conftest.py``): the library's own code never imports it, so the names it
+    spells are fixtures (``torch/testing/_internal/torchbind_impls.py`` names
+    ``libtorchbind_test.so``, built only in torch's source tree), not loads."""
+    *dirs, name = path.split("/")
+    return (
+        name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+        or not _TEST_DIRS.isdisjoint(dirs)
+    )
 
 
 def _read(path: str) -> tuple[Soname, ...]:

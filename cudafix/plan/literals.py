@@ -299,7 +299,7 @@ class _Binder:
                         break
             if gone or d in self.in_dir or not self._wheel_dir(d):
                 continue
-            for dist, extra, req in brings.unmet:  # no reading saw it: the directory itself
+            for dist, extra, req in self._taken(brings):  # no reading saw it: the directory itself
                 spelled = any(named_after(req.name, n) for n in (*info.needed, *info.literals))
                 if (
                     dir_named_after(req.name, d) and not spelled
@@ -400,7 +400,7 @@ class _Binder:
         if out:
             return out
         if owner not in self._unmet_of:
-            self._unmet_of[owner] = UnmetIndex(brings.unmet)
+            self._unmet_of[owner] = UnmetIndex(self._taken(brings))
         unmet_ = self._unmet_of[owner]
         for name in group:
             went = {s.distribution for s in self.remembered.get(name, ())}
@@ -409,6 +409,13 @@ class _Binder:
                 dist, extra, _ = found
                 return [(name, None, self._row(owner, (dist, extra), name, where), True)]
         return []
+
+    def _taken(self, brings: Brings) -> list[tuple[DistName, str, Requirement]]:
+        """The unmet requirements whose distribution is not installed: what a plain uninstall
+        took. One installed at another version (a docs extra's ``torch==2.3.1`` beside torch
+        2.11) took no file, so no library named after it is missing for that reason."""
+        dists = self.inv.distributions
+        return [u for u in brings.unmet if normalize_name(u[2].name) not in dists]
 
     def _bringer(self, brings: Brings, path: EnvPath) -> tuple[DistName, str] | None:
         """What brings the file's distribution (its requirer and the extra), if anything."""

@@ -219,6 +219,16 @@ def test_a_plain_uninstall_is_an_error_and_repair_installs_the_extras_requiremen
     assert list(report.install) == ["nvidia-foo-cu12>=1"]
 
 
+def test_a_requirement_met_at_another_version_took_no_library() -> None:
+    """The extra's ``nvidia-foo-cu12>=2`` is unmet, but nvidia-foo-cu12 1.0 is installed: no
+    uninstall took a file, so ``libfoo.so.1``, which nothing provides, is no broken load."""
+    dist, lib = _fw('nvidia-foo-cu12>=2; extra == "gpu"', 'nvidia-bar-cu12>=1; extra == "gpu"')
+    old_foo = Dist("nvidia-foo-cu12", "1.0", {"nvidia/foo/README": "foo"})
+    f = _bound(facts([dist, old_foo, BAR_DIST], {PLUGIN: lib}))
+    assert f.runtime.objects == frozenset()
+    assert not [x for x in diagnose(f).findings if x.need == "libfoo.so.1"]
+
+
 def test_a_literal_nothing_provides_nor_brings_is_not_an_edge() -> None:
     """No requirement of an installed extra is named after it: a system CUDA, or noise."""
     dist, lib = _fw('nvidia-foo-cu12>=1; extra == "gpu"')  # the extra: none of it installed
