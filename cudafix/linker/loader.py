@@ -19,7 +19,9 @@ file) stops the search with an error, as ld.so's ``open_verify`` does.
 Known simplifications: paths are normalised lexically (ld.so lets the kernel resolve
 ``..`` after a symlinked directory); the Python executable that dlopens an extension
 module is not modelled as the main map (the root is); torch's Python-side preloading of
-``nvidia/*/lib`` is not modelled; LD_PRELOAD is ignored.
+``nvidia/*/lib`` is not modelled; LD_PRELOAD is ignored. A framework's load by full path
+(``DlopenTable.preload``) that finds no file falls back to the file's name, searched as
+above from the loading object, as the frameworks' own loaders do.
 """
 
 from __future__ import annotations
@@ -344,7 +346,7 @@ class _Walk:
             self._add(path, None, None, soname)
         root = self._add(self.root, info, None, self.root)
         for path in self.table.preload.get(self.root, ()):
-            new = self._need(root, path, dlopen=True)
+            new = self._need(root, path, dlopen=True, preload=True)
             if new is not None:
                 self._bfs(new)
         self._bfs(root)
@@ -400,8 +402,12 @@ class _Walk:
                     self._bfs(new)
             position += 1
 
-    def _need(self, index: int, need: Soname, *, dlopen: bool) -> int | None:
-        """Record one step; return the index of a newly loaded object, if any."""
+    def _need(self, index: int, need: Soname, *, dlopen: bool, preload: bool = False) -> int | None:
+        """Record one step; return the index of a newly loaded object, if any.
+
+        ``preload``: a framework's load by full path, which falls back to the file's name
+        through the loading object's search path where that file is gone
+        (:meth:`_preload_fallback`)."""
         requester = self.objects[index].path
         loaded = self.names.get(need)
         if loaded is not None:
@@ -409,6 +415,8 @@ class _Walk:
             self.steps.append(Lookup(requester, need, self.objects[loaded].path, how, ()))
             return None
         found = self._find(index, need)
+        if preload and found.provider is None and found.how == "not-found":
+            found = self._preload_fallback(index, need, found)
         how = "dlopen" if dlopen and found.provider else found.how
         if found.provider is None:
             self.steps.append(Lookup(requester, need, None, how, found.searched, found.error))
@@ -420,6 +428,20 @@ class _Walk:
             self.names.setdefault(need, same)
             return None
         return self._add(found.provider, self.view.elf(found.provider), index, need)
+
+    def _preload_fallback(self, index: int, path: Soname, missed: _Found) -> _Found:
+        """Where a framework's load by full path finds no file, the library's name as the
+        loading object would find it: JAX's ``_load`` swallows the error and XLA then
+        dlopen()s the soname; cuda-pathfinder searches the system by name next; onnxruntime's
+        provider names it in DT_NEEDED. A copy the host has (``/usr/local/cuda``, the
+        ld.so cache) then serves, as it does on a GPU host whose wheel was uninstalled."""
+        name = Soname(posixpath.basename(path))
+        if name in self.names:
+            return _Found(self.objects[self.names[name]].path, "loaded", missed.searched)
+        found = self._find(index, name)
+        if found.provider is None:
+            return _Found(None, found.how, missed.searched + found.searched, found.error)
+        return _Found(found.provider, found.how, missed.searched + found.searched)
 
     def _find(self, index: int, need: Soname) -> _Found:
         if "/" in need:

@@ -51,7 +51,8 @@ class RuntimeLoad:
     sonames: tuple[Soname, ...] = ()
     """dlopen()ed by soname: found through the loading object's RPATH/RUNPATH."""
     paths: tuple[str, ...] = ()
-    """Loaded by full path (relative to site-packages) before the object loads."""
+    """Loaded by full path (relative to site-packages) before the object loads; where the
+    file is gone, by its name from the object (the loader's ``preload`` fallback)."""
     source: str = ""
     optional: bool = False
     """The framework imports ``objects`` inside a try/except and runs without them: their

@@ -10,7 +10,9 @@ sees the requirements behind the extras. The oracle is the real loader: the plug
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +120,43 @@ def test_cupy_by_path_load_refused_diagnosed_and_repaired(scenario: ScenarioFact
     assert done.returncode == 0, done.stdout + done.stderr
     ok = subprocess.run([str(built.python), "-c", "import cupy"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_by_path_load_whose_wheel_is_gone_finds_the_hosts_copy(
+    scenario: ScenarioFactory, tmp_path: Path
+) -> None:
+    """cuda-pathfinder (and JAX's ``_load``) fall back to the library's name when the
+    wheel's file is gone: a copy the host's loader finds serves. Seen on a GPU host with
+    /usr/local/cuda in its ld.so cache, where jax, cupy and torch ran on after a plain
+    uninstall of nvidia-cufft that cudafix called fatal. Here LD_LIBRARY_PATH is the host."""
+    built = scenario("runtime")
+    host = tmp_path / "host-lib"
+    host.mkdir()
+    shutil.copy2(site_dir(built.venv) / "nvidia/curand/lib/libcurand.so.10", host)
+    with_host = {"LD_LIBRARY_PATH": str(host)}
+    proc = cudafix(
+        "remove", "nvidia-curand-cu12", "--venv", built.venv, "--dry-run", "--no-fetch",
+        "--json", env=with_host,
+    )  # fmt: skip
+    plan = as_json(proc)
+    assert not [x for x in plan["lost"] if x["need"].endswith("libcurand.so.10")], plan["lost"]
+    # still refused: cuda-toolkit[curand] requires the wheel
+    assert proc.returncode == 3 and plan["requirement_breaks"], proc.stdout
+
+    uv_uninstall(built.python, "nvidia-curand-cu12")
+    cupy = [str(built.python), "-c", "import cupy"]
+    assert subprocess.run(cupy, capture_output=True).returncode != 0  # no host copy
+    ran = subprocess.run(cupy, capture_output=True, text=True, env={**os.environ, **with_host})
+    assert ran.returncode == 0, ran.stderr  # the oracle: the host's copy serves
+    for env, broken in (({}, True), (with_host, False)):
+        report = as_json(cudafix("doctor", "--venv", built.venv, "--json", env=env))
+        unresolved = [
+            f for f in report["findings"]
+            if f["kind"] == "unresolved" and f["need"].endswith("libcurand.so.10")
+        ]  # fmt: skip
+        assert bool(unresolved) == broken, report["findings"]
+        # the requirement is broken either way, and repair reinstalls the wheel
+        assert list(report["install"]) == ["nvidia-curand-cu12==10.3.5.147"]
 
 
 def test_user_run_time_rows_join_the_shipped_ones(
