@@ -27,7 +27,8 @@ stands for every version of that library the environment provides, or provided a
 reading (:mod:`cudafix.env.lastseen`).
 
 A directory on an object's RPATH/RUNPATH that no name it links (DT_NEEDED) or spells
-resolves into is where it dlopen()s libraries by a name it builds (TensorFlow's ``"lib" +
+resolves into, nor one its siblings (its directory's objects of its distribution) do, is
+where it dlopen()s libraries by a name it builds (TensorFlow's ``"lib" +
 name + ".so." + version``): each library there from a distribution its own requirements
 bring is a load of it; one that was there at the last reading, whose distribution such a
 requirement still names and is gone, is a load nothing provides now (a plain uninstall
@@ -228,6 +229,11 @@ class _Binder:
             for owner in inventory.owners.get(rel, ()):
                 for need in info.needed:
                     self.needed_by[(owner, need)].append(rel)
+        self._siblings: dict[tuple[DistName, str], list[EnvPath]] = defaultdict(list)
+        for rel in sorted(elf.objects):
+            for owner in inventory.owners.get(rel, ())[:1]:
+                self._siblings[(owner, posixpath.dirname(rel))].append(rel)
+        self._reached_in: dict[tuple[DistName, str], frozenset[str]] = {}
         self.wants = Wants(inventory, marker_env)
         self._shipped: dict[DistName, frozenset[str]] = {}
         self._unmet_of: dict[DistName, UnmetIndex] = {}
@@ -277,8 +283,7 @@ class _Binder:
         owner = self._owner(rel)
         if owner is None:
             return
-        named = (*info.needed, *info.literals)
-        reached = {posixpath.dirname(p) for n in named for p in self.providers.get(n, ())}
+        reached = self._reached(owner, posixpath.dirname(rel))
         dirs = sorted(self._own_dirs(rel, info) - reached - {posixpath.dirname(rel)})
         if not dirs:
             return
@@ -307,6 +312,21 @@ class _Binder:
                     need = f"{self.prefix}/{d}"
                     self._add([(rel, need, self._dir_row(owner, (dist, extra), d, where))])
                     break
+
+    def _reached(self, owner: DistName, where: str) -> frozenset[str]:
+        """The directories that the names linked or spelled by ``owner``'s objects in
+        ``where`` resolve into. One build gives its objects one search path: torch's
+        ``libtorch_cuda.so`` links into each nvidia wheel's directory its siblings
+        (``libc10.so``, ``libgomp.so.1``) also list, and those siblings load none of them."""
+        key = (owner, where)
+        if key not in self._reached_in:
+            self._reached_in[key] = frozenset(
+                posixpath.dirname(p)
+                for rel in self._siblings.get(key, ())
+                for n in (*self.elf.objects[rel].needed, *self.elf.objects[rel].literals)
+                for p in self.providers.get(n, ())
+            )
+        return self._reached_in[key]
 
     def _wheel_dir(self, d: str) -> bool:
         """``<site-packages>/nvidia/NAME/lib``: where an nvidia wheel puts its libraries."""

@@ -152,6 +152,27 @@ def test_a_directory_the_objects_dt_needed_reaches_proves_no_other_load() -> Non
     assert f.runtime.objects == frozenset()
 
 
+def test_a_directory_a_sibling_links_into_proves_no_load_of_the_others() -> None:
+    """torch's shape: every object of torch/lib carries the build's one RPATH, naming each
+    nvidia wheel's directory; ``libtorch_cuda.so`` links into them, ``libc10.so`` does not.
+    Seen on a GPU venv, where a dry run listed every cuDNN library as a load of each."""
+    util = "fw/libfw_util.so"
+    fw = Dist("fw", "1.0", {FW: "fw", util: "util"}, requires=FW_DIST.requires)
+    libs = {
+        FW: Lib(None, ("libfwrt.so.12",), runpath=RUNPATH),
+        util: Lib(None, (), runpath=RUNPATH),
+        RT: Lib("libfwrt.so.12"),
+        OLD: Lib("libfwold.so.12"),
+        BLAS: Lib("libfwblas.so.12"),
+    }
+    f = _bound(facts([fw, BLAS_DIST, RT_DIST, OLD_DIST], libs))
+    assert f.runtime.objects == frozenset()
+    alone = _bound(
+        facts([fw, BLAS_DIST, RT_DIST, OLD_DIST], {**libs, FW: Lib(None, (), runpath=RUNPATH)})
+    )
+    assert alone.runtime.sonames == {_abs(FW): ("libfwrt.so.12",), _abs(util): ("libfwrt.so.12",)}
+
+
 def test_a_searched_library_gone_since_the_last_reading_is_an_error_repaired_exactly() -> None:
     f = _fw(OLD_DIST, last_seen=True)
     assert _errors(f) == [(env(FW), "libfwrt.so.12")]
