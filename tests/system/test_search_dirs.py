@@ -180,3 +180,50 @@ def test_a_name_whose_version_python_formats_is_protected_diagnosed_and_repaired
     done = repair_offline(built, env=no_table)
     assert done.returncode == 0, done.stdout + done.stderr
     assert _imports(built)
+
+
+ONE_BUILD = """
+name = "one-build"
+description = "torch's shape: every object of torch/lib carries the build's one RPATH"
+
+[[dist]]
+name = "nvidia-rt-cu12"
+version = "1.0"
+lib = [{ path = "nvidia/rt/lib/libfwrt.so.12" }, { path = "nvidia/rt/lib/libfwrt_part.so.12" }]
+
+[[dist]]
+name = "tw"
+version = "1.0"
+requires = ["nvidia-rt-cu12>=1.0"]
+[[dist.lib]]
+path = "tw/lib/libtw_cuda.so"
+needed = ["libfwrt.so.12"]
+rpath = ["$ORIGIN/../../nvidia/rt/lib"]
+
+[[dist.lib]]
+path = "tw/lib/libtw_util.so"
+rpath = ["$ORIGIN/../../nvidia/rt/lib"]
+
+[[steps]]
+action = "install"
+packages = ["tw==1.0", "nvidia-rt-cu12==1.0"]
+"""
+
+
+def test_objects_sharing_their_builds_search_path_load_only_what_they_link(
+    tmp_path: Path, no_table: dict[str, str]
+) -> None:
+    """A dry run of the wheel's removal names the object that links it, not its siblings
+    that only share the build's RPATH; the oracle: once the wheel is gone, the real loader
+    still loads the sibling and fails the object that links it."""
+    built = build_toml(ONE_BUILD, tmp_path / "one-build")
+    code, plan = _remove(built, "nvidia-rt-cu12", no_table)
+    assert code == 3
+    lost = sorted((x["consumer"].rsplit("/", 1)[-1], x["need"]) for x in plan["lost"])
+    assert lost == [("libtw_cuda.so", "libfwrt.so.12")]
+    uv_uninstall(built.python, "nvidia-rt-cu12")
+    site = site_dir(built.venv)
+    for name, loads in (("libtw_util.so", True), ("libtw_cuda.so", False)):
+        code = f"import ctypes; ctypes.CDLL({str(site / 'tw/lib' / name)!r})"
+        proc = subprocess.run([str(built.python), "-c", code], capture_output=True, check=False)
+        assert (proc.returncode == 0) == loads, (name, proc.stderr)
