@@ -234,6 +234,7 @@ class _Binder:
             for owner in inventory.owners.get(rel, ())[:1]:
                 self._siblings[(owner, posixpath.dirname(rel))].append(rel)
         self._reached_in: dict[tuple[DistName, str], frozenset[str]] = {}
+        self._named_in: dict[tuple[DistName, str], frozenset[Soname]] = {}
         self.wants = Wants(inventory, marker_env)
         self._shipped: dict[DistName, frozenset[str]] = {}
         self._unmet_of: dict[DistName, UnmetIndex] = {}
@@ -283,8 +284,8 @@ class _Binder:
         owner = self._owner(rel)
         if owner is None:
             return
-        reached = self._reached(owner, posixpath.dirname(rel))
-        dirs = sorted(self._own_dirs(rel, info) - reached - {posixpath.dirname(rel)})
+        here = posixpath.dirname(rel)
+        dirs = sorted(self._own_dirs(rel, info) - self._reached(owner, here) - {here})
         if not dirs:
             return
         brings = self.wants.own(owner)
@@ -305,28 +306,42 @@ class _Binder:
             if gone or d in self.in_dir or not self._wheel_dir(d):
                 continue
             for dist, extra, req in self._taken(brings):  # no reading saw it: the directory itself
-                spelled = any(named_after(req.name, n) for n in (*info.needed, *info.literals))
+                spelled = any(named_after(req.name, n) for n in self._named(owner, here))
                 if (
                     dir_named_after(req.name, d) and not spelled
-                ):  # (a name it links or spells says more)
+                ):  # (a name it or a sibling links or spells says more)
                     need = f"{self.prefix}/{d}"
                     self._add([(rel, need, self._dir_row(owner, (dist, extra), d, where))])
                     break
 
     def _reached(self, owner: DistName, where: str) -> frozenset[str]:
         """The directories that the names linked or spelled by ``owner``'s objects in
-        ``where`` resolve into. One build gives its objects one search path: torch's
+        ``where`` resolve into, or resolved into at the last reading (a plain uninstall
+        took the file, not the link). One build gives its objects one search path: torch's
         ``libtorch_cuda.so`` links into each nvidia wheel's directory its siblings
         (``libc10.so``, ``libgomp.so.1``) also list, and those siblings load none of them."""
         key = (owner, where)
         if key not in self._reached_in:
             self._reached_in[key] = frozenset(
                 posixpath.dirname(p)
-                for rel in self._siblings.get(key, ())
-                for n in (*self.elf.objects[rel].needed, *self.elf.objects[rel].literals)
-                for p in self.providers.get(n, ())
+                for n in self._named(owner, where)
+                for p in (
+                    *self.providers.get(n, ()),
+                    *(s.path for s in self.remembered.get(n, ())),
+                )
             )
         return self._reached_in[key]
+
+    def _named(self, owner: DistName, where: str) -> frozenset[Soname]:
+        """The names ``owner``'s objects in ``where`` link or spell."""
+        key = (owner, where)
+        if key not in self._named_in:
+            self._named_in[key] = frozenset(
+                n
+                for rel in self._siblings.get(key, ())
+                for n in (*self.elf.objects[rel].needed, *self.elf.objects[rel].literals)
+            )
+        return self._named_in[key]
 
     def _wheel_dir(self, d: str) -> bool:
         """``<site-packages>/nvidia/NAME/lib``: where an nvidia wheel puts its libraries."""

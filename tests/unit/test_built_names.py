@@ -173,6 +173,24 @@ def test_a_directory_a_sibling_links_into_proves_no_load_of_the_others() -> None
     assert alone.runtime.sonames == {_abs(FW): ("libfwrt.so.12",), _abs(util): ("libfwrt.so.12",)}
 
 
+def test_a_sibling_of_an_object_whose_wheel_went_is_not_broken() -> None:
+    """The wheel uninstalled by plain uv: with a reading of it, the object that links it is
+    broken; without one, it is a part for a stack not installed (its requirement is what is
+    broken). Its sibling that only shares the build's RPATH is neither."""
+    rt = "nvidia/fwrt/lib/libfwrt.so.12"
+    util = "fw/libfw_util.so"
+    fw = Dist("fw", "1.0", {FW: "fw", util: "util"}, requires=("nvidia-fwrt-cu12>=1",))
+    runpath = ("$ORIGIN/../nvidia/fwrt/lib",)
+    libs = {
+        FW: Lib(None, ("libfwrt.so.12",), runpath=runpath),
+        util: Lib(None, (), runpath=runpath),
+    }
+    seen = {Soname("libfwrt.so.12"): (Seen(env(rt), DistName("nvidia-fwrt-cu12"), "1.0"),)}
+    for last_seen in (seen, {}):
+        f = _bound(replace(facts([fw], libs), last_seen=last_seen))
+        assert _errors(f) == ([(env(FW), "libfwrt.so.12")] if last_seen else [])
+
+
 def test_a_searched_library_gone_since_the_last_reading_is_an_error_repaired_exactly() -> None:
     f = _fw(OLD_DIST, last_seen=True)
     assert _errors(f) == [(env(FW), "libfwrt.so.12")]
