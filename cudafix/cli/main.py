@@ -157,17 +157,24 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
             if as_json:
                 emit_json_error(err)
             raise
-        report = diagnosis.report
-        if as_json:
-            from cudafix.cli.doctor_words import worded
+        from cudafix.cli.doctor_words import worded
 
-            out = worded(report).model_dump_json(indent=2)
-        else:
-            out = render_report(report, stdout_style(), OUTPUT.verbosity)
+        report = diagnosis.report
         code = ExitCode.OK if report.healthy else ExitCode.FAILURE
         if any(f.kind == "pending-transaction" for f in report.findings):
             code = ExitCode.LOCKED  # an unfinished transaction: `cudafix recover`
-        return Computed(app.Answer(out, code), also=diagnosis.before_run, read=diagnosis.read)
+        json_out = app.Answer(worded(report).model_dump_json(indent=2), code)
+        renderings: dict[tuple[tuple[object, ...], int], app.Answer] = {  # -q, plain, -v, --json
+            (("doctor", facts, False), v): app.Answer(
+                render_report(report, stdout_style(), v), code
+            )
+            for v in (-1, 0, 1)
+        }
+        renderings[(("doctor", facts, True), OUTPUT.verbosity if as_json else 0)] = json_out
+        answer = renderings[(("doctor", facts, as_json), OUTPUT.verbosity)]
+        return Computed(
+            answer, also=diagnosis.before_run, read=diagnosis.read, renderings=renderings
+        )
 
     answer_once(facts, ("doctor", facts, as_json), diagnose)
 

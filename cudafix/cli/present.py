@@ -54,6 +54,9 @@ class Computed:
     findings, for ``run``)."""
     read: app.ReadSet | None = None
     """What it was read from, where the flow says (else the last walk's, read again)."""
+    renderings: Mapping[tuple[tuple[object, ...], int], app.Answer] = field(default_factory=dict)
+    """The same answer as other options print it, by (command, verbosity): remembered
+    beside it, so ``doctor -v`` or ``doctor --json`` after ``doctor`` reads nothing again."""
 
 
 def answer_once(
@@ -71,7 +74,7 @@ def answer_once(
     colour = OUTPUT.colours(sys.stdout.isatty())
     key = app.answer_key(command, {"verbosity": OUTPUT.verbosity, "colour": colour})
     with app.one_reading():  # the stamp, the walk and the new stamp stat each path once
-        answer = _given_again(facts, key) or _computed(facts, key, compute, started)
+        answer = _given_again(facts, key) or _computed(facts, key, compute, started, colour)
     echo_out(answer.out)
     raise click.exceptions.Exit(answer.code)
 
@@ -96,11 +99,16 @@ def _computed(
     key: str,
     compute: Callable[[app.OnEvent], Computed],
     started: int,
+    colour: bool,
 ) -> app.Answer:
     events = _Events()
     computed = compute(events)
     if computed.keep and not events.more_than_progress:
-        kept = {key: computed.answer, **computed.also}
+        kept = {
+            app.answer_key(command, {"verbosity": v, "colour": colour}): answer
+            for (command, v), answer in computed.renderings.items()
+        }
+        kept.update({key: computed.answer, **computed.also})
         app.remember_answer(facts, kept, since_ns=started, read=computed.read)
     return computed.answer
 

@@ -93,6 +93,27 @@ def test_an_unchanged_environment_is_answered_again(
     assert GIVEN_AGAIN in replanned.stderr and replanned.stdout == planned.stdout
 
 
+def test_doctor_asked_another_way_is_answered_from_the_same_reading(
+    scenario: Callable[..., BuiltScenario],
+) -> None:
+    """``doctor``, then ``doctor -q``, ``-v`` and ``--json``: each answered from what the
+    first one read (nothing computed, nothing remembered anew), each the same as a cold run
+    asked that way."""
+    built = scenario("incident")
+    _first_runs(built)
+    plain = cudafix("doctor", "--venv", built.venv)
+    assert plain.returncode == 1  # the incident is broken: the exit code is kept too
+    answers = StateDir(built.venv).answers
+    written = answers.stat().st_mtime_ns
+    warm = {how: cudafix("doctor", how, "--venv", built.venv) for how in ("-q", "-v", "--json")}
+    assert GIVEN_AGAIN in warm["-v"].stderr and COMPUTED not in warm["-v"].stderr
+    assert answers.stat().st_mtime_ns == written  # none was computed, so none was kept
+    for how, proc in warm.items():
+        shutil.rmtree(StateDir(built.venv).cache, ignore_errors=True)
+        cold = cudafix("doctor", how, "--venv", built.venv)
+        assert (proc.returncode, proc.stdout) == (cold.returncode, cold.stdout), how
+
+
 def _delete_an_owned_file(built: BuiltScenario) -> None:
     (site_dir(built.venv) / "nvidia" / "cudnn" / "include" / "cudnn_version.h").unlink()
 

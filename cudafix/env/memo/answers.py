@@ -24,6 +24,7 @@ a cold start, never an error.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -345,9 +346,11 @@ def _digest(values: array[int]) -> str:
     return hashlib.blake2b(values.tobytes(), digest_size=16).hexdigest()
 
 
-def _code_stamp() -> list[object]:
+@functools.cache
+def _code_stamp() -> tuple[object, ...]:
     """cudafix's version and the stat of its own modules and data files: an answer given
-    by other code (an upgrade, an edited checkout) is not this code's answer."""
+    by other code (an upgrade, an edited checkout) is not this code's answer. Read once a
+    process: one command keys several answers (doctor's every rendering)."""
     root = Path(__file__).resolve().parents[2]
     out: list[object] = [__version__, str(root)]
     for directory, _dirs, files in sorted(os.walk(root)):
@@ -355,7 +358,7 @@ def _code_stamp() -> list[object]:
             if name.endswith((".py", ".toml")):
                 st = os.stat(os.path.join(directory, name))  # noqa: PTH116, PTH118
                 out.append([name, st.st_size, st.st_mtime_ns])
-    return out
+    return tuple(out)
 
 
 def sorted_unique(paths: Iterable[str]) -> tuple[str, ...]:
