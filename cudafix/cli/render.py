@@ -216,6 +216,7 @@ def _plan_sections(plan: Plan, style: Style) -> list[str]:
         [
             style("! ", fg="yellow") + warning_text(w, plan.target, plan.options.sources.cli_args())
             for w in plan.warnings
+            if w.kind != "provider-switch"  # each is a line of "Provider switches" above
         ],
     )
     return out

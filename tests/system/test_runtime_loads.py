@@ -142,6 +142,13 @@ def test_a_by_path_load_whose_wheel_is_gone_finds_the_hosts_copy(
     assert not [x for x in plan["lost"] if x["need"].endswith("libcurand.so.10")], plan["lost"]
     # still refused: cuda-toolkit[curand] requires the wheel
     assert proc.returncode == 3 and plan["requirement_breaks"], proc.stdout
+    switched = [s for s in plan["switches"] if s["after"] == str(host / "libcurand.so.10")]
+    assert switched, plan["switches"]
+    text = cudafix(
+        "remove", "nvidia-curand-cu12", "--venv", built.venv, "--dry-run", "--no-fetch",
+        env=with_host,
+    ).stdout  # fmt: skip
+    assert text.count(f"{host}/libcurand.so.10") == len(switched), text  # said once each
 
     uv_uninstall(built.python, "nvidia-curand-cu12")
     cupy = [str(built.python), "-c", "import cupy"]
