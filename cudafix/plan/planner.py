@@ -418,9 +418,10 @@ def _run_time_probes(
     def probed(obj: str, need: str) -> str:
         """A Python module's load by name is a by-name loader's (cuda-pathfinder): it finds
         the file wherever the wheel put it; a need met by path is the file the framework
-        preloads. The probe loads the file the state resolves for both."""
+        preloads; a load by full path whose file is gone falls back to the name (the host's
+        copy). The probe loads the file the state resolves for each."""
         edge = after[(obj, Soname(need))]
-        by_name = obj.endswith(".py") or edge.how == BY_PATH
+        by_name = obj.endswith(".py") or edge.how == BY_PATH or "/" in need
         return edge.provider if by_name and edge.provider is not None else need
 
     return [

@@ -150,6 +150,14 @@ def test_a_by_path_load_whose_wheel_is_gone_finds_the_hosts_copy(
     ).stdout  # fmt: skip
     assert text.count(f"{host}/libcurand.so.10") == len(switched), text  # said once each
 
+    # forced past the requirement: the probes load what cupy would, the host's copy
+    forced = cudafix(
+        "remove", "nvidia-curand-cu12", "--venv", built.venv, "--allow-broken-requirements",
+        "--keep-shared", "--yes", env=with_host,
+    )  # fmt: skip
+    assert forced.returncode == 0 and "Committed" in forced.stdout, forced.stdout + forced.stderr
+    cudafix("undo", "last", "--venv", built.venv, "--yes", env=with_host)
+
     uv_uninstall(built.python, "nvidia-curand-cu12")
     cupy = [str(built.python), "-c", "import cupy"]
     assert subprocess.run(cupy, capture_output=True).returncode != 0  # no host copy
