@@ -59,13 +59,16 @@ def _pgid(prefix: Path) -> int:
 
 
 def _spawn(*args: str | Path) -> subprocess.Popen[str]:
-    """cudafix in the background, its stdout read line by line."""
+    """cudafix in the background, its stdout read line by line; Ctrl-C reaches it as on a
+    terminal, even where these tests were started in the background of a script (which
+    starts them with SIGINT ignored, and Python then keeps it ignored)."""
     return subprocess.Popen(
         [sys.executable, "-m", "cudafix", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
