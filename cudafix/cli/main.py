@@ -150,6 +150,10 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
     -q says only the verdict and the command to run next).
     """
 
+    def asked(in_json: bool) -> tuple[object, ...]:
+        """The question, as the remembered answers are keyed: one spelling for all."""
+        return ("doctor", facts, in_json)
+
     def diagnose(on_event: app.OnEvent) -> Computed:
         try:
             diagnosis = app.doctor(facts, on_event=on_event)
@@ -165,18 +169,16 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
             code = ExitCode.LOCKED  # an unfinished transaction: `cudafix recover`
         json_out = app.Answer(worded(report).model_dump_json(indent=2), code)
         renderings: dict[tuple[tuple[object, ...], int], app.Answer] = {  # -q, plain, -v, --json
-            (("doctor", facts, False), v): app.Answer(
-                render_report(report, stdout_style(), v), code
-            )
+            (asked(False), v): app.Answer(render_report(report, stdout_style(), v), code)
             for v in (-1, 0, 1)
         }
-        renderings[(("doctor", facts, True), OUTPUT.verbosity if as_json else 0)] = json_out
-        answer = renderings[(("doctor", facts, as_json), OUTPUT.verbosity)]
+        renderings[(asked(True), OUTPUT.verbosity if as_json else 0)] = json_out
+        answer = renderings[(asked(as_json), OUTPUT.verbosity)]
         return Computed(
             answer, also=diagnosis.before_run, read=diagnosis.read, renderings=renderings
         )
 
-    answer_once(facts, ("doctor", facts, as_json), diagnose)
+    answer_once(facts, asked(as_json), diagnose)
 
 
 # -- remove / repair -------------------------------------------------------------------------
