@@ -296,27 +296,28 @@ def _stamp_now(prefix: Path, read: ReadSet) -> _Stamp:
     newest = quiet_newest = 0
     base = f"{prefix}/"  # a str join, as the walk's: 19k paths on a torch venv
     found = stats.lstats([base + rel for rel in read.env])
+    put, put_quiet, mask = values.extend, quiet.extend, _INODE_MASK  # 19k rounds: locals
     for i, (rel, st) in enumerate(zip(read.env, found, strict=True)):
         if st is None:
-            values.extend(_ABSENT)
+            put(_ABSENT)
             if not rel.startswith(_OWN_STATE):
-                quiet.extend(_ABSENT[:4])
+                put_quiet(_ABSENT[:4])
             continue
         ctime, mtime = st.st_ctime_ns, st.st_mtime_ns
-        four = (st.st_ino & _INODE_MASK, st.st_mode, st.st_size, mtime)
+        four = (st.st_ino & mask, st.st_mode, st.st_size, mtime)
         if rel == _PREFIX:
             ctime = mtime = 0
             four = (four[0], four[1], _prefix_names(prefix), 0)
-        values.extend(four)
+        put(four)
         values.append(ctime)
         if ctime > newest:
             newest = ctime
         own = rel.startswith(_OWN_STATE)
         if not own:
-            quiet.extend(four)
+            put_quiet(four)
             if mtime > quiet_newest:
                 quiet_newest = mtime
-        if S_ISDIR(st.st_mode):
+        if S_ISDIR(four[1]):
             dirs.append(i)
             dir_values.extend(four)
             dir_values.append(ctime)

@@ -88,13 +88,18 @@ def lstats(paths: Sequence[str]) -> list[os.stat_result | None]:
     taken = _TAKEN.get()
     given = taken.lstats if taken is not None else {}
     out: list[os.stat_result | None] = []
-    add = out.append
+    add, known, lstat = out.append, given.get, os.lstat  # :func:`_taken`, inlined: 19k calls
     for path in paths:
-        try:
-            found = _taken(given, path, os.lstat)
-        except ValueError:  # a NUL in the path: nothing to stat
-            add(None)
-            continue
+        found = known(path)
+        if found is None:
+            try:
+                found = lstat(path)
+            except OSError as exc:
+                found = exc
+            except ValueError:  # a NUL in the path: nothing to stat
+                add(None)
+                continue
+            given[path] = found
         add(None if isinstance(found, OSError) else found)
     return out
 
