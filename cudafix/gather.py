@@ -35,7 +35,7 @@ from cudafix.env.reading import (
 from cudafix.env.scripts import read_shebangs
 from cudafix.env.statedir import StateDir
 from cudafix.env.target import TargetEnv, query_interpreter
-from cudafix.fetch.staging import Staging
+from cudafix.fetch.staged import Staging
 from cudafix.linker.elfindex import ElfIndex, index_environment
 from cudafix.linker.hostview import HostView
 from cudafix.linker.loader import DlopenTable, SearchConfig, split_ld_library_path

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.fetch.backend import UvBackend
-from cudafix.fetch.staging import Pin
+from cudafix.fetch.staged import Pin
 from cudafix.model.errors import InputError
 from cudafix.model.names import DistName, normalize_name
 from cudafix.model.sources import Sources

@@ -18,23 +18,22 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from cudafix.env.distinfo import CoreMetadata, parse_metadata
-from cudafix.env.inventory import is_bytecode
 from cudafix.env.reading import derive_top_level
 from cudafix.env.record import Refusal, parse_record, resolve_record_path
 from cudafix.faults import crash_point
 from cudafix.fetch.backend import UvBackend
+from cudafix.fetch.staged import Pin, StagedWheel, Staging, is_payload
 from cudafix.fetch.wheelfile import candidates as _candidates
 from cudafix.fetch.wheelfile import identify
 from cudafix.linker.elf import ElfInfo
 from cudafix.linker.elfindex import read_elf_nofollow
 from cudafix.model.errors import EnvironmentFault
 from cudafix.model.names import (
-    DistName,
     EnvPath,
     is_so_name,
     normalize_name,
@@ -45,51 +44,6 @@ from cudafix.process import Completed, run, run_live
 
 STAGE_TIMEOUT = 1800.0
 """Seconds one staging install may take (a CUDA wheel is GBs on a slow link)."""
-
-Pin = tuple[DistName, str]
-"""An exact version to install or reinstall, ``name==version`` as (name, version)."""
-
-
-@dataclass(frozen=True)
-class StagedWheel:
-    """A wheel as a staging install unpacked it."""
-
-    name: DistName
-    version: str
-    files: Mapping[EnvPath, str | None]
-    """Where each RECORD row lands in the environment, with its sha256 (None: unhashed)."""
-    dist_info: EnvPath
-    requires: tuple[str, ...]
-    top_level: tuple[str, ...]
-    elf: Mapping[EnvPath, ElfInfo] = field(default_factory=dict)
-    """The wheel's shared objects and extensions, read where they landed: the after-state's
-    libraries, for simulating an install with the loader."""
-    size: int = 0
-    """Bytes the wheel installs (its RECORD's sizes): what fetching it meant, for progress."""
-    wheel: Path | None = None
-    """The local wheel file that was staged (a ``--find-links`` directory's), if known."""
-    wheel_sha256: str | None = None
-    """Hex sha256 of ``wheel`` as staged."""
-
-    @property
-    def version_pin(self) -> Pin:
-        return (self.name, self.version)
-
-
-@dataclass(frozen=True)
-class Staging:
-    """What fetching the plan's wheels found, as data for the planner."""
-
-    fetched: bool = False
-    """False when nothing was fetched (``--no-fetch``): the planner cannot check wheels."""
-    wheels: Mapping[Pin, StagedWheel] = field(default_factory=dict)
-    problems: Mapping[Pin, str] = field(default_factory=dict)
-    """Pins that could not be had, with uv's last word."""
-    source: str = ""
-    """Where uv looked, for messages: the find-links directories, the index, or its cache."""
-    recorded: Mapping[DistName, str] = field(default_factory=dict)
-    """Where installed distributions being reinstalled came from, when their
-    ``direct_url.json`` says: a source the user can add when the index has no such wheel."""
 
 
 def describe_sources(sources: Sources) -> str:
@@ -388,15 +342,6 @@ def _read_staged(root: Path, site: EnvPath, find_links: Sequence[str]) -> list[S
             )
         )
     return out
-
-
-def is_payload(path: str, dist_info: str) -> bool:
-    """A RECORD row two installs of one wheel agree on: the wheel's own files.
-
-    Not bytecode (compiled at install, or not), scripts under ``bin/`` (generated from entry
-    points) nor anything in the dist-info directory (installer files, the name's case).
-    """
-    return not (is_bytecode(path) or path.startswith("bin/") or path.startswith(dist_info + "/"))
 
 
 def _metadata(path: Path) -> CoreMetadata:

@@ -20,7 +20,8 @@ from cudafix.env.memo.answers import ReadSet
 from cudafix.env.target import interpreter
 from cudafix.fetch.backend import find_pip
 from cudafix.fetch.resolve import exact_pin, resolve
-from cudafix.fetch.staging import Pin, Staging, stage
+from cudafix.fetch.staged import Pin, Staging
+from cudafix.fetch.staging import stage
 from cudafix.flows.target import check_pending, facts_read_set, locate, open_target, read_facts
 from cudafix.gather import with_hashes, with_staging
 from cudafix.model.args import FactArgs, InstallArgs, RemoveArgs, TargetArgs

@@ -16,7 +16,7 @@ from cudafix.env.inventory import Inventory
 from cudafix.env.lastseen import Memory
 from cudafix.env.scripts import Shebang
 from cudafix.env.target import InterpreterInfo, guess_extension_suffixes
-from cudafix.fetch.staging import Staging
+from cudafix.fetch.staged import Staging
 from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.hostview import HostView
 from cudafix.linker.linkage import Root, entry_roots

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cudafix.env.inventory import FileStat, Inventory
-from cudafix.fetch.staging import StagedWheel
+from cudafix.fetch.staged import StagedWheel
 from cudafix.linker.edge import Edge, EdgeKey
 from cudafix.linker.elfindex import EnvironmentView
 from cudafix.linker.linkage import to_env_path

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cudafix.env.inventory import Distribution, Inventory
-from cudafix.fetch.staging import Pin, StagedWheel
+from cudafix.fetch.staged import Pin, StagedWheel
 from cudafix.linker.bypath import BY_PATH
 from cudafix.linker.edge import Edge, EdgeKey
 from cudafix.linker.elfindex import EnvironmentView

@@ -8,7 +8,7 @@ anything changes. Fetching is :mod:`cudafix.fetch.staging`'s.
 from __future__ import annotations
 
 from cudafix.env.inventory import Distribution
-from cudafix.fetch.staging import StagedWheel, is_payload
+from cudafix.fetch.staged import StagedWheel, is_payload
 
 __all__ = ["is_payload", "wheel_differences"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cudafix.env.inventory import Inventory, is_bytecode
-from cudafix.fetch.staging import StagedWheel
+from cudafix.fetch.staged import StagedWheel
 from cudafix.model import plan as P
 from cudafix.model import reasons as R
 from cudafix.model.names import DistName, EnvPath, normalize_name

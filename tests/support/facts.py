@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudafix.env.inventory import CoOwnedPath, Distribution, FileStat, Inventory, RecordEntry
-from cudafix.fetch.staging import StagedWheel, Staging
+from cudafix.fetch.staged import StagedWheel, Staging
 from cudafix.linker.elf import ElfInfo
 from cudafix.linker.elfindex import ElfIndex
 from cudafix.linker.loader import SearchConfig

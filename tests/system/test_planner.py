@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cudafix.env.target import locate_target
-from cudafix.fetch.staging import Staging
+from cudafix.fetch.staged import Staging
 from cudafix.gather import gather
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options

@@ -7,7 +7,7 @@ and the install that keeps a consumer on its CUDA 12 build must ask for the 12.x
 
 from __future__ import annotations
 
-from cudafix.fetch.staging import Staging
+from cudafix.fetch.staged import Staging
 from cudafix.model.names import DistName
 from cudafix.model.plan import Options, ProviderSwitch
 from cudafix.model.reasons import MixedMajors

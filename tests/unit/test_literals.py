@@ -16,7 +16,7 @@ from pathlib import Path
 from cudafix.env.inventory import FileStat
 from cudafix.env.memo.index import FactIndex
 from cudafix.env.pysources import python_literals, source_literals
-from cudafix.fetch.staging import Staging
+from cudafix.fetch.staged import Staging
 from cudafix.linker.elf import ElfInfo, read_elf
 from cudafix.linker.elfindex import index_environment
 from cudafix.linker.hostdeps import provided_by_system

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cudafix.cli.wording import error_context, reason_lines
-from cudafix.fetch.staging import Staging
+from cudafix.fetch.staged import Staging
 from cudafix.linker.linkage import resolve_chains
 from cudafix.model.errors import PlanRefused
 from cudafix.model.names import DistName

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from cudafix.env.memo.stats import RACY_NS
 
 _HELP = """\
 import sys
@@ -84,4 +87,33 @@ def test_a_fresh_environment_is_read_without_the_journal_or_importlib_metadata(
     loaded = set(done.stderr.split())
     assert "cudafix.gather" in loaded and "cudafix.tx.pending" in loaded
     heavy = {"cudafix.tx.journal", "cudafix.tx.steps", "importlib.metadata"}
+    assert not heavy & loaded, sorted(heavy & loaded)
+
+
+_COMPUTED = """\
+import sys
+from cudafix.cli.main import main
+try:
+    main(["doctor", "--venv", sys.argv[1], "-q"])
+except SystemExit:
+    pass
+print("\\n".join(sys.modules), file=sys.stderr)
+"""
+
+
+def test_a_doctor_computing_its_answer_imports_nothing_that_installs(tmp_path: Path) -> None:
+    """A ``doctor`` that computes its answer (the interpreter already asked) reads what a
+    staging install found as values, never the code that runs uv: each module it imports
+    is a floor under every reading after a change (BENCHMARKS.md)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    time.sleep(RACY_NS / 1e9)  # older than the racy window: what the first run reads is kept
+    first = [sys.executable, "-c", _COMPUTED, str(venv)]
+    subprocess.run(first, capture_output=True, check=True)  # asks the interpreter, remembers
+    (venv / ".cudafix" / "cache" / "answers.json").unlink()
+    done = subprocess.run(first, capture_output=True, text=True, check=True)
+    loaded = set(done.stderr.split())
+    assert "Healthy" in done.stdout
+    assert "cudafix.plan.doctor" in loaded  # it computed its answer
+    heavy = {"cudafix.process", "cudafix.fetch.staging", "cudafix.fetch.backend", "ctypes"}
     assert not heavy & loaded, sorted(heavy & loaded)
