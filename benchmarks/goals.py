@@ -6,7 +6,9 @@ Per run, on fresh hard-linked copies of the real venv (``fixtures.link_copy``, n
 change), then at once a ``remove --dry-run``, remembered beside it; the walk again, then
 a ``doctor`` after that dry run and a dry run after that ``doctor`` (goal 1: questions
 that alternate, nothing changed); a ``doctor`` with ``answers.json`` deleted (for
-information, and goal 6's computing ``doctor``); ``uv pip
+information, and goal 6's computing ``doctor``); the floor: a process importing only the
+modules that computing ``doctor`` imports (and one importing only those of a ``remove
+--yes``, recorded once on a copy of its own), what no reading can take away; ``uv pip
 uninstall`` of one distribution, then at once a ``doctor`` and the walk, and ``uv pip
 install`` of it again, then at once the dry run and the walk (goal 2: a reading after a
 change); ``cudafix run -- python -c pass`` against the bare command, right after a
@@ -76,6 +78,20 @@ def installed_version(venv: Path, dist: str) -> str:
     raise SystemExit(f"{dist} is not installed in {venv}: pass --change-dist")
 
 
+def _floor_modules(env: sections.Env, pristine: Path, a: Path, tx_dist: str) -> dict[str, Path]:
+    """The modules a computing ``doctor`` (on ``a``) and a ``remove TX_DIST --yes
+    --no-probe`` (on a copy of its own) import, each written to a file under ``env.work``:
+    the floor under goals 2, 3 and 5, timed by importing them alone."""
+    (a / ".cudafix" / "cache" / "answers.json").unlink()
+    out = {"doctor": env.work / "modules-doctor.json", "remove": env.work / "modules-remove.json"}
+    sections.inproc("modules", a, str(out["doctor"]), "doctor", "--venv", str(a))
+    d = fixtures.link_copy(pristine, env.work / "goal-d")
+    remove = ["remove", tx_dist, "--yes", "--no-probe", "--venv", str(d)]
+    sections.inproc("modules", d, str(out["remove"]), *remove)
+    shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
 def goal_runs(
     env: sections.Env,
     pristine: Path,
@@ -107,6 +123,10 @@ def goal_runs(
         computed = sections.cli(doctor, ok=(0, 1))
         _one(m, "doctor/recomputed", computed)
         m["rss/doctor-computed"].append(computed.max_rss_mib)
+        if i == 0:
+            floors = _floor_modules(env, pristine, a, tx_dist)
+        for what, listed in floors.items():
+            _one(m, f"floor/{what}", sections.inproc("imports", a, str(listed))[0])
         py = a / "bin" / "python"
         uv_env = {**os.environ, "UV_DEFAULT_INDEX": change[1]} if change else None
         check(timed(uv_argv("pip", "uninstall", "--python", py, change_dist)))
@@ -236,6 +256,7 @@ def summary(
         "tx/extra-after-dry-run": [
             o - t for o, t in zip(m["tx/after-dry-run"], m["tx/uv"], strict=False)
         ],
+        "floor/remove-extra": [f - t for f, t in zip(m["floor/remove"], m["tx/uv"], strict=False)],
     }
     for k in _RUNS_AFTER:
         runs = zip(m[f"run/{k}"], m["bare/cmd"], strict=False)
@@ -260,6 +281,8 @@ def summary(
         lambda v, r: v <= 0.5 and r <= 0.8, quick)  # fmt: skip
     row("1", "for information: doctor computing its answer (answers.json deleted)",
         "doctor/recomputed", "walk/warm", None, "-")  # fmt: skip
+    row("-", "floor: a process importing what a computing doctor imports, no more",
+        "floor/doctor", "walk/warm", None, "-")  # fmt: skip
     row("2", "doctor right after `uv pip uninstall` of one wheel", "change/removed",
         "walk/removed", lambda v, r: r <= 1.0, "<= 1.0x walk+sniff")  # fmt: skip
     row("2", "remove --dry-run right after `uv pip install` of it again", "change/installed",
@@ -276,6 +299,8 @@ def summary(
         lambda v, r: v <= 0.5, "<= +0.5 s")  # fmt: skip
     row("5", "for information: the same right after its dry run, over uv pip uninstall",
         "tx/extra-after-dry-run", None, None, "-")  # fmt: skip
+    row("-", "floor: a process importing what remove --yes imports, over uv pip uninstall",
+        "floor/remove-extra", None, None, "-")  # fmt: skip
     if install_seconds is not None:
         rows.append(
             [

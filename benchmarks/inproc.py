@@ -7,6 +7,12 @@ exactly as in the CLI; only interpreter start-up and imports are left out.
 OP is ``walk`` (the baseline: ``os.walk`` plus a 4-byte ELF-magic sniff of every file),
 ``doctor`` (gather + diagnose) or ``plan`` (gather + select + build_plan, as
 ``cudafix remove SELECTOR --dry-run`` does).
+
+Two more ops measure the floor under a command, the part no reading of the venv can
+remove: ``modules VENV OUT ARGS...`` runs ``cudafix ARGS...`` in this process and writes to
+OUT the modules it imported, in the order it imported them; ``imports VENV OUT`` then
+imports exactly those, and nothing else (timed as a process, beside the walk, this is what
+the command costs before it reads a file).
 """
 
 from __future__ import annotations
@@ -78,8 +84,43 @@ def _import_cudafix() -> None:
     import cudafix.plan.select  # noqa: F401
 
 
+def record_modules(out: Path, args: list[str]) -> dict[str, Any]:
+    """Run ``cudafix ARGS`` here; write the modules it imported to ``out``, in order."""
+    before = set(sys.modules)
+    from cudafix.cli.main import main as cli
+
+    try:
+        cli(args)
+    except SystemExit as exc:
+        status = exc.code
+    else:
+        status = 0
+    names = [n for n in sys.modules if n not in before and "__main__" not in n]
+    out.write_text(json.dumps(names))
+    return {"modules": len(names), "status": status}
+
+
+def import_modules(listed: Path) -> dict[str, Any]:
+    """Import the modules :func:`record_modules` wrote, in its order."""
+    import importlib
+
+    failed = 0
+    for name in json.loads(listed.read_text()):
+        try:
+            importlib.import_module(name)
+        except Exception:  # a module only its importer could make: not counted
+            failed += 1
+    return {"failed": failed}
+
+
 def main(argv: list[str]) -> None:
     op, venv = argv[0], Path(argv[1])
+    if op == "modules":
+        print("\n" + json.dumps(record_modules(Path(argv[2]), argv[3:])))
+        return
+    if op == "imports":
+        print(json.dumps(import_modules(Path(argv[2]))))
+        return
     t0 = time.perf_counter()
     if op != "walk":
         _import_cudafix()
