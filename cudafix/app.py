@@ -34,7 +34,7 @@ from cudafix.model.transaction import (
 )
 
 if TYPE_CHECKING:
-    from cudafix.env.memo.answers import Answer, ReadSet, answer_key
+    from cudafix.env.memo.answers import MAX_KEPT_CHARS, Answer, ReadSet, answer_key
     from cudafix.env.memo.stats import one_reading
     from cudafix.env.memo.warm import recall_answer
     from cudafix.flows.applying import execute
@@ -91,6 +91,7 @@ _LAZY = {
     "recall_answer": "cudafix.env.memo.warm",
     "answer_key": "cudafix.env.memo.answers",
     "Answer": "cudafix.env.memo.answers",
+    "MAX_KEPT_CHARS": "cudafix.env.memo.answers",
     "ReadSet": "cudafix.env.memo.answers",
     "one_reading": "cudafix.env.memo.stats",
 }
@@ -99,6 +100,7 @@ _LAZY = {
 __all__ = [
     "DEFAULT_KEEP",
     "DEFAULT_LOCK_TIMEOUT",
+    "MAX_KEPT_CHARS",
     "Answer",
     "BackendName",
     "FactArgs",

@@ -167,12 +167,15 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
         code = ExitCode.OK if report.healthy else ExitCode.FAILURE
         if any(f.kind == "pending-transaction" for f in report.findings):
             code = ExitCode.LOCKED  # an unfinished transaction: `cudafix recover`
-        json_out = app.Answer(worded(report).model_dump_json(indent=2), code)
         renderings: dict[tuple[tuple[object, ...], int], app.Answer] = {  # -q, plain, -v, --json
             (asked(False), v): app.Answer(render_report(report, stdout_style(), v), code)
             for v in (-1, 0, 1)
         }
-        renderings[(asked(True), OUTPUT.verbosity if as_json else 0)] = json_out
+        # The JSON names every path; unasked, it is rendered only where it would be kept.
+        named = sum(len(path) for finding in report.findings for path in finding.paths)
+        if as_json or named <= app.MAX_KEPT_CHARS:
+            json_out = app.Answer(worded(report).model_dump_json(indent=2), code)
+            renderings[(asked(True), OUTPUT.verbosity if as_json else 0)] = json_out
         answer = renderings[(asked(as_json), OUTPUT.verbosity)]
         return Computed(
             answer, also=diagnosis.before_run, read=diagnosis.read, renderings=renderings

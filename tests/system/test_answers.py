@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cudafix.env.memo.answers import (
+    MAX_KEPT_CHARS,
     Answer,
     ReadSet,
     Recalled,
@@ -31,7 +32,8 @@ from cudafix.env.statedir import StateDir
 from scenarios import BuiltScenario
 from scenarios.fingerprint import diff_fingerprints, fingerprint
 from tests.support.cli import cudafix, dlopen_table
-from tests.support.venvs import settle, site_dir
+from tests.support.venvs import install, new_venv, settle, site_dir
+from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 """Builds real venvs and runs the CLI: left out of ``make test-fast``."""
@@ -112,6 +114,34 @@ def test_doctor_asked_another_way_is_answered_from_the_same_reading(
         shutil.rmtree(StateDir(built.venv).cache, ignore_errors=True)
         cold = cudafix("doctor", how, "--venv", built.venv)
         assert (proc.returncode, proc.stdout) == (cold.returncode, cold.stdout), how
+
+
+def test_an_answer_too_long_to_keep_is_computed_again_and_burdens_no_other(
+    tmp_path: Path,
+) -> None:
+    """A wheel whose 30k files are gone: ``doctor --json`` names each (past
+    ``MAX_KEPT_CHARS``), so it is neither rendered unasked nor kept, and the file of answers
+    every warm command reads stays small; ``doctor -q`` is still answered from memory, and
+    ``--json`` names every missing file, as a cold run does."""
+    files = {f"many/d{i % 50}/module_with_a_long_name_{i}.py": b"" for i in range(30_000)}
+    make_wheel(tmp_path / "wheels", "many", "1.0", files)
+    venv = new_venv(tmp_path / "venv")
+    install(venv, tmp_path / "wheels", "many")
+    shutil.rmtree(site_dir(venv) / "many")
+    settle()
+    assert cudafix("doctor", "--venv", venv).returncode == 1
+    answers = StateDir(venv).answers
+    assert answers.stat().st_size < MAX_KEPT_CHARS // 4  # the JSON was not kept
+    written = answers.stat().st_mtime_ns
+    assert cudafix("doctor", "-q", "--venv", venv).returncode == 1
+    assert answers.stat().st_mtime_ns == written  # given again: nothing computed, nor kept
+    asked = cudafix("doctor", "--json", "--venv", venv)
+    named = [p for f in json.loads(asked.stdout)["findings"] for p in f["paths"]]
+    assert len(named) == len(files) and len(asked.stdout) > MAX_KEPT_CHARS
+    assert answers.stat().st_size < MAX_KEPT_CHARS // 4  # nor when asked for
+    shutil.rmtree(StateDir(venv).cache)
+    cold = cudafix("doctor", "--json", "--venv", venv)
+    assert (asked.returncode, asked.stdout) == (cold.returncode, cold.stdout)
 
 
 def _delete_an_owned_file(built: BuiltScenario) -> None:

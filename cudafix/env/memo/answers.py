@@ -53,6 +53,11 @@ FORMAT = "cudafix-answers"
 VERSION = 1
 KEPT = 16
 """Answers kept per environment state (one per command line and output style)."""
+MAX_KEPT_CHARS = 1 << 20
+"""The longest answer kept. Every command that may be answered again reads the file of
+answers whole, so one ``doctor --json`` naming 300k missing files (42 MB) would make each
+later ``doctor -q`` parse it: 0.15 s and 100 MB more there, ten times that at 3M. Only the
+one who asks that question again pays for an answer not kept: it is computed anew."""
 ENVIRONMENT_VARIABLES = (
     "LD_LIBRARY_PATH",
     "PATH",
@@ -173,7 +178,8 @@ def remember(
     ctimes: bool = True,
 ) -> bool:
     """Keep each of ``answers`` for its key (False: not kept, e.g. something changed too
-    recently); answers kept for other keys stay while the stamp is the same.
+    recently; none longer than :data:`MAX_KEPT_CHARS`); answers kept for other keys stay
+    while the stamp is the same.
 
     ``since_ns`` is when the command started: a path changed after ``since_ns - RACY_NS``
     may have changed while the answer was being computed. ``ctimes=False``: ``answers``
@@ -199,7 +205,8 @@ def _save(prefix: Path, answers: Mapping[str, Answer], read: ReadSet, now: _Stam
     kept = dict(same) if isinstance(same, dict) else {}
     for key, answer in answers.items():
         kept.pop(key, None)
-        kept[key] = {"out": answer.out, "code": answer.code}
+        if len(answer.out) <= MAX_KEPT_CHARS:
+            kept[key] = {"out": answer.out, "code": answer.code}
     body = {
         "env": list(read.env),
         "host": list(read.host),
