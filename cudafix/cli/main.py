@@ -167,9 +167,10 @@ def doctor(facts: app.FactArgs, as_json: bool) -> None:
         code = ExitCode.OK if report.healthy else ExitCode.FAILURE
         if any(f.kind == "pending-transaction" for f in report.findings):
             code = ExitCode.LOCKED  # an unfinished transaction: `cudafix recover`
+        texts = render_report(report, stdout_style(), (-1, 0, 1))
         renderings: dict[tuple[tuple[object, ...], int], app.Answer] = {  # -q, plain, -v, --json
-            (asked(False), v): app.Answer(render_report(report, stdout_style(), v), code)
-            for v in (-1, 0, 1)
+            (asked(False), v): app.Answer(text, code)
+            for v, text in zip((-1, 0, 1), texts, strict=True)
         }
         # The JSON names every path; unasked, it is rendered only where it would be kept.
         named = sum(len(path) for finding in report.findings for path in finding.paths)
