@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cudafix.env.inventory import Inventory
 from cudafix.env.memo.index import FactIndex, StatKey, stat_key
+from cudafix.env.readmany import read_each
 from cudafix.model.names import SONAME_LITERAL, EnvPath, Soname
 
 log = logging.getLogger("cudafix.env.pysources")
@@ -57,11 +58,13 @@ def python_literals(prefix: Path, inventory: Inventory, index: FactIndex | None)
     """The soname literals of every ``.py`` file a RECORD lists and the tree holds.
 
     An unchanged file (same device, inode, size and mtime) is answered from ``index``
-    without being opened; only what was read now is written.
+    without being opened; the others are read several at once (:mod:`cudafix.env.readmany`),
+    and only what was read now is written.
     """
     stored = index.literal_rows() if index is not None else {}
     base = str(prefix)  # a str join: pathlib's costs more than the read of a small file
-    found: dict[EnvPath, tuple[Soname, ...]] = {}
+    names_of: dict[EnvPath, tuple[Soname, ...] | None] = {}  # RECORD order; None: to read
+    unread: list[tuple[EnvPath, StatKey]] = []
     fresh: dict[str, tuple[StatKey, str]] = {}
     files = inventory.files
     for dist in inventory.distributions.values():
@@ -70,20 +73,25 @@ def python_literals(prefix: Path, inventory: Inventory, index: FactIndex | None)
                 continue
             if (stat := files.get(path)) is None:
                 continue
-            if stat.kind != "file" or path in found or path in fresh:
+            if stat.kind != "file" or path in names_of:
                 continue  # not a file, or listed by two RECORDs
             key = stat_key(stat.dev, stat.ino, stat.size, stat.mtime_ns)
             row = stored.get(path)
             if row is not None and row[0] == key:
-                names = tuple(Soname(n) for n in row[1].split("\n") if n)
+                names_of[path] = tuple(Soname(n) for n in row[1].split("\n") if n)
+            elif stat.size:
+                names_of[path] = None
+                unread.append((path, key))
             else:
-                names = _read(f"{base}/{path}") if stat.size else ()
-                fresh[path] = (key, "\n".join(names))
-            if names:
-                found[path] = names
+                names_of[path] = ()
+                fresh[path] = (key, "")
+    read = read_each(_read, [f"{base}/{path}" for path, _ in unread])
+    for (path, key), names in zip(unread, read, strict=True):
+        names_of[path] = names
+        fresh[path] = (key, "\n".join(names))
     if index is not None and fresh and not index.save_literals(fresh):
         log.debug("could not write the Python sources' literals to the index")
-    return found
+    return {path: names for path, names in names_of.items() if names}
 
 
 _TEST_DIRS = frozenset({"tests", "test", "testing"})

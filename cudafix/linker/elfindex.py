@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cudafix.env.inventory import FileStat
 from cudafix.env.memo.index import PLAIN, UNREAD, ElfRow, FactIndex, StatKey, stat_key
+from cudafix.env.readmany import read_each
 from cudafix.env.statedir import STATE_DIR_NAME
 from cudafix.linker.elf import ElfInfo, ElfProblem, read_elf, verdict_from_json, verdict_to_json
 from cudafix.linker.hostview import HostView
@@ -67,7 +68,7 @@ def index_environment(
 ) -> ElfIndex:
     """Classify every file of ``files`` a loader could load (:func:`loadable`); reuse the
     verdicts ``index`` holds for files whose stat key (device, inode, size, mtime) did not
-    move.
+    move, and read the others several at once (:mod:`cudafix.env.readmany`).
 
     ``expected``: the (ELF class, machine) the environment's interpreter runs
     (:meth:`HostView.arch <cudafix.linker.hostview.HostView.arch>`); others are foreign.
@@ -78,12 +79,12 @@ def index_environment(
     gone forgotten.
     """
     stored = index.elf_rows() if index is not None else {}
-    plain: list[str] = []
-    found: dict[str, Verdict] = {}
     fresh: dict[str, ElfRow] = {}
     seen: set[str] = set()
     moved: list[StatKey] = []
     opened: list[str] = []
+    verdicts: dict[str, Verdict | None] = {}  # in the order classified; None: not ELF
+    unread_now: list[tuple[str, StatKey]] = []  # classified, its verdict still to read
 
     def keep(rel: str, stat: FileStat) -> None:
         """A file not read: only its key, so a digest of its old bytes is forgotten."""
@@ -103,21 +104,28 @@ def index_environment(
             moved.append(row[0])
         if row is not None and row[0] == key and row[1] != UNREAD:
             if row[1] == PLAIN:
-                plain.append(rel)
+                verdicts[rel] = None
                 return
             hit = _decode(row[1], row[2])
             if hit is not None:
-                found[rel] = hit
+                verdicts[rel] = hit
                 return
-        verdict = read(f"{prefix}/{rel}")
-        opened.append(rel)
-        if isinstance(verdict, ElfProblem) and verdict.reason == "not-elf":
-            plain.append(rel)
-            fresh[rel] = (key, PLAIN, None)
-        else:
-            found[rel] = verdict
-            kind, body = verdict_to_json(verdict)
-            fresh[rel] = (key, kind, json.dumps(body, separators=(",", ":")))
+        verdicts[rel] = None  # its place kept: the verdict is read with the others
+        unread_now.append((rel, key))
+
+    def read_classified() -> None:
+        """Read the verdicts :func:`classify` left, several at once (a cold first reading
+        waits on the disk for hundreds of objects)."""
+        done = read_each(read, [f"{prefix}/{rel}" for rel, _ in unread_now])
+        for (rel, key), verdict in zip(unread_now, done, strict=True):
+            opened.append(rel)
+            if isinstance(verdict, ElfProblem) and verdict.reason == "not-elf":
+                fresh[rel] = (key, PLAIN, None)
+            else:
+                verdicts[rel] = verdict
+                kind, body = verdict_to_json(verdict)
+                fresh[rel] = (key, kind, json.dumps(body, separators=(",", ":")))
+        unread_now.clear()
 
     unread: dict[str, FileStat] = {}
     for rel, stat in files.items():
@@ -127,11 +135,15 @@ def index_environment(
             classify(rel, stat)
         else:
             unread[rel] = stat
-    while asked := _named_like_a_need(unread, found.values()):
+    read_classified()
+    while asked := _named_like_a_need(unread, (v for v in verdicts.values() if v is not None)):
         for name in asked:
             classify(name, unread.pop(name))
+        read_classified()
     for name, stat in unread.items():
         keep(name, stat)
+    plain = [rel for rel, verdict in verdicts.items() if verdict is None]
+    found = {rel: verdict for rel, verdict in verdicts.items() if verdict is not None}
     gone = stored.keys() - seen
     moved += (row[0] for path in gone if (row := stored[path]) is not None)
     if index is not None and (fresh or gone) and not index.save_elf(fresh, gone, moved):
