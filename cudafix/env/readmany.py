@@ -19,6 +19,9 @@ T = TypeVar("T")
 ALONE_BELOW = 32
 """Fewer files than this are read in this thread: starting threads would cost more than
 the reads (a reading after one wheel changed reads a handful)."""
+TASK = 16
+"""Paths read by one task: small enough that an interruption waits for few, large enough
+that 5k small sources cost a few hundred tasks, not 5k."""
 MAX_THREADS = 8
 """Reads in flight at most: enough to keep an SSD's queue busy, few enough that the
 parsing between reads (which holds the GIL) does not thrash."""
@@ -27,17 +30,18 @@ parsing between reads (which holds the GIL) does not thrash."""
 def read_each(read: Callable[[str], T], paths: Sequence[str]) -> list[T]:
     """``[read(path) for path in paths]``, in that order, several at once where there are
     many. ``read`` must be safe to call from several threads (open, read, close: no state
-    shared). Each thread takes every n-th path (the big libraries of one wheel sit side by
-    side, and would keep one thread busy while the others idle), so a reading of 5k small
-    sources costs a handful of tasks, not 5k."""
+    shared). The paths go out in tasks of :data:`TASK` (the big libraries of one wheel sit
+    side by side: whichever thread is free takes the next task, so none waits on another's
+    share), and an interruption (Ctrl-C) waits only for the tasks already running."""
     if len(paths) < ALONE_BELOW:
         return [read(path) for path in paths]
     from concurrent.futures import ThreadPoolExecutor  # a cold reading's cost alone
 
     threads = max(1, min(MAX_THREADS, (os.cpu_count() or 1) * 2, len(paths) // ALONE_BELOW))
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cudafix-read") as pool:
-        shares = list(pool.map(lambda i: [read(p) for p in paths[i::threads]], range(threads)))
-    out: list[T] = [None] * len(paths)  # type: ignore[list-item]  # each slot filled below
-    for i, share in enumerate(shares):
-        out[i::threads] = share
-    return out
+    tasks = [paths[at : at + TASK] for at in range(0, len(paths), TASK)]
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cudafix-read")
+    try:
+        done = list(pool.map(lambda task: [read(path) for path in task], tasks))
+    finally:
+        pool.shutdown(cancel_futures=True)
+    return [result for task in done for result in task]

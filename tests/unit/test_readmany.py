@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from cudafix.env.readmany import ALONE_BELOW, read_each
 
@@ -41,3 +44,21 @@ def test_a_few_files_are_read_in_the_callers_thread(tmp_path: Path) -> None:
     assert read_each(read, paths) == [Path(p).stat().st_size for p in paths]
     assert readers == {threading.get_ident()}
     assert read_each(read, []) == []
+
+
+def test_an_interrupted_reading_waits_only_for_the_tasks_running(tmp_path: Path) -> None:
+    """What stops the reading (Ctrl-C, a fault) reaches the caller as it was raised, and the
+    reads not begun are never made: it does not wait for the whole venv to be read."""
+    paths = _files(tmp_path, ALONE_BELOW * 16)
+    made: list[str] = []
+
+    def read(path: str) -> bytes:
+        if path == paths[0]:
+            raise KeyboardInterrupt
+        time.sleep(0.002)
+        made.append(path)
+        return b""
+
+    with pytest.raises(KeyboardInterrupt):
+        read_each(read, paths)
+    assert len(made) < len(paths) // 2, len(made)
