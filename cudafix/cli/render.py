@@ -349,14 +349,14 @@ _NOTES = {
 }
 
 
-def render_report(report: DoctorReport, style: Style, verbosity: Sequence[Verbosity]) -> list[str]:
+def render_report(report: DoctorReport, style: Style, levels: Sequence[Verbosity]) -> list[str]:
     """Doctor findings: errors, warnings, then information folded by kind (all of it at
-    verbosity 1); the verdict and the next command last. One text per verbosity, worded
-    once: doctor keeps ``-q``, plain and ``-v``, and wording 20k notes takes a second."""
+    verbosity 1); the verdict and the next command last. One text per verbosity of
+    ``levels``, worded once: doctor keeps ``-q``, plain and ``-v``; 20k notes take a second."""
     from cudafix.cli.doctor_words import worded
 
     report_shown = printable(worded(report, shown=_DETAILS))
-    return [_render_worded(report_shown, style, v) for v in verbosity]
+    return [_render_worded(report_shown, style, v) for v in levels]
 
 
 def _render_worded(report: WordedReport, style: Style, verbosity: Verbosity) -> str:

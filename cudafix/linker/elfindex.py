@@ -32,7 +32,8 @@ log = logging.getLogger("cudafix.linker.elfindex")
 _NOT_ELF = ("not-elf", "linker-script")
 
 Reader = Callable[[str], "ElfInfo | ElfProblem"]
-"""Reads one file's verdict, given its absolute path as ``str`` (22k per first run)."""
+"""Reads one file's verdict, given its absolute path as ``str``; called from several threads
+at once on a first run (:mod:`cudafix.env.readmany`), so it shares no state."""
 Verdict = ElfInfo | ElfProblem
 
 
