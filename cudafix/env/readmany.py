@@ -32,7 +32,8 @@ def read_each(read: Callable[[str], T], paths: Sequence[str]) -> list[T]:
     many. ``read`` must be safe to call from several threads (open, read, close: no state
     shared). The paths go out in tasks of :data:`TASK` (the big libraries of one wheel sit
     side by side: whichever thread is free takes the next task, so none waits on another's
-    share), and an interruption (Ctrl-C) waits only for the tasks already running."""
+    share), and an interruption (Ctrl-C) waits only for the tasks already running. Where no
+    thread can be started, every path is read in this thread: slower, never an error."""
     if len(paths) < ALONE_BELOW:
         return [read(path) for path in paths]
     from concurrent.futures import ThreadPoolExecutor  # a cold reading's cost alone
@@ -42,6 +43,8 @@ def read_each(read: Callable[[str], T], paths: Sequence[str]) -> list[T]:
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cudafix-read")
     try:
         done = list(pool.map(lambda task: [read(path) for path in task], tasks))
+    except RuntimeError:  # no thread to be had (a container's pid limit): read them here
+        return [read(path) for path in paths]
     finally:
         pool.shutdown(cancel_futures=True)
     return [result for task in done for result in task]

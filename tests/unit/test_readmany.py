@@ -62,3 +62,16 @@ def test_an_interrupted_reading_waits_only_for_the_tasks_running(tmp_path: Path)
     with pytest.raises(KeyboardInterrupt):
         read_each(read, paths)
     assert len(made) < len(paths) // 2, len(made)
+
+
+def test_where_no_thread_can_be_started_the_files_are_read_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container's pid limit refuses new threads: the reading goes on in the caller's."""
+    paths = _files(tmp_path, ALONE_BELOW * 4)
+
+    def refused(_self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    assert read_each(lambda p: Path(p).read_bytes(), paths) == [Path(p).read_bytes() for p in paths]
