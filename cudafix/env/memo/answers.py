@@ -303,28 +303,27 @@ def _stamp_now(prefix: Path, read: ReadSet) -> _Stamp:
     newest = quiet_newest = 0
     base = f"{prefix}/"  # a str join, as the walk's: 19k paths on a torch venv
     found = stats.lstats([base + rel for rel in read.env])
-    put, put_quiet, mask = values.extend, quiet.extend, _INODE_MASK  # 19k rounds: locals
     for i, (rel, st) in enumerate(zip(read.env, found, strict=True)):
         if st is None:
-            put(_ABSENT)
+            values.extend(_ABSENT)
             if not rel.startswith(_OWN_STATE):
-                put_quiet(_ABSENT[:4])
+                quiet.extend(_ABSENT[:4])
             continue
         ctime, mtime = st.st_ctime_ns, st.st_mtime_ns
-        four = (st.st_ino & mask, st.st_mode, st.st_size, mtime)
+        four = (st.st_ino & _INODE_MASK, st.st_mode, st.st_size, mtime)
         if rel == _PREFIX:
             ctime = mtime = 0
             four = (four[0], four[1], _prefix_names(prefix), 0)
-        put(four)
+        values.extend(four)
         values.append(ctime)
         if ctime > newest:
             newest = ctime
         own = rel.startswith(_OWN_STATE)
         if not own:
-            put_quiet(four)
+            quiet.extend(four)
             if mtime > quiet_newest:
                 quiet_newest = mtime
-        if S_ISDIR(four[1]):
+        if S_ISDIR(st.st_mode):
             dirs.append(i)
             dir_values.extend(four)
             dir_values.append(ctime)
